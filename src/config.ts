@@ -1,0 +1,159 @@
+// The routing file operators edit: which model ids Parley serves, where each
+// one's upstream endpoints are, its context window, prices and page text.
+// Validated with zod; an error names the file, line and field. Watched, and
+// swapped in whole when a valid new version appears: requests in flight keep
+// the version they started with.
+import { readFileSync, watch, type FSWatcher } from 'node:fs';
+import { basename, dirname, resolve } from 'node:path';
+import { LineCounter, parseDocument, isNode } from 'yaml';
+import { z } from 'zod';
+
+export const UPSTREAM_KINDS = ['openai', 'vllm', 'sglang', 'llamacpp', 'deepseek', 'parley-engine'] as const;
+export type UpstreamKind = (typeof UPSTREAM_KINDS)[number];
+
+const localEngine = z.strictObject({
+  /** A GGUF file; absent means Parley's own generated model. */
+  model: z.string().optional(),
+  contextSize: z.int().min(256).optional(),
+  parallel: z.int().min(1).max(64).optional(),
+});
+
+const endpoint = z
+  .strictObject({
+    kind: z.enum(UPSTREAM_KINDS),
+    /** Base URL up to and including the version prefix, e.g. http://vllm-0:8000/v1 */
+    url: z.url({ protocol: /^https?$/ }).optional(),
+    /** The model's name on that upstream; defaults to the model id. */
+    upstreamModel: z.string().min(1).optional(),
+    /** Name of the environment variable that holds the upstream's API key. */
+    apiKeyEnv: z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/).optional(),
+    /** Instead of url: Parley starts and supervises a `parley engine` for this endpoint. */
+    local: localEngine.optional(),
+  })
+  .check((ctx) => {
+    if ((ctx.value.url === undefined) === (ctx.value.local === undefined)) {
+      ctx.issues.push({ code: 'custom', input: ctx.value, path: ['url'], message: 'give exactly one of `url` or `local`' });
+    }
+  });
+
+const model = z.strictObject({
+  id: z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._:/-]*$/, 'letters, digits and . _ : / - only'),
+  contextWindow: z.int().positive(),
+  pricesPerMillion: z.strictObject({
+    inputCacheMiss: z.number().nonnegative(),
+    inputCacheHit: z.number().nonnegative(),
+    output: z.number().nonnegative(),
+  }),
+  supports: z.strictObject({ tools: z.boolean().default(false), jsonOutput: z.boolean().default(false) }).prefault({}),
+  /** A GGUF whose tokenizer and chat template count prompt tokens before any upstream call. */
+  tokenizer: z.strictObject({ gguf: z.string() }).optional(),
+  description: z.string().default(''),
+  setup: z.string().default(''),
+  endpoints: z.array(endpoint).min(1),
+});
+
+const gatewaySettings = z
+  .strictObject({
+    keepAliveMs: z.int().min(10).default(15_000),
+    upstreamFirstByteTimeoutMs: z.int().min(10).default(60_000),
+    upstreamIdleTimeoutMs: z.int().min(10).default(60_000),
+    maxBodyBytes: z.int().min(1024).default(4 * 1024 * 1024),
+  })
+  .prefault({});
+
+const routingFile = z
+  .strictObject({ gateway: gatewaySettings, models: z.array(model).min(1) })
+  .check((ctx) => {
+    const seen = new Set<string>();
+    ctx.value.models.forEach((m, i) => {
+      if (seen.has(m.id)) ctx.issues.push({ code: 'custom', input: m.id, path: ['models', i, 'id'], message: `model id "${m.id}" appears twice` });
+      seen.add(m.id);
+    });
+  });
+
+export type RoutingFile = z.infer<typeof routingFile>;
+export type ModelConfig = z.infer<typeof model>;
+export type EndpointConfig = z.infer<typeof endpoint>;
+export type LocalEngineConfig = z.infer<typeof localEngine>;
+export type GatewaySettings = z.infer<typeof gatewaySettings>;
+
+export class ConfigError extends Error {}
+
+function fieldPath(path: PropertyKey[]): string {
+  return path.map((k) => (typeof k === 'number' ? `[${k}]` : `.${String(k)}`)).join('').replace(/^\./, '');
+}
+
+/** Parses and validates routing-file text. Relative paths resolve against `baseDir`. */
+export function parseRoutingFile(text: string, source: string, baseDir: string): RoutingFile {
+  const lineCounter = new LineCounter();
+  const doc = parseDocument(text, { lineCounter, prettyErrors: false });
+  if (doc.errors.length > 0) {
+    const e = doc.errors[0];
+    const { line, col } = lineCounter.linePos(e.pos[0]);
+    throw new ConfigError(`${source}:${line}:${col}: ${e.message.split('\n')[0]}`);
+  }
+  const parsed = routingFile.safeParse(doc.toJS());
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0];
+    // Point at the deepest node of the path that exists in the file.
+    let line = 1;
+    for (let n = issue.path.length; n >= 0; n--) {
+      const found = doc.getIn(issue.path.slice(0, n) as unknown[], true);
+      if (isNode(found) && found.range) {
+        line = lineCounter.linePos(found.range[0]).line;
+        break;
+      }
+    }
+    throw new ConfigError(`${source}:${line}: ${fieldPath(issue.path) || '(top level)'}: ${issue.message}`);
+  }
+  const config = parsed.data;
+  for (const m of config.models) {
+    if (m.tokenizer) m.tokenizer.gguf = resolve(baseDir, m.tokenizer.gguf);
+    for (const e of m.endpoints) if (e.local?.model) e.local.model = resolve(baseDir, e.local.model);
+  }
+  return config;
+}
+
+export function loadRoutingFile(path: string): RoutingFile {
+  let text: string;
+  try {
+    text = readFileSync(path, 'utf8');
+  } catch (err) {
+    throw new ConfigError(`cannot read routing file ${path}: ${(err as Error).message}`);
+  }
+  return parseRoutingFile(text, path, dirname(resolve(path)));
+}
+
+/**
+ * Calls `onChange` with each new valid version of the file, and `onError`
+ * with each invalid one (the caller keeps serving the last good version).
+ * The folder is watched, not the file, so that editors that replace the file
+ * and Kubernetes ConfigMap symlink swaps are both seen.
+ */
+export function watchRoutingFile(path: string, onChange: (c: RoutingFile) => void, onError: (e: Error) => void): FSWatcher {
+  const abs = resolve(path);
+  let lastText = readFileSync(abs, 'utf8');
+  let timer: NodeJS.Timeout | undefined;
+  const check = () => {
+    let text: string;
+    try {
+      text = readFileSync(abs, 'utf8');
+    } catch {
+      return; // mid-replace; the next event brings the new file
+    }
+    if (text === lastText) return;
+    lastText = text;
+    try {
+      onChange(parseRoutingFile(text, abs, dirname(abs)));
+    } catch (err) {
+      onError(err as Error);
+    }
+  };
+  const watcher = watch(dirname(abs), (_event, name) => {
+    if (name && name !== basename(abs) && !name.startsWith('..')) return;
+    clearTimeout(timer);
+    timer = setTimeout(check, 50);
+  });
+  watcher.on('close', () => clearTimeout(timer));
+  return watcher;
+}

@@ -1,0 +1,123 @@
+// One reply on one context sequence: reuse the sequence's cached prefix,
+// sample with the request's settings, stop on end-of-generation, a stop
+// string or the token cap, and hand out text as soon as it is safe to.
+import { TokenBias, type LlamaContextSequence, type LlamaModel, type Token } from 'node-llama-cpp';
+import type { TokenLogprob } from '../protocol/chat-response.js';
+
+export interface Sampling {
+  temperature: number;
+  topP: number;
+  seed: number;
+  presencePenalty: number;
+  frequencyPenalty: number;
+  logitBias: Record<string, number>;
+  stop: string[];
+  maxTokens: number;
+  /** null: no logprobs; otherwise how many alternatives per token. */
+  topLogprobs: number | null;
+}
+
+export interface Piece {
+  content: string;
+  logprobs: TokenLogprob[] | null;
+}
+
+export interface ChoiceResult {
+  finishReason: 'stop' | 'length';
+  completionTokens: number;
+  cachedTokens: number;
+}
+
+function tokenBias(model: LlamaModel, logitBias: Record<string, number>): TokenBias | undefined {
+  const entries = Object.entries(logitBias);
+  if (entries.length === 0) return undefined;
+  const bias = new TokenBias(model.tokenizer);
+  for (const [id, value] of entries) bias.set(Number(id) as Token, value <= -100 ? 'never' : { logit: value });
+  return bias;
+}
+
+/** Length of the longest tail of `text` that could still grow into a stop string. */
+function pendingStopLength(text: string, stops: string[]): number {
+  let hold = 0;
+  for (const s of stops) {
+    for (let n = Math.min(s.length - 1, text.length); n > hold; n--) {
+      if (text.endsWith(s.slice(0, n))) {
+        hold = n;
+        break;
+      }
+    }
+  }
+  return hold;
+}
+
+export async function generateChoice(
+  model: LlamaModel,
+  seq: LlamaContextSequence,
+  prompt: Token[],
+  sampling: Sampling,
+  emit: (piece: Piece) => void,
+  signal: AbortSignal,
+): Promise<ChoiceResult> {
+  // The last prompt token is always evaluated again: its logits pick the first reply token.
+  const reuse = Math.min(seq.compareContextTokens(prompt).firstDifferentIndex, prompt.length - 1);
+  if (seq.nextTokenIndex > reuse) await seq.eraseContextTokenRanges([{ start: reuse, end: seq.nextTokenIndex }]);
+
+  const generated: Token[] = [];
+  const penalize = sampling.presencePenalty !== 0 || sampling.frequencyPenalty !== 0;
+  const outputs = seq.evaluateWithMetadata(
+    prompt.slice(reuse),
+    { probabilities: sampling.topLogprobs !== null },
+    {
+      temperature: sampling.temperature,
+      topP: sampling.topP,
+      seed: sampling.seed,
+      tokenBias: tokenBias(model, sampling.logitBias),
+      repeatPenalty: penalize
+        ? { punishTokens: () => generated, penalty: 1, presencePenalty: sampling.presencePenalty, frequencyPenalty: sampling.frequencyPenalty, maxPunishTokens: 256 }
+        : undefined,
+    },
+  );
+
+  let text = '';
+  let sent = 0;
+  let logprobs: TokenLogprob[] = [];
+  const flush = (upTo: number) => {
+    if (upTo <= sent && logprobs.length === 0) return;
+    emit({ content: text.slice(sent, upTo), logprobs: sampling.topLogprobs === null ? null : logprobs });
+    sent = Math.max(sent, upTo);
+    logprobs = [];
+  };
+
+  let finishReason: ChoiceResult['finishReason'] = 'stop';
+  for await (const out of outputs) {
+    if (signal.aborted) break;
+    generated.push(out.token);
+    text = model.detokenize(generated);
+    if (sampling.topLogprobs !== null) {
+      const probabilities = (out as unknown as { probabilities: Map<Token, number> }).probabilities;
+      const entry = (t: Token) => {
+        const s = model.detokenize([t]);
+        return { token: s, logprob: Math.log(probabilities.get(t) ?? Number.MIN_VALUE), bytes: [...Buffer.from(s, 'utf8')] };
+      };
+      const top = [...probabilities.keys()].slice(0, sampling.topLogprobs).map(entry);
+      logprobs.push({ ...entry(out.token), top_logprobs: top });
+    }
+    const hit = sampling.stop.reduce((first, s) => {
+      const i = text.indexOf(s, Math.max(0, sent - s.length));
+      return i !== -1 && (first === -1 || i < first) ? i : first;
+    }, -1);
+    if (hit !== -1) {
+      text = text.slice(0, hit);
+      break;
+    }
+    if (generated.length >= sampling.maxTokens) {
+      finishReason = 'length';
+      break;
+    }
+    // Hold back a possible stop-string start and an unfinished UTF-8 character.
+    const safe = text.endsWith('\uFFFD') ? text.length - 1 : text.length - pendingStopLength(text, sampling.stop);
+    if (safe > sent) flush(safe);
+  }
+  flush(text.length);
+  return { finishReason, completionTokens: generated.length, cachedTokens: reuse };
+}

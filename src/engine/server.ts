@@ -1,0 +1,146 @@
+// `parley engine`: a GGUF served by llama.cpp (through node-llama-cpp) behind
+// the OpenAI Chat Completions API, with `n` as parallel sequences and a real
+// prefix cache. It is the quickstart's upstream and the tests' real one.
+import { randomUUID } from 'node:crypto';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import type { LlamaContextSequence } from 'node-llama-cpp';
+import { parseChatCompletionRequest, requestedMaxTokens, type ChatCompletionRequest } from '../protocol/chat-request.js';
+import { ChunkRenderer, renderCompletion, type Choice, type ReplyIdentity, type TokenLogprob } from '../protocol/chat-response.js';
+import { ApiError, contextLengthExceeded, internalError, invalidParameter, routeNotFound } from '../protocol/errors.js';
+import { readJsonBody, sendError, sendJson, SSE_HEADERS } from '../protocol/http-io.js';
+import { ChatPrompt } from './chat-prompt.js';
+import { generateChoice, type ChoiceResult, type Piece, type Sampling } from './generate.js';
+import { localLlama } from './llama.js';
+import { SequencePool } from './sequence-pool.js';
+
+export interface EngineOptions {
+  modelPath: string;
+  /** The id this engine answers to in replies and /v1/models. */
+  modelId: string;
+  contextSize: number;
+  /** Sequences evaluated side by side: concurrent replies, `n` included. */
+  parallel: number;
+  host: string;
+  port: number;
+}
+
+export interface RunningEngine {
+  url: string;
+  contextSize: number;
+  close(): Promise<void>;
+}
+
+const MAX_BODY_BYTES = 16 * 1024 * 1024;
+
+export async function startEngine(opts: EngineOptions): Promise<RunningEngine> {
+  const llama = await localLlama();
+  const model = await llama.loadModel({ modelPath: opts.modelPath });
+  const context = await model.createContext({ sequences: opts.parallel, contextSize: opts.contextSize });
+  const pool = new SequencePool(context);
+  const prompt = new ChatPrompt(model);
+  const vocabSize = model.fileInfo.metadata.tokenizer.ggml.tokens.length;
+  const contextSize = context.contextSize;
+
+  const handle = async (req: IncomingMessage, res: ServerResponse) => {
+    const path = (req.url ?? '/').split('?')[0];
+    if (req.method === 'GET' && path === '/health') return sendJson(res, 200, { status: 'ok' });
+    if (req.method === 'GET' && path === '/v1/models') {
+      return sendJson(res, 200, { object: 'list', data: [{ id: opts.modelId, object: 'model', created: 0, owned_by: 'parley-engine', context_window: contextSize }] });
+    }
+    if (req.method === 'POST' && path === '/v1/chat/completions') {
+      const parsed = parseChatCompletionRequest(await readJsonBody(req, MAX_BODY_BYTES));
+      if (parsed instanceof ApiError) throw parsed;
+      return complete(parsed, req, res);
+    }
+    throw routeNotFound(req.method ?? 'GET', path);
+  };
+
+  const complete = async (request: ChatCompletionRequest, req: IncomingMessage, res: ServerResponse) => {
+    for (const id of Object.keys(request.logit_bias ?? {})) {
+      if (Number(id) >= vocabSize) throw invalidParameter('logit_bias', `Invalid key in 'logit_bias': ${id} is not a token id of this model (vocabulary size ${vocabSize}).`);
+    }
+    const tokens = prompt.tokens(request.messages);
+    const maxTokens = requestedMaxTokens(request) ?? contextSize - tokens.length;
+    if (tokens.length + Math.max(maxTokens, 1) > contextSize) {
+      throw contextLengthExceeded(
+        `This model's maximum context length is ${contextSize} tokens. However, you requested ${tokens.length + Math.max(maxTokens, 1)} tokens (${tokens.length} in the messages, ${Math.max(maxTokens, 1)} in the completion).`,
+      );
+    }
+    const n = request.n ?? 1;
+    const abort = new AbortController();
+    req.socket.once('close', () => abort.abort());
+    res.once('close', () => abort.abort());
+    const seqs = await pool.acquire(tokens, n);
+    try {
+      const baseSeed = request.seed ?? Math.floor(Math.random() * 2 ** 31);
+      const stop = request.stop == null ? [] : typeof request.stop === 'string' ? [request.stop] : request.stop;
+      const sampling = (i: number): Sampling => ({
+        temperature: request.temperature ?? 1,
+        topP: request.top_p ?? 1,
+        seed: baseSeed + i,
+        presencePenalty: request.presence_penalty ?? 0,
+        frequencyPenalty: request.frequency_penalty ?? 0,
+        logitBias: request.logit_bias ?? {},
+        stop: stop.filter((s) => s !== ''),
+        maxTokens,
+        topLogprobs: request.logprobs ? (request.top_logprobs ?? 0) : null,
+      });
+      const identity: ReplyIdentity = { id: `chatcmpl-${randomUUID()}`, created: Math.floor(Date.now() / 1000), model: opts.modelId };
+      const run = (onPiece: (i: number, p: Piece) => void) =>
+        Promise.all(seqs.map((seq: LlamaContextSequence, i) => generateChoice(model, seq, tokens, sampling(i), (p) => onPiece(i, p), abort.signal)));
+      const usage = (results: ChoiceResult[]) => ({
+        prompt_tokens: tokens.length,
+        completion_tokens: results.reduce((sum, r) => sum + r.completionTokens, 0),
+        cached_tokens: Math.min(...results.map((r) => r.cachedTokens)),
+      });
+
+      if (request.stream) {
+        const renderer = new ChunkRenderer(identity, request.stream_options?.include_usage === true);
+        res.writeHead(200, SSE_HEADERS);
+        const results = await run((index, p) => {
+          res.write(renderer.deltas([{ index, delta: { content: p.content }, logprobs: p.logprobs ? { content: p.logprobs } : null, finish_reason: null }]));
+        });
+        if (abort.signal.aborted) return void res.destroy();
+        res.write(renderer.deltas(results.map((r, index) => ({ index, delta: {}, logprobs: null, finish_reason: r.finishReason }))));
+        res.end(renderer.end(usage(results)));
+        return;
+      }
+      const texts = seqs.map(() => '');
+      const logprobs: TokenLogprob[][] = seqs.map(() => []);
+      const results = await run((i, p) => {
+        texts[i] += p.content;
+        if (p.logprobs) logprobs[i].push(...p.logprobs);
+      });
+      if (abort.signal.aborted) return;
+      const choices: Choice[] = results.map((r, index) => ({
+        index,
+        message: { role: 'assistant', content: texts[index] },
+        logprobs: request.logprobs ? { content: logprobs[index] } : null,
+        finish_reason: r.finishReason,
+      }));
+      sendJson(res, 200, renderCompletion(identity, { choices, usage: usage(results) }));
+    } finally {
+      pool.release(seqs);
+    }
+  };
+
+  const server: Server = createServer((req, res) => {
+    handle(req, res).catch((err) => {
+      if (!(err instanceof ApiError)) console.error('parley engine:', err);
+      sendError(res, err instanceof ApiError ? err : internalError());
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(opts.port, opts.host, resolve));
+  const { port } = server.address() as AddressInfo;
+  return {
+    url: `http://${opts.host.includes(':') ? `[${opts.host}]` : opts.host}:${port}/v1`,
+    contextSize,
+    close: async () => {
+      server.closeAllConnections();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+      await context.dispose();
+      await model.dispose();
+    },
+  };
+}

@@ -1,0 +1,94 @@
+// POST /v1/chat/completions, the request path in one direction:
+// validate → find the model → check the context window → pick an endpoint →
+// forward through its dialect → render (stream or whole).
+import { randomUUID } from 'node:crypto';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { parseChatCompletionRequest, requestedMaxTokens, type ChatCompletionRequest } from '../protocol/chat-request.js';
+import { renderCompletion, type ReplyIdentity } from '../protocol/chat-response.js';
+import { ApiError, contextLengthExceeded, modelNotFound, noHealthyUpstream } from '../protocol/errors.js';
+import { readJsonBody, sendJson } from '../protocol/http-io.js';
+import { firstHealthyEndpoint, markReachable, markUnreachable } from '../routing/endpoint-health.js';
+import type { RoutedEndpoint, RoutedModel, RoutingTable } from '../routing/routing-table.js';
+import { postChatCompletion, readCompletion, readStream, type UpstreamTimeouts } from '../upstream/client.js';
+import { mergeCompletions, mergeStreams } from '../upstream/fan-out.js';
+import { relayStream } from './stream-relay.js';
+
+function checkContextWindow(model: RoutedModel, request: ChatCompletionRequest): number {
+  if (!model.countPromptTokens) return 0;
+  const promptTokens = model.countPromptTokens(request.messages);
+  const replyTokens = requestedMaxTokens(request) ?? 1;
+  const window = model.config.contextWindow;
+  if (promptTokens + replyTokens > window) {
+    throw contextLengthExceeded(
+      `This model's maximum context length is ${window} tokens. However, you requested ${promptTokens + replyTokens} tokens ` +
+        `(${promptTokens} in the messages, ${replyTokens} in the completion). Please reduce the length of the messages or the completion.`,
+    );
+  }
+  return promptTokens;
+}
+
+/** One upstream body per call: all `n` choices in one, or one call per choice where the dialect needs it. */
+function upstreamBodies(endpoint: RoutedEndpoint, model: RoutedModel, request: ChatCompletionRequest): Record<string, unknown>[] {
+  const body = endpoint.dialect.requestBody(request, {
+    upstreamModel: endpoint.upstreamModel,
+    supportsTools: model.config.supports.tools,
+    supportsJsonOutput: model.config.supports.jsonOutput,
+  });
+  const n = request.n ?? 1;
+  if (n === 1 || endpoint.dialect.multipleChoices) return [body];
+  return Array.from({ length: n }, (_, i) => {
+    const { n: _n, ...single } = body;
+    return request.seed != null ? { ...single, seed: request.seed + i } : single;
+  });
+}
+
+function requestId(req: IncomingMessage): string {
+  const given = req.headers['x-request-id'];
+  return typeof given === 'string' && /^[\w.:-]{1,128}$/.test(given) ? given : randomUUID();
+}
+
+export async function handleChatCompletion(req: IncomingMessage, res: ServerResponse, table: RoutingTable): Promise<void> {
+  const { settings } = table;
+  const parsed = parseChatCompletionRequest(await readJsonBody(req, settings.maxBodyBytes));
+  if (parsed instanceof ApiError) throw parsed;
+  const request = parsed;
+  const model = table.models.get(request.model);
+  if (!model) throw modelNotFound(request.model);
+  const countedPromptTokens = checkContextWindow(model, request);
+  const endpoint = firstHealthyEndpoint(model);
+  if (!endpoint) throw noHealthyUpstream(request.model, 2);
+
+  const id = requestId(req);
+  const identity: ReplyIdentity = { id: `chatcmpl-${id}`, created: Math.floor(Date.now() / 1000), model: request.model };
+  const clientGone = new AbortController();
+  res.once('close', () => {
+    if (!res.writableFinished) clientGone.abort();
+  });
+  const timeouts: UpstreamTimeouts = { firstByteMs: settings.upstreamFirstByteTimeoutMs, idleMs: settings.upstreamIdleTimeoutMs };
+
+  let bodies;
+  try {
+    bodies = await Promise.all(upstreamBodies(endpoint, model, request).map((b) => postChatCompletion(endpoint, b, clientGone.signal, timeouts)));
+  } catch (err) {
+    if (err instanceof ApiError && err.code === 'upstream_unreachable') markUnreachable(endpoint);
+    throw err;
+  }
+  markReachable(endpoint);
+
+  if (!request.stream) {
+    const parts = await Promise.all(bodies.map((b) => readCompletion(endpoint, b)));
+    const completion = parts.length === 1 ? parts[0] : mergeCompletions(parts);
+    sendJson(res, 200, renderCompletion(identity, completion), { 'x-request-id': id });
+    return;
+  }
+  const streams = bodies.map((b) => readStream(endpoint, b));
+  const outcome = await relayStream(res, streams.length === 1 ? streams[0] : mergeStreams(streams), {
+    identity,
+    includeUsage: request.stream_options?.include_usage === true,
+    keepAliveMs: settings.keepAliveMs,
+    headers: { 'x-request-id': id },
+    countedPromptTokens,
+    clientGone: clientGone.signal,
+  });
+  if (outcome.kind === 'broke_off') console.warn(`parley: ${id}: ${endpoint.name}: stream broke off: ${outcome.reason}`);
+}

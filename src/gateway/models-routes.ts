@@ -1,0 +1,31 @@
+// GET /v1/models and GET /v1/models/{id}, from the routing table.
+import type { ServerResponse } from 'node:http';
+import { modelNotFound } from '../protocol/errors.js';
+import { sendJson } from '../protocol/http-io.js';
+import type { RoutedModel, RoutingTable } from '../routing/routing-table.js';
+
+function modelObject(m: RoutedModel) {
+  return {
+    id: m.config.id,
+    object: 'model',
+    created: 0,
+    owned_by: 'parley',
+    context_window: m.config.contextWindow,
+    pricing_per_million_tokens: {
+      input_cache_miss: m.config.pricesPerMillion.inputCacheMiss,
+      input_cache_hit: m.config.pricesPerMillion.inputCacheHit,
+      output: m.config.pricesPerMillion.output,
+    },
+    supports: { tools: m.config.supports.tools, json_output: m.config.supports.jsonOutput },
+  };
+}
+
+export function listModels(res: ServerResponse, table: RoutingTable): void {
+  sendJson(res, 200, { object: 'list', data: [...table.models.values()].map(modelObject) });
+}
+
+export function getModel(res: ServerResponse, table: RoutingTable, id: string): void {
+  const model = table.models.get(id);
+  if (!model) throw modelNotFound(id);
+  sendJson(res, 200, modelObject(model));
+}

@@ -1,0 +1,95 @@
+// The `parley` command.
+//   parley serve       the gateway (defaults: config/quickstart.yaml, a local engine)
+//   parley engine      the local upstream: a GGUF behind the OpenAI API
+//   parley make-model  write Parley's own small model to a file
+import { join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+import { ConfigError } from './config.js';
+import { DEFAULT_MODEL_CONTEXT, DEFAULT_MODEL_FILE, ensureDefaultModel } from './engine/model-maker.js';
+import { startEngine } from './engine/server.js';
+import { startGateway } from './gateway/start.js';
+
+const PACKAGE_ROOT = fileURLToPath(new URL('..', import.meta.url));
+const USAGE = `usage: parley <command> [options]
+
+  serve        run the gateway
+               --config FILE (PARLEY_CONFIG; default config/quickstart.yaml)
+               --port N (PORT; 8080)  --host H (HOST; 0.0.0.0)
+               --data-dir DIR (PARLEY_DATA_DIR; .parley)
+  engine       serve a GGUF model behind the OpenAI API
+               --model FILE.gguf (default: Parley's own model, made on first start)
+               --model-id ID  --port N (8081)  --host H (127.0.0.1)
+               --context-size N (${DEFAULT_MODEL_CONTEXT})  --parallel N (4)  --data-dir DIR
+  make-model   write Parley's own model: --out FILE
+`;
+
+function dataDir(flag: string | undefined): string {
+  return resolve(flag ?? process.env.PARLEY_DATA_DIR ?? '.parley');
+}
+
+function onShutdown(close: () => Promise<void>): void {
+  let closing = false;
+  for (const signal of ['SIGTERM', 'SIGINT'] as const) {
+    process.on(signal, () => {
+      if (closing) return;
+      closing = true;
+      close().then(() => process.exit(0), () => process.exit(1));
+    });
+  }
+}
+
+async function serve(argv: string[]): Promise<void> {
+  const { values } = parseArgs({ args: argv, options: { config: { type: 'string' }, port: { type: 'string' }, host: { type: 'string' }, 'data-dir': { type: 'string' } } });
+  const gateway = await startGateway({
+    configPath: resolve(values.config ?? process.env.PARLEY_CONFIG ?? join(PACKAGE_ROOT, 'config', 'quickstart.yaml')),
+    dataDir: dataDir(values['data-dir']),
+    host: values.host ?? process.env.HOST ?? '0.0.0.0',
+    port: Number(values.port ?? process.env.PORT ?? 8080),
+  });
+  console.log(`parley: gateway listening on ${gateway.url}/v1`);
+  onShutdown(gateway.close);
+}
+
+async function engine(argv: string[]): Promise<void> {
+  const { values } = parseArgs({
+    args: argv,
+    options: {
+      model: { type: 'string' }, 'model-id': { type: 'string' }, port: { type: 'string' }, host: { type: 'string' },
+      'context-size': { type: 'string' }, parallel: { type: 'string' }, 'data-dir': { type: 'string' },
+    },
+  });
+  const modelPath = values.model ? resolve(values.model) : ensureDefaultModel(join(dataDir(values['data-dir']), 'models', DEFAULT_MODEL_FILE));
+  const running = await startEngine({
+    modelPath,
+    modelId: values['model-id'] ?? 'parley-tiny',
+    contextSize: Number(values['context-size'] ?? DEFAULT_MODEL_CONTEXT),
+    parallel: Number(values.parallel ?? 4),
+    host: values.host ?? '127.0.0.1',
+    port: Number(values.port ?? 8081),
+  });
+  console.log(`parley engine: serving ${modelPath} on ${running.url}`);
+  process.send?.({ type: 'ready', url: running.url, contextSize: running.contextSize });
+  onShutdown(running.close);
+}
+
+const [command, ...rest] = process.argv.slice(2);
+const commands: Record<string, (argv: string[]) => Promise<void>> = {
+  serve,
+  engine,
+  'make-model': async (argv) => {
+    const { values } = parseArgs({ args: argv, options: { out: { type: 'string' } } });
+    if (!values.out) throw new ConfigError('make-model needs --out FILE');
+    console.log(ensureDefaultModel(resolve(values.out)));
+  },
+};
+
+const run = commands[command ?? ''];
+if (!run) {
+  process.stdout.write(USAGE);
+  process.exit(command ? 2 : 0);
+}
+run(rest).catch((err) => {
+  console.error(`parley: ${err instanceof ConfigError ? err.message : (err as Error).stack}`);
+  process.exit(1);
+});

@@ -1,0 +1,98 @@
+// The Chat Completions request (SPEC 4.1) as a zod schema that is also its
+// TypeScript type. zod drops keys it does not know, which is exactly the
+// spec's rule for unknown fields: accepted, and never sent upstream.
+import { z } from 'zod';
+import { invalidParameter, type ApiError } from './errors.js';
+
+export const MAX_CHOICES = 4;
+
+const textPart = z.object({ type: z.literal('text'), text: z.string() });
+const content = z.union([z.string(), z.array(textPart).min(1)]);
+
+const toolCall = z.looseObject({
+  id: z.string(),
+  type: z.literal('function'),
+  function: z.looseObject({ name: z.string(), arguments: z.string() }),
+});
+
+const message = z.discriminatedUnion('role', [
+  z.object({ role: z.literal('system'), content, name: z.string().optional() }),
+  z.object({ role: z.literal('developer'), content, name: z.string().optional() }),
+  z.object({ role: z.literal('user'), content, name: z.string().optional() }),
+  z.object({
+    role: z.literal('assistant'),
+    content: content.nullish(),
+    name: z.string().optional(),
+    tool_calls: z.array(toolCall).optional(),
+  }),
+  z.object({ role: z.literal('tool'), content, tool_call_id: z.string() }),
+]);
+
+const penalty = z.number().min(-2).max(2).nullish();
+
+export const chatCompletionRequest = z
+  .object({
+    model: z.string().min(1),
+    messages: z.array(message).min(1),
+    max_tokens: z.int().min(1).nullish(),
+    max_completion_tokens: z.int().min(1).nullish(),
+    temperature: z.number().min(0).max(2).nullish(),
+    top_p: z.number().min(0).max(1).nullish(),
+    stop: z.union([z.string(), z.array(z.string()).max(4)]).nullish(),
+    seed: z.int().nullish(),
+    n: z.int().min(1).max(MAX_CHOICES).nullish(),
+    presence_penalty: penalty,
+    frequency_penalty: penalty,
+    logit_bias: z.record(z.string().regex(/^\d+$/, 'keys must be token ids'), z.number().min(-100).max(100)).nullish(),
+    logprobs: z.boolean().nullish(),
+    top_logprobs: z.int().min(0).max(20).nullish(),
+    stream: z.boolean().nullish(),
+    stream_options: z.object({ include_usage: z.boolean().optional() }).nullish(),
+    tools: z.array(z.looseObject({ type: z.literal('function'), function: z.looseObject({ name: z.string() }) })).nullish(),
+    tool_choice: z.union([z.enum(['none', 'auto', 'required']), z.looseObject({ type: z.literal('function') })]).nullish(),
+    parallel_tool_calls: z.boolean().nullish(),
+    response_format: z.looseObject({ type: z.enum(['text', 'json_object', 'json_schema']) }).nullish(),
+  })
+  .check((ctx) => {
+    if (ctx.value.top_logprobs != null && ctx.value.logprobs !== true) {
+      ctx.issues.push({
+        code: 'custom',
+        input: ctx.value.top_logprobs,
+        path: ['top_logprobs'],
+        message: '`top_logprobs` requires `logprobs` to be true',
+      });
+    }
+  });
+
+export type ChatCompletionRequest = z.infer<typeof chatCompletionRequest>;
+export type ChatMessage = ChatCompletionRequest['messages'][number];
+
+/** OpenAI writes nested params as `messages[0].role`. */
+function paramName(path: PropertyKey[]): string {
+  return path.reduce<string>((name, key) => (typeof key === 'number' ? `${name}[${key}]` : name ? `${name}.${String(key)}` : String(key)), '');
+}
+
+export function parseChatCompletionRequest(body: unknown): ChatCompletionRequest | ApiError {
+  if (typeof body !== 'object' || body === null || Array.isArray(body)) {
+    return invalidParameter('', 'The request body must be a JSON object.');
+  }
+  const parsed = chatCompletionRequest.safeParse(body);
+  if (parsed.success) return parsed.data;
+  const issue = parsed.error.issues[0];
+  const param = paramName(issue.path);
+  const value = issue.path.reduce<unknown>((v, k) => (v as Record<PropertyKey, unknown> | undefined)?.[k], body);
+  const message = value === undefined && issue.code === 'invalid_type'
+    ? `Missing required parameter: '${param}'.`
+    : `Invalid value for '${param}': ${issue.message}.`;
+  return invalidParameter(param, message);
+}
+
+export function messageText(m: ChatMessage): string {
+  if (m.content == null) return '';
+  return typeof m.content === 'string' ? m.content : m.content.map((p) => p.text).join('');
+}
+
+/** The reply cap the client asked for, under either of its names. */
+export function requestedMaxTokens(req: ChatCompletionRequest): number | undefined {
+  return req.max_completion_tokens ?? req.max_tokens ?? undefined;
+}

@@ -1,0 +1,125 @@
+// The reply side of the wire format: the shapes every dialect normalizes to,
+// and the two renderers built on them: one whole `chat.completion` object, or
+// `chat.completion.chunk` server-sent events (SPEC 2.3, 6).
+
+export interface TokenLogprob {
+  token: string;
+  logprob: number;
+  bytes: number[] | null;
+  top_logprobs: { token: string; logprob: number; bytes: number[] | null }[];
+}
+
+export interface Usage {
+  prompt_tokens: number;
+  completion_tokens: number;
+  /** The part of prompt_tokens the upstream read from its prefix cache. */
+  cached_tokens: number;
+}
+
+export interface AssistantMessage {
+  role: 'assistant';
+  content: string | null;
+  tool_calls?: unknown[];
+  refusal?: string | null;
+}
+
+export interface Choice {
+  index: number;
+  message: AssistantMessage;
+  logprobs: { content: TokenLogprob[] | null } | null;
+  finish_reason: string | null;
+}
+
+export interface Completion {
+  choices: Choice[];
+  usage: Usage;
+}
+
+export interface ChoiceDelta {
+  index: number;
+  delta: { role?: 'assistant'; content?: string | null; tool_calls?: unknown[]; refusal?: string | null };
+  logprobs: { content: TokenLogprob[] | null } | null;
+  finish_reason: string | null;
+}
+
+/** What one upstream stream event amounts to, whatever its dialect. */
+export interface StreamEvent {
+  choices?: ChoiceDelta[];
+  usage?: Usage;
+  done?: true;
+}
+
+export interface ReplyIdentity {
+  id: string;
+  created: number;
+  /** The model id the client asked for, never the upstream's name for it. */
+  model: string;
+}
+
+export function usageBody(u: Usage) {
+  return {
+    prompt_tokens: u.prompt_tokens,
+    completion_tokens: u.completion_tokens,
+    total_tokens: u.prompt_tokens + u.completion_tokens,
+    prompt_tokens_details: { cached_tokens: u.cached_tokens },
+  };
+}
+
+export function renderCompletion(identity: ReplyIdentity, completion: Completion) {
+  return {
+    id: identity.id,
+    object: 'chat.completion',
+    created: identity.created,
+    model: identity.model,
+    choices: completion.choices,
+    usage: usageBody(completion.usage),
+    system_fingerprint: null,
+  };
+}
+
+export const SSE_DONE = 'data: [DONE]\n\n';
+export const SSE_KEEP_ALIVE = ': keep-alive\n\n';
+export const sseData = (json: string) => `data: ${json}\n\n`;
+
+/**
+ * Renders one reply's chunks. It owns the stream's invariants: every choice
+ * opens with a delta carrying the role, and usage goes out at most once,
+ * last, only when the client asked for it.
+ */
+export class ChunkRenderer {
+  private readonly prefix: string;
+  private readonly suffix: string;
+  private readonly opened = new Set<number>();
+
+  constructor(identity: ReplyIdentity, private readonly includeUsage: boolean) {
+    this.prefix = `{"id":${JSON.stringify(identity.id)},"object":"chat.completion.chunk","created":${identity.created},"model":${JSON.stringify(identity.model)},"system_fingerprint":null,"choices":`;
+    // OpenAI marks every content chunk with usage null when usage was asked for.
+    this.suffix = includeUsage ? ',"usage":null}' : '}';
+  }
+
+  /** The SSE text for a batch of deltas ('' when there is nothing to send). */
+  deltas(choices: ChoiceDelta[]): string {
+    let out = '';
+    for (const c of choices) {
+      if (!this.opened.has(c.index)) {
+        this.opened.add(c.index);
+        // As OpenAI does: a choice opens with a chunk of its own carrying the role.
+        const opening: ChoiceDelta = { index: c.index, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null };
+        out += sseData(this.prefix + JSON.stringify([opening]) + this.suffix);
+      }
+      if (c.delta.role !== undefined) {
+        const { role: _role, ...rest } = c.delta;
+        c.delta = rest;
+        if (Object.keys(rest).length === 0 && c.finish_reason === null && c.logprobs === null) continue;
+      }
+      out += sseData(this.prefix + JSON.stringify([c]) + this.suffix);
+    }
+    return out;
+  }
+
+  /** The closing text of a reply that finished: the usage chunk if asked for, then [DONE]. */
+  end(usage: Usage): string {
+    if (!this.includeUsage) return SSE_DONE;
+    return sseData(this.prefix + '[],"usage":' + JSON.stringify(usageBody(usage)) + '}') + SSE_DONE;
+  }
+}

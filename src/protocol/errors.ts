@@ -1,0 +1,80 @@
+// The error contract: every failure Parley reports is an ApiError, rendered as
+// OpenAI's body {"error": {"message", "type", "param", "code"}}. This file is
+// the one place that decides a failure's status, type and code.
+
+export type ErrorType =
+  | 'invalid_request_error'
+  | 'authentication_error'
+  | 'insufficient_quota'
+  | 'not_found_error'
+  | 'rate_limit_error'
+  | 'server_error'
+  | 'service_unavailable';
+
+export class ApiError extends Error {
+  constructor(
+    readonly status: number,
+    readonly type: ErrorType,
+    message: string,
+    readonly code: string | null = null,
+    readonly param: string | null = null,
+    readonly headers: Record<string, string> = {},
+  ) {
+    super(message);
+  }
+
+  toBody(): ErrorBody {
+    return { error: { message: this.message, type: this.type, param: this.param, code: this.code } };
+  }
+}
+
+export interface ErrorBody {
+  error: { message: string; type: string; param: string | null; code: string | null };
+}
+
+export const invalidJson = (detail: string) =>
+  new ApiError(400, 'invalid_request_error', `We could not parse the JSON body of your request (${detail}). Send a JSON object with Content-Type: application/json.`, 'invalid_json');
+
+export const unsupportedContentType = (got: string) =>
+  new ApiError(400, 'invalid_request_error', `Content-Type "${got}" is not supported; send the body as application/json.`, 'invalid_content_type');
+
+export const invalidParameter = (param: string, message: string) =>
+  new ApiError(400, 'invalid_request_error', message, 'invalid_parameter', param);
+
+export const contextLengthExceeded = (message: string) =>
+  new ApiError(400, 'invalid_request_error', message, 'context_length_exceeded', 'messages');
+
+export const modelNotFound = (model: string) =>
+  new ApiError(404, 'invalid_request_error', `The model \`${model}\` does not exist. GET /v1/models lists the models this gateway serves.`, 'model_not_found', 'model');
+
+export const routeNotFound = (method: string, path: string) =>
+  new ApiError(404, 'invalid_request_error', `Unknown request URL: ${method} ${path}. Please check the URL and method.`, 'unknown_url');
+
+export const bodyTooLarge = (limitBytes: number) =>
+  new ApiError(413, 'invalid_request_error', `The request body is larger than the limit of ${limitBytes} bytes.`, 'request_too_large');
+
+export const noHealthyUpstream = (model: string, retryAfterSeconds: number) =>
+  new ApiError(503, 'service_unavailable', `No upstream for model \`${model}\` can take this request right now. Retry after ${retryAfterSeconds} s.`, 'upstream_unavailable', null, { 'retry-after': String(retryAfterSeconds) });
+
+export const upstreamUnreachable = (detail: string) =>
+  new ApiError(502, 'server_error', `The model's server could not be reached: ${detail}`, 'upstream_unreachable');
+
+export const upstreamFailed = (detail: string) =>
+  new ApiError(502, 'server_error', `The model's server failed before it answered: ${detail}`, 'upstream_error');
+
+/** An upstream's own 4xx answer that is the caller's fault, passed on with its message. */
+export const upstreamRejected = (status: number, message: string, param: string | null) =>
+  new ApiError(status, 'invalid_request_error', message, 'upstream_rejected', param);
+
+/** The body of the error event that ends a stream the model broke off (SPEC 2.5). */
+export const STREAM_BROKE_OFF_BODY: ErrorBody = {
+  error: {
+    message: 'The model stopped answering before the reply was complete. Nothing was charged for this reply; please retry.',
+    type: 'server_error',
+    param: null,
+    code: null,
+  },
+};
+
+export const internalError = () =>
+  new ApiError(500, 'server_error', 'The gateway failed to handle this request. It has been logged; please retry.');

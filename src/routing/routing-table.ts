@@ -1,0 +1,60 @@
+// The routing file made ready to serve: each model id with its endpoints
+// resolved (URL, key, dialect) and, where a tokenizer is known, a prompt
+// counter. A table is immutable; a reload builds a new one and swaps it in.
+import { type GatewaySettings, type ModelConfig, type RoutingFile, type UpstreamKind } from '../config.js';
+import { loadPromptCounter } from '../engine/chat-prompt.js';
+import type { LocalEngines } from '../engine/supervisor.js';
+import type { ChatMessage } from '../protocol/chat-request.js';
+import type { UpstreamEndpoint } from '../upstream/client.js';
+import { DIALECTS } from '../upstream/dialects/index.js';
+
+export interface RoutedEndpoint extends UpstreamEndpoint {
+  /** Stable name for health and logs: the model id and the endpoint's URL. */
+  name: string;
+  kind: UpstreamKind;
+  upstreamModel: string;
+}
+
+export interface RoutedModel {
+  config: ModelConfig;
+  endpoints: RoutedEndpoint[];
+  countPromptTokens: ((messages: ChatMessage[]) => number) | undefined;
+}
+
+export interface RoutingTable {
+  settings: GatewaySettings;
+  models: Map<string, RoutedModel>;
+}
+
+const counters = new Map<string, Promise<(messages: ChatMessage[]) => number>>();
+
+function promptCounter(gguf: string) {
+  let counter = counters.get(gguf);
+  if (!counter) {
+    counter = loadPromptCounter(gguf);
+    counters.set(gguf, counter);
+    counter.catch(() => counters.delete(gguf));
+  }
+  return counter;
+}
+
+export async function buildRoutingTable(file: RoutingFile, engines: LocalEngines): Promise<RoutingTable> {
+  const models = new Map<string, RoutedModel>();
+  for (const config of file.models) {
+    let tokenizer = config.tokenizer?.gguf;
+    const endpoints: RoutedEndpoint[] = [];
+    for (const e of config.endpoints) {
+      let url = e.url?.replace(/\/+$/, '');
+      if (e.local) {
+        const engine = await engines.start(e.local, e.upstreamModel ?? config.id);
+        url = engine.url;
+        tokenizer ??= engine.modelPath;
+      }
+      const apiKey = e.apiKeyEnv ? process.env[e.apiKeyEnv] : undefined;
+      if (e.apiKeyEnv && !apiKey) console.warn(`parley: ${config.id}: environment variable ${e.apiKeyEnv} is not set; calling ${url} without a key`);
+      endpoints.push({ name: `${config.id} ${url}`, kind: e.kind, url: url!, upstreamModel: e.upstreamModel ?? config.id, apiKey, dialect: DIALECTS[e.kind] });
+    }
+    models.set(config.id, { config, endpoints, countPromptTokens: tokenizer ? await promptCounter(tokenizer) : undefined });
+  }
+  return { settings: file.gateway, models };
+}

@@ -1,0 +1,158 @@
+// The narrow interface every upstream kind implements, and the OpenAI-shaped
+// base they share. A dialect knows its upstream's request quirks, usage
+// fields, error bodies and stream quirks; nothing outside upstream/ does.
+import type { ChatCompletionRequest } from '../protocol/chat-request.js';
+import type { Choice, ChoiceDelta, Completion, StreamEvent, Usage } from '../protocol/chat-response.js';
+import { ApiError, contextLengthExceeded, upstreamFailed, upstreamRejected } from '../protocol/errors.js';
+import type { SseEvent } from './sse-parser.js';
+
+export interface UpstreamTarget {
+  upstreamModel: string;
+  supportsTools: boolean;
+  supportsJsonOutput: boolean;
+}
+
+/** The upstream broke its protocol or its stream: a failure of the model's server, not the caller. */
+export class UpstreamBrokeOff extends Error {}
+
+export interface Dialect {
+  /** Whether one upstream call can return `n` choices; if not, the gateway fans out. */
+  readonly multipleChoices: boolean;
+  /** The JSON body sent upstream. Streaming calls always ask for usage, so Parley can meter. */
+  requestBody(req: ChatCompletionRequest, target: UpstreamTarget): Record<string, unknown>;
+  /** A whole (non-streamed) reply. Throws UpstreamBrokeOff when it is not one. */
+  completion(body: unknown): Completion;
+  /** One event of a streamed reply. Throws UpstreamBrokeOff on an error event or a malformed one. */
+  streamEvent(event: SseEvent): StreamEvent;
+  /** What an upstream's non-2xx answer means to the caller. */
+  error(status: number, bodyText: string): ApiError;
+}
+
+export interface DialectQuirks {
+  multipleChoices?: boolean;
+  /** OpenAI takes `developer` and `max_completion_tokens`; most servers want `system` and `max_tokens`. */
+  openAiNativeParams?: boolean;
+  /** Extra fields for the upstream body. */
+  extraBody?: (req: ChatCompletionRequest) => Record<string, unknown>;
+  /** Where this upstream reports cached prompt tokens. */
+  cachedTokens: (usage: Record<string, any>, whole: Record<string, any>) => number | undefined;
+}
+
+type Json = Record<string, any>;
+
+const asInt = (v: unknown): number => (typeof v === 'number' && Number.isFinite(v) && v >= 0 ? Math.floor(v) : 0);
+
+const CONTEXT_ERROR = /context length|context window|context size|maximum context|too many tokens|exceeds the available context/i;
+
+export const openAiCachedTokens = (u: Json) => u.prompt_tokens_details?.cached_tokens;
+
+export function openAiCompatible(quirks: DialectQuirks): Dialect {
+  const readUsage = (whole: Json): Usage | undefined => {
+    const u = whole.usage;
+    if (!u || typeof u !== 'object') return undefined;
+    const prompt = asInt(u.prompt_tokens);
+    return {
+      prompt_tokens: prompt,
+      completion_tokens: asInt(u.completion_tokens),
+      cached_tokens: Math.min(prompt, asInt(quirks.cachedTokens(u, whole))),
+    };
+  };
+
+  const parse = (text: string): Json => {
+    try {
+      const v = JSON.parse(text);
+      if (v && typeof v === 'object') return v;
+    } catch {
+      // handled below
+    }
+    throw new UpstreamBrokeOff('the upstream sent a malformed event');
+  };
+
+  const errorMessage = (body: Json | undefined): string | undefined => {
+    const e = body?.error ?? body;
+    return typeof e === 'string' ? e : typeof e?.message === 'string' ? e.message : undefined;
+  };
+
+  return {
+    multipleChoices: quirks.multipleChoices ?? true,
+
+    requestBody(req, target) {
+      const native = quirks.openAiNativeParams ?? false;
+      const maxTokens = req.max_completion_tokens ?? req.max_tokens;
+      const body: Record<string, unknown> = {
+        model: target.upstreamModel,
+        messages: native ? req.messages : req.messages.map((m) => (m.role === 'developer' ? { ...m, role: 'system' } : m)),
+        ...(maxTokens != null ? { [native ? 'max_completion_tokens' : 'max_tokens']: maxTokens } : {}),
+      };
+      for (const key of ['temperature', 'top_p', 'stop', 'seed', 'n', 'presence_penalty', 'frequency_penalty', 'logit_bias', 'logprobs', 'top_logprobs'] as const) {
+        if (req[key] != null) body[key] = req[key];
+      }
+      if (target.supportsTools) {
+        for (const key of ['tools', 'tool_choice', 'parallel_tool_calls'] as const) if (req[key] != null) body[key] = req[key];
+      }
+      if (target.supportsJsonOutput && req.response_format != null) body.response_format = req.response_format;
+      if (req.stream) {
+        body.stream = true;
+        body.stream_options = { include_usage: true };
+      }
+      return { ...body, ...quirks.extraBody?.(req) };
+    },
+
+    completion(raw) {
+      const body = raw as Json;
+      if (!body || !Array.isArray(body.choices)) throw new UpstreamBrokeOff('the upstream reply has no choices');
+      const choices: Choice[] = body.choices.map((c: Json, i: number) => ({
+        index: typeof c.index === 'number' ? c.index : i,
+        message: {
+          role: 'assistant',
+          content: c.message?.content ?? null,
+          ...(c.message?.tool_calls?.length ? { tool_calls: c.message.tool_calls } : {}),
+          ...(c.message?.refusal != null ? { refusal: c.message.refusal } : {}),
+        },
+        logprobs: c.logprobs ?? null,
+        finish_reason: c.finish_reason ?? 'stop',
+      }));
+      const usage = readUsage(body);
+      if (!usage) throw new UpstreamBrokeOff('the upstream reply has no usage');
+      return { choices, usage };
+    },
+
+    streamEvent(event) {
+      if (event.data === '[DONE]') return { done: true };
+      const body = parse(event.data);
+      if (event.event === 'error' || body.error !== undefined || body.object === 'error') {
+        throw new UpstreamBrokeOff(`the upstream sent an error event: ${errorMessage(body) ?? 'no message'}`);
+      }
+      const out: StreamEvent = {};
+      if (Array.isArray(body.choices) && body.choices.length > 0) {
+        out.choices = body.choices.map((c: Json, i: number): ChoiceDelta => ({
+          index: typeof c.index === 'number' ? c.index : i,
+          delta: c.delta ?? {},
+          logprobs: c.logprobs ?? null,
+          finish_reason: c.finish_reason ?? null,
+        }));
+      }
+      const usage = readUsage(body);
+      if (usage) out.usage = usage;
+      return out;
+    },
+
+    error(status, bodyText) {
+      let body: Json | undefined;
+      try {
+        body = JSON.parse(bodyText);
+      } catch {
+        body = undefined;
+      }
+      const message = errorMessage(body) ?? (bodyText.slice(0, 300) || `HTTP ${status}`);
+      const e = body?.error ?? body ?? {};
+      const isContext =
+        e.type === 'exceed_context_size_error' || e.code === 'context_length_exceeded' || ((status === 400 || status === 413) && CONTEXT_ERROR.test(message));
+      if (isContext) return contextLengthExceeded(`The prompt plus max_tokens exceed this model's context window (upstream said: ${message}).`);
+      if (status >= 400 && status < 500 && status !== 408 && status !== 429) {
+        return upstreamRejected(status === 404 ? 400 : status, message, typeof e.param === 'string' ? e.param : null);
+      }
+      return upstreamFailed(`HTTP ${status}: ${message}`);
+    },
+  };
+}

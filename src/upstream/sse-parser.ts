@@ -1,0 +1,62 @@
+// An incremental server-sent-events parser that tolerates what real
+// inference servers send: `data:` with or without the space, CRLF line ends,
+// comment lines, multi-line data, and llama.cpp's non-standard `error:` field.
+
+export interface SseEvent {
+  /** The `event:` field; 'error' also when the server used an `error:` line. */
+  event: string | undefined;
+  data: string;
+}
+
+export class SseParser {
+  private buffer = '';
+  private event: string | undefined;
+  private data: string[] = [];
+
+  /** Feeds text; returns the events it completed. */
+  push(text: string): SseEvent[] {
+    this.buffer += text;
+    const out: SseEvent[] = [];
+    let start = 0;
+    for (;;) {
+      const nl = this.buffer.indexOf('\n', start);
+      if (nl === -1) break;
+      let line = this.buffer.slice(start, nl);
+      start = nl + 1;
+      if (line.endsWith('\r')) line = line.slice(0, -1);
+      this.line(line, out);
+    }
+    this.buffer = this.buffer.slice(start);
+    return out;
+  }
+
+  /** Ends the input: an event left without its blank line still counts. */
+  end(): SseEvent[] {
+    const out: SseEvent[] = [];
+    if (this.buffer) this.line(this.buffer, out);
+    this.buffer = '';
+    this.dispatch(out);
+    return out;
+  }
+
+  private line(line: string, out: SseEvent[]): void {
+    if (line === '') return this.dispatch(out);
+    if (line.startsWith(':')) return;
+    const colon = line.indexOf(':');
+    const field = colon === -1 ? line : line.slice(0, colon);
+    let value = colon === -1 ? '' : line.slice(colon + 1);
+    if (value.startsWith(' ')) value = value.slice(1);
+    if (field === 'data') this.data.push(value);
+    else if (field === 'event') this.event = value;
+    else if (field === 'error') {
+      this.event = 'error';
+      this.data.push(value);
+    }
+  }
+
+  private dispatch(out: SseEvent[]): void {
+    if (this.data.length > 0) out.push({ event: this.event, data: this.data.join('\n') });
+    this.event = undefined;
+    this.data = [];
+  }
+}
