@@ -1,0 +1,143 @@
+// Through Parley with the real `openai` client to a real llama.cpp engine
+// (`parley engine`): Parley's own model always, and the shared fixture
+// models with real tokenizers when ../shared/models is present.
+import { existsSync, readdirSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { modelEntry, postChat, startTestGateway, type TestGateway } from '../support/gateway.js';
+
+const SHARED_MODELS = resolve(__dirname, '../../../shared/models');
+const fixtureModels = existsSync(SHARED_MODELS) ? readdirSync(SHARED_MODELS).filter((f) => f.endsWith('.gguf')) : [];
+const MODELS: { name: string; local: Record<string, unknown> }[] = [
+  { name: 'parley-tiny (generated)', local: { contextSize: 4096, parallel: 4 } },
+  ...fixtureModels.map((f) => ({ name: f, local: { model: join(SHARED_MODELS, f), contextSize: 4096, parallel: 4 } })),
+];
+
+const SYSTEM = 'You are the assistant of a team that builds an LLM gateway. Answer every question about tokens, caches and streams with care, and say when you do not know. '.repeat(4);
+const user = (content: string) => [{ role: 'system' as const, content: SYSTEM }, { role: 'user' as const, content }];
+
+async function sseLines(res: Response): Promise<string[]> {
+  return (await res.text()).split('\n').filter((l) => l !== '');
+}
+
+describe.each(MODELS)('local engine: $name', ({ local }) => {
+  let gw: TestGateway;
+  const model = 'local-model';
+
+  beforeAll(async () => {
+    gw = await startTestGateway({ models: [modelEntry(model, [{ kind: 'parley-engine', local }])] });
+  });
+  afterAll(() => gw?.close());
+
+  it('answers a whole reply with usage and the model id the client asked for', async () => {
+    const r = await gw.client.chat.completions.create({ model, messages: user('hello'), max_tokens: 8 });
+    expect(r.object).toBe('chat.completion');
+    expect(r.model).toBe(model);
+    expect(r.choices).toHaveLength(1);
+    expect(r.choices[0].message.role).toBe('assistant');
+    expect(typeof r.choices[0].message.content).toBe('string');
+    expect(['stop', 'length']).toContain(r.choices[0].finish_reason);
+    const u = r.usage!;
+    expect(u.prompt_tokens).toBeGreaterThan(20);
+    expect(u.completion_tokens).toBeGreaterThan(0);
+    expect(u.completion_tokens).toBeLessThanOrEqual(8);
+    expect(u.total_tokens).toBe(u.prompt_tokens + u.completion_tokens);
+    expect(u.prompt_tokens_details?.cached_tokens).toBeGreaterThanOrEqual(0);
+  });
+
+  it('streams role first, then content, then finish_reason and [DONE], without usage unless asked', async () => {
+    const res = await postChat(gw.url, { model, messages: user('stream please'), max_tokens: 6, stream: true });
+    expect(res.headers.get('content-type')).toMatch(/^text\/event-stream/);
+    const lines = await sseLines(res);
+    expect(lines.at(-1)).toBe('data: [DONE]');
+    const chunks = lines.filter((l) => l.startsWith('data: {')).map((l) => JSON.parse(l.slice(6)));
+    expect(chunks[0].choices[0].delta.role).toBe('assistant');
+    expect(chunks.slice(1).every((c) => c.choices[0].delta.role === undefined)).toBe(true);
+    expect(chunks.at(-1).choices[0].finish_reason).toMatch(/stop|length/);
+    expect(chunks.every((c) => c.object === 'chat.completion.chunk' && c.model === model && !('usage' in c))).toBe(true);
+  });
+
+  it('ends a stream with one usage chunk with empty choices when include_usage is true', async () => {
+    const stream = await gw.client.chat.completions.create({ model, messages: user('usage please'), max_tokens: 6, stream: true, stream_options: { include_usage: true } });
+    const chunks = [];
+    for await (const c of stream) chunks.push(c);
+    const last = chunks.at(-1)!;
+    expect(last.choices).toEqual([]);
+    expect(last.usage!.completion_tokens).toBeGreaterThan(0);
+    expect(last.usage!.total_tokens).toBe(last.usage!.prompt_tokens + last.usage!.completion_tokens);
+    expect(chunks.slice(0, -1).every((c) => c.usage === null && c.choices.length === 1)).toBe(true);
+    const text = chunks.map((c) => c.choices[0]?.delta.content ?? '').join('');
+    expect(text.length).toBeGreaterThan(0);
+  });
+
+  it('returns n: 3 choices, numbered, with every reply counted in completion_tokens', async () => {
+    const r = await gw.client.chat.completions.create({ model, messages: user('three'), max_tokens: 5, n: 3, seed: 7 });
+    expect(r.choices.map((c) => c.index)).toEqual([0, 1, 2]);
+    expect(r.usage!.completion_tokens).toBeGreaterThanOrEqual(3);
+    expect(r.usage!.completion_tokens).toBeLessThanOrEqual(15);
+    expect(new Set(r.choices.map((c) => c.message.content)).size).toBeGreaterThan(1);
+  });
+
+  it('streams n: 2 choices each opened with its role', async () => {
+    const stream = await gw.client.chat.completions.create({ model, messages: user('two'), max_tokens: 4, n: 2, stream: true });
+    const opened = new Map<number, string | undefined>();
+    const finished = new Set<number>();
+    for await (const c of stream) {
+      for (const ch of c.choices) {
+        if (!opened.has(ch.index)) opened.set(ch.index, ch.delta.role);
+        if (ch.finish_reason) finished.add(ch.index);
+      }
+    }
+    expect([...opened.entries()].sort()).toEqual([[0, 'assistant'], [1, 'assistant']]);
+    expect([...finished].sort()).toEqual([0, 1]);
+  });
+
+  it('repeats a reply for a repeated seed', async () => {
+    const ask = (seed: number) => gw.client.chat.completions.create({ model, messages: user('seeded'), max_tokens: 12, temperature: 1, seed });
+    const [a, b] = [await ask(42), await ask(42)];
+    expect(a.choices[0].message.content).toBe(b.choices[0].message.content);
+  });
+
+  it('stops at a stop string and leaves it out', async () => {
+    const ask = (stop?: string) => gw.client.chat.completions.create({ model, messages: user('stop'), max_tokens: 24, temperature: 0.7, seed: 5, ...(stop ? { stop: [stop] } : {}) });
+    const full = (await ask()).choices[0].message.content!;
+    const at = Array.from({ length: full.length }, (_, i) => i).find((i) => i >= 2 && full.slice(i, i + 2).trim().length === 2 && !full.slice(i, i + 2).includes('\uFFFD') && full.indexOf(full.slice(i, i + 2)) === i);
+    expect(at, `no usable stop string in ${JSON.stringify(full)}`).toBeDefined();
+    const stop = full.slice(at!, at! + 2);
+    const r = await ask(stop);
+    expect(r.choices[0].message.content).toBe(full.slice(0, at));
+    expect(r.choices[0].finish_reason).toBe('stop');
+  });
+
+  it('returns logprobs with the asked number of alternatives', async () => {
+    const r = await gw.client.chat.completions.create({ model, messages: user('logprobs'), max_tokens: 4, logprobs: true, top_logprobs: 3 });
+    const content = r.choices[0].logprobs!.content!;
+    expect(content.length).toBe(r.usage!.completion_tokens);
+    for (const t of content) {
+      expect(t.logprob).toBeLessThanOrEqual(0);
+      expect(t.top_logprobs).toHaveLength(3);
+    }
+  });
+
+  it('ignores fields it does not know', async () => {
+    const r = await postChat(gw.url, { model, messages: user('unknown'), max_tokens: 2, user: 'u-1', metadata: { a: 1 }, store: true, some_future_field: [1, 2] });
+    expect(r.status).toBe(200);
+    expect((await r.json()).choices).toHaveLength(1);
+  });
+
+  it('refuses prompt plus max_tokens over the context window with context_length_exceeded', async () => {
+    const err = await gw.client.chat.completions.create({ model, messages: user('too long'), max_tokens: 5000 }).catch((e) => e);
+    expect(err.status).toBe(400);
+    expect(err.code).toBe('context_length_exceeded');
+    expect(err.param).toBe('messages');
+    expect(err.type).toBe('invalid_request_error');
+  });
+
+  it('reports the repeated prefix of a conversation as cached tokens', async () => {
+    const first = await gw.client.chat.completions.create({ model, messages: user('first turn of the cache test'), max_tokens: 2 });
+    const second = await gw.client.chat.completions.create({ model, messages: user('second turn, same system prompt'), max_tokens: 2 });
+    const cached = second.usage!.prompt_tokens_details!.cached_tokens!;
+    expect(cached).toBeGreaterThan(first.usage!.prompt_tokens / 2);
+    expect(cached).toBeLessThan(second.usage!.prompt_tokens);
+  });
+});

@@ -1,0 +1,75 @@
+// A scripted upstream for what a real engine cannot be made to do on cue:
+// another server's dialect, a failure, a stall. Each test gives it a script.
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+
+export interface ReceivedRequest {
+  path: string;
+  headers: IncomingMessage['headers'];
+  body: Record<string, any>;
+}
+
+export type Script = (req: ReceivedRequest, res: ServerResponse) => void | Promise<void>;
+
+export interface FakeUpstream {
+  url: string;
+  received: ReceivedRequest[];
+  /** Resolves when the gateway's connection for a request closes before the script ended it. */
+  aborted: Promise<void>;
+  setScript(script: Script): void;
+  close(): Promise<void>;
+}
+
+export async function startFakeUpstream(initial: Script): Promise<FakeUpstream> {
+  let script = initial;
+  const received: ReceivedRequest[] = [];
+  let markAborted: () => void = () => {};
+  const aborted = new Promise<void>((resolve) => (markAborted = resolve));
+  const server = createServer(async (req, res) => {
+    const chunks: Buffer[] = [];
+    for await (const c of req) chunks.push(c as Buffer);
+    const text = Buffer.concat(chunks).toString('utf8');
+    const request = { path: req.url ?? '/', headers: req.headers, body: text ? JSON.parse(text) : {} };
+    received.push(request);
+    res.on('close', () => {
+      if (!res.writableEnded) markAborted();
+    });
+    await script(request, res);
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as AddressInfo;
+  return {
+    url: `http://127.0.0.1:${port}/v1`,
+    received,
+    aborted,
+    setScript: (s) => (script = s),
+    close: () =>
+      new Promise((resolve) => {
+        server.closeAllConnections();
+        server.close(() => resolve());
+      }),
+  };
+}
+
+export const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** An OpenAI-style stream chunk for choice 0. */
+export function chunk(delta: Record<string, unknown>, finish: string | null = null, extra: Record<string, unknown> = {}) {
+  return { id: 'up-1', object: 'chat.completion.chunk', created: 1, model: 'up', choices: [{ index: 0, delta, finish_reason: finish }], ...extra };
+}
+
+/** Writes a stream of `data:` events; `separator` lets a test drop the space after the colon. */
+export function writeEvents(res: ServerResponse, events: unknown[], { done = true, separator = ' ' } = {}) {
+  res.writeHead(200, { 'content-type': 'text/event-stream' });
+  for (const e of events) res.write(`data:${separator}${JSON.stringify(e)}\n\n`);
+  if (done) res.write(`data:${separator}[DONE]\n\n`);
+  res.end();
+}
+
+export function completionBody(content: string, usage: Record<string, unknown>, extra: Record<string, unknown> = {}) {
+  return {
+    id: 'up-1', object: 'chat.completion', created: 1, model: 'up',
+    choices: [{ index: 0, message: { role: 'assistant', content }, finish_reason: 'stop' }],
+    usage, ...extra,
+  };
+}
