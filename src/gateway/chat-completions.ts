@@ -11,7 +11,7 @@ import { firstHealthyEndpoint, markReachable, markUnreachable } from '../routing
 import type { RoutedEndpoint, RoutedModel, RoutingTable } from '../routing/routing-table.js';
 import { postChatCompletion, readCompletion, readStream, type UpstreamTimeouts } from '../upstream/client.js';
 import { mergeCompletions, mergeStreams } from '../upstream/fan-out.js';
-import { relayStream } from './stream-relay.js';
+import { StreamRelay } from './stream-relay.js';
 
 function checkContextWindow(model: RoutedModel, request: ChatCompletionRequest): number {
   if (!model.countPromptTokens) return 0;
@@ -66,29 +66,34 @@ export async function handleChatCompletion(req: IncomingMessage, res: ServerResp
   });
   const timeouts: UpstreamTimeouts = { firstByteMs: settings.upstreamFirstByteTimeoutMs, idleMs: settings.upstreamIdleTimeoutMs };
 
+  const relay = request.stream
+    ? new StreamRelay(res, {
+        identity,
+        includeUsage: request.stream_options?.include_usage === true,
+        keepAliveMs: settings.keepAliveMs,
+        headers: { 'x-request-id': id },
+        countedPromptTokens,
+        clientGone: clientGone.signal,
+      })
+    : undefined;
+
   let bodies;
   try {
     bodies = await Promise.all(upstreamBodies(endpoint, model, request).map((b) => postChatCompletion(endpoint, b, clientGone.signal, timeouts)));
   } catch (err) {
     if (err instanceof ApiError && err.code === 'upstream_unreachable') markUnreachable(endpoint);
+    if (err instanceof ApiError && relay?.failBeforeStart(err)) return;
     throw err;
   }
   markReachable(endpoint);
 
-  if (!request.stream) {
+  if (!relay) {
     const parts = await Promise.all(bodies.map((b) => readCompletion(endpoint, b)));
     const completion = parts.length === 1 ? parts[0] : mergeCompletions(parts);
     sendJson(res, 200, renderCompletion(identity, completion), { 'x-request-id': id });
     return;
   }
   const streams = bodies.map((b) => readStream(endpoint, b));
-  const outcome = await relayStream(res, streams.length === 1 ? streams[0] : mergeStreams(streams), {
-    identity,
-    includeUsage: request.stream_options?.include_usage === true,
-    keepAliveMs: settings.keepAliveMs,
-    headers: { 'x-request-id': id },
-    countedPromptTokens,
-    clientGone: clientGone.signal,
-  });
+  const outcome = await relay.run(streams.length === 1 ? streams[0] : mergeStreams(streams));
   if (outcome.kind === 'broke_off') console.warn(`parley: ${id}: ${endpoint.name}: stream broke off: ${outcome.reason}`);
 }

@@ -1,9 +1,10 @@
 // Relays an upstream's normalized stream to the client as OpenAI's chunks:
-// keep-alive comments while the upstream is silent, the usage chunk when
-// asked for, [DONE] on a whole reply and the error event on a broken one.
+// keep-alive comments whenever the upstream has been silent for the
+// interval (also before it answered at all), the usage chunk when asked for,
+// [DONE] on a whole reply and the error event on a broken one.
 import type { ServerResponse } from 'node:http';
 import { ChunkRenderer, SSE_KEEP_ALIVE, sseData, type ReplyIdentity, type StreamEvent, type Usage } from '../protocol/chat-response.js';
-import { STREAM_BROKE_OFF_BODY } from '../protocol/errors.js';
+import { STREAM_BROKE_OFF_BODY, type ApiError } from '../protocol/errors.js';
 import { SSE_HEADERS } from '../protocol/http-io.js';
 
 export type StreamOutcome =
@@ -21,40 +22,66 @@ export interface RelayOptions {
   clientGone: AbortSignal;
 }
 
-export async function relayStream(res: ServerResponse, events: AsyncGenerator<StreamEvent[]>, opts: RelayOptions): Promise<StreamOutcome> {
-  const renderer = new ChunkRenderer(opts.identity, opts.includeUsage);
-  res.writeHead(200, { ...SSE_HEADERS, ...opts.headers });
-  const keepAlive = setTimeout(function beat() {
-    res.write(SSE_KEEP_ALIVE);
-    keepAlive.refresh();
-  }, opts.keepAliveMs);
-  let usage: Usage | undefined;
-  let contentDeltas = 0;
-  try {
-    for await (const batch of events) {
-      let out = '';
-      for (const event of batch) {
-        if (event.choices) {
-          for (const c of event.choices) if (c.delta.content) contentDeltas++;
-          out += renderer.deltas(event.choices);
+export class StreamRelay {
+  private readonly keepAlive: NodeJS.Timeout;
+
+  /** Starts the keep-alive clock; the response stays uncommitted until something is written. */
+  constructor(private readonly res: ServerResponse, private readonly opts: RelayOptions) {
+    const relay = this;
+    this.keepAlive = setTimeout(function beat() {
+      relay.write(SSE_KEEP_ALIVE);
+      relay.keepAlive.refresh();
+    }, opts.keepAliveMs);
+  }
+
+  /**
+   * The upstream failed before its stream began. If keep-alives already
+   * committed the response, the failure goes out as an error event and true
+   * is returned; otherwise the caller answers with a plain error status.
+   */
+  failBeforeStart(err: ApiError): boolean {
+    clearTimeout(this.keepAlive);
+    if (!this.res.headersSent) return false;
+    this.res.end(sseData(JSON.stringify(err.toBody())));
+    return true;
+  }
+
+  async run(events: AsyncGenerator<StreamEvent[]>): Promise<StreamOutcome> {
+    const renderer = new ChunkRenderer(this.opts.identity, this.opts.includeUsage);
+    let usage: Usage | undefined;
+    let contentDeltas = 0;
+    try {
+      this.write('');
+      for await (const batch of events) {
+        let out = '';
+        for (const event of batch) {
+          if (event.choices) {
+            for (const c of event.choices) if (c.delta.content) contentDeltas++;
+            out += renderer.deltas(event.choices);
+          }
+          if (event.usage) usage = event.usage;
         }
-        if (event.usage) usage = event.usage;
+        if (out) this.write(out);
+        this.keepAlive.refresh();
       }
-      if (out) res.write(out);
-      keepAlive.refresh();
+      // Metering needs usage; an upstream that sent none is measured by what it streamed.
+      usage ??= { prompt_tokens: this.opts.countedPromptTokens, completion_tokens: contentDeltas, cached_tokens: 0 };
+      this.res.end(renderer.end(usage));
+      return { kind: 'complete', usage };
+    } catch (err) {
+      if (this.opts.clientGone.aborted) {
+        this.res.destroy();
+        return { kind: 'client_gone' };
+      }
+      this.res.end(sseData(JSON.stringify(STREAM_BROKE_OFF_BODY)));
+      return { kind: 'broke_off', reason: (err as Error).message };
+    } finally {
+      clearTimeout(this.keepAlive);
     }
-    // Metering needs usage; an upstream that sent none is measured by what it streamed.
-    usage ??= { prompt_tokens: opts.countedPromptTokens, completion_tokens: contentDeltas, cached_tokens: 0 };
-    res.end(renderer.end(usage));
-    return { kind: 'complete', usage };
-  } catch (err) {
-    if (opts.clientGone.aborted) {
-      res.destroy();
-      return { kind: 'client_gone' };
-    }
-    res.end(sseData(JSON.stringify(STREAM_BROKE_OFF_BODY)));
-    return { kind: 'broke_off', reason: (err as Error).message };
-  } finally {
-    clearTimeout(keepAlive);
+  }
+
+  private write(text: string): void {
+    if (!this.res.headersSent) this.res.writeHead(200, { ...SSE_HEADERS, ...this.opts.headers });
+    if (text) this.res.write(text);
   }
 }

@@ -84,33 +84,40 @@ export async function* readStream(endpoint: UpstreamEndpoint, body: UpstreamBody
   const parser = new SseParser();
   const open = new Set<number>();
   let sawChoice = false;
-  const normalize = (batch: ReturnType<SseParser['push']>) => {
-    const out: StreamEvent[] = [];
+  // Events before a bad one in the same read still reach the client; then the failure.
+  const normalize = (batch: ReturnType<SseParser['push']>): { events: StreamEvent[]; failure?: unknown } => {
+    const events: StreamEvent[] = [];
     for (const ev of batch) {
-      const event = endpoint.dialect.streamEvent(ev);
+      let event: StreamEvent;
+      try {
+        event = endpoint.dialect.streamEvent(ev);
+      } catch (failure) {
+        return { events, failure };
+      }
       for (const c of event.choices ?? []) {
         sawChoice = true;
         if (c.finish_reason) open.delete(c.index);
         else open.add(c.index);
       }
-      out.push(event);
+      events.push(event);
     }
-    return out;
+    return { events };
+  };
+  const deliver = function* ({ events, failure }: ReturnType<typeof normalize>) {
+    if (events.length > 0) yield events;
+    if (failure) throw failure;
+    return events.some((e) => e.done);
   };
   try {
     body.setEncoding('utf8');
     for await (const text of body as AsyncIterable<string>) {
-      const events = normalize(parser.push(text));
-      if (events.length > 0) yield events;
-      if (events.some((e) => e.done)) return;
+      if (yield* deliver(normalize(parser.push(text)))) return;
     }
+    if (yield* deliver(normalize(parser.end()))) return;
   } catch (err) {
     if (err instanceof UpstreamBrokeOff || err instanceof ApiError) throw err;
     throw new UpstreamBrokeOff(describeFailure(err));
   }
-  const tail = normalize(parser.end());
-  if (tail.length > 0) yield tail;
-  if (tail.some((e) => e.done)) return;
   // Some servers close without [DONE]; the reply is whole if every choice finished.
   if (!sawChoice || open.size > 0) throw new UpstreamBrokeOff('the upstream closed the stream before the reply was complete');
 }

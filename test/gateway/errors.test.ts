@@ -1,0 +1,91 @@
+// Failures answered before any upstream call, each in OpenAI's error body.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { completionBody, sleep, startFakeUpstream, type FakeUpstream } from '../support/fake-upstream.js';
+import { modelEntry, postChat, startTestGateway, type TestGateway } from '../support/gateway.js';
+
+describe('errors before the upstream', () => {
+  let upstream: FakeUpstream;
+  let gw: TestGateway;
+  beforeAll(async () => {
+    upstream = await startFakeUpstream((_req, res) => {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(JSON.stringify(completionBody('ok', { prompt_tokens: 1, completion_tokens: 1 })));
+    });
+    gw = await startTestGateway({ gateway: { maxBodyBytes: 2048 }, models: [modelEntry('m', [{ kind: 'vllm', url: upstream.url }])] });
+  });
+  afterAll(async () => {
+    await gw.close();
+    await upstream.close();
+  });
+
+  const expectError = async (res: Response, status: number, code: string | null, param: string | null = null) => {
+    expect(res.status).toBe(status);
+    const body = await res.json();
+    expect(Object.keys(body.error).sort()).toEqual(['code', 'message', 'param', 'type']);
+    expect(body.error.code).toBe(code);
+    expect(body.error.param).toBe(param);
+    expect(body.error.message.length).toBeGreaterThan(10);
+  };
+
+  it('invalid JSON is a 400', async () => {
+    await expectError(await postChat(gw.url, '{"model": '), 400, 'invalid_json');
+  });
+
+  it('a body that is not JSON by content type is a 400', async () => {
+    await expectError(await postChat(gw.url, 'model=m', { 'content-type': 'application/x-www-form-urlencoded' }), 400, 'invalid_content_type');
+  });
+
+  it('an unknown model is a 404 model_not_found', async () => {
+    await expectError(await postChat(gw.url, { model: 'nope', messages: [{ role: 'user', content: 'x' }] }), 404, 'model_not_found', 'model');
+  });
+
+  it('an unknown route is a 404', async () => {
+    await expectError(await fetch(`${gw.url}/v1/embeddings`, { method: 'POST' }), 404, 'unknown_url');
+  });
+
+  it('a body over the size limit is a 413', async () => {
+    await expectError(await postChat(gw.url, { model: 'm', messages: [{ role: 'user', content: 'x'.repeat(5000) }] }), 413, 'request_too_large');
+  });
+
+  it('none of these reached the upstream', () => {
+    expect(upstream.received).toHaveLength(0);
+  });
+});
+
+describe('the models endpoints', () => {
+  it('list the routing file models with their context windows', async () => {
+    const gw = await startTestGateway({ models: [modelEntry('a', [{ kind: 'vllm', url: 'http://127.0.0.1:9/v1' }]), modelEntry('b/c', [{ kind: 'sglang', url: 'http://127.0.0.1:9/v1' }], { contextWindow: 32768 })] });
+    try {
+      const list = await gw.client.models.list();
+      expect(list.data.map((m) => [m.id, (m as unknown as { context_window: number }).context_window])).toEqual([['a', 4096], ['b/c', 32768]]);
+      const one = await (await fetch(`${gw.url}/v1/models/b%2Fc`)).json();
+      expect(one.context_window).toBe(32768);
+      expect((await fetch(`${gw.url}/v1/models/zzz`)).status).toBe(404);
+    } finally {
+      await gw.close();
+    }
+  });
+});
+
+describe('an upstream that fails after keep-alives committed the stream', () => {
+  it('ends the stream with an error event carrying the failure', async () => {
+    const upstream = await startFakeUpstream(async (_req, res) => {
+      await sleep(250);
+      res.writeHead(503, { 'content-type': 'application/json' });
+      res.end('{"error":{"message":"overloaded"}}');
+    });
+    const gw = await startTestGateway({ gateway: { keepAliveMs: 40 }, models: [modelEntry('m', [{ kind: 'vllm', url: upstream.url }])] });
+    try {
+      const res = await postChat(gw.url, { model: 'm', messages: [{ role: 'user', content: 'x' }], stream: true });
+      expect(res.status).toBe(200);
+      const events = (await res.text()).split('\n\n').filter(Boolean);
+      expect(events[0]).toBe(': keep-alive');
+      const last = JSON.parse(events.at(-1)!.slice(6));
+      expect(last.error.type).toBe('server_error');
+      expect(events).not.toContain('data: [DONE]');
+    } finally {
+      await gw.close();
+      await upstream.close();
+    }
+  });
+});

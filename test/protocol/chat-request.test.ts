@@ -1,0 +1,64 @@
+import { describe, expect, it } from 'vitest';
+import { parseChatCompletionRequest } from '../../src/protocol/chat-request.js';
+import { ApiError } from '../../src/protocol/errors.js';
+
+const base = { model: 'm', messages: [{ role: 'user', content: 'hi' }] };
+
+function rejected(body: unknown) {
+  const r = parseChatCompletionRequest(body);
+  expect(r).toBeInstanceOf(ApiError);
+  return (r as ApiError).toBody().error;
+}
+
+describe('the chat completion request', () => {
+  it('accepts every role of the spec, and content as text parts', () => {
+    const r = parseChatCompletionRequest({
+      ...base,
+      messages: [
+        { role: 'system', content: 's' },
+        { role: 'developer', content: 'd' },
+        { role: 'user', content: [{ type: 'text', text: 'a' }, { type: 'text', text: 'b' }] },
+        { role: 'assistant', content: 'x' },
+      ],
+    });
+    expect(r).not.toBeInstanceOf(ApiError);
+  });
+
+  it('drops unknown fields instead of failing', () => {
+    const r = parseChatCompletionRequest({ ...base, user: 'u', metadata: { a: 1 }, future: true });
+    expect(r).toEqual(base);
+  });
+
+  const cases: [string, Record<string, unknown>, string][] = [
+    ['n over 4', { n: 5 }, 'n'],
+    ['n of 0', { n: 0 }, 'n'],
+    ['temperature over 2', { temperature: 2.5 }, 'temperature'],
+    ['top_p over 1', { top_p: 1.1 }, 'top_p'],
+    ['top_logprobs over 20', { logprobs: true, top_logprobs: 21 }, 'top_logprobs'],
+    ['top_logprobs without logprobs', { top_logprobs: 2 }, 'top_logprobs'],
+    ['presence_penalty under -2', { presence_penalty: -3 }, 'presence_penalty'],
+    ['frequency_penalty over 2', { frequency_penalty: 3 }, 'frequency_penalty'],
+    ['logit_bias value over 100', { logit_bias: { '42': 101 } }, 'logit_bias.42'],
+    ['more than 4 stop strings', { stop: ['a', 'b', 'c', 'd', 'e'] }, 'stop'],
+    ['an unknown role', { messages: [{ role: 'robot', content: 'x' }] }, 'messages[0].role'],
+    ['empty messages', { messages: [] }, 'messages'],
+    ['stream not a boolean', { stream: 'yes' }, 'stream'],
+    ['max_tokens not an integer', { max_tokens: 1.5 }, 'max_tokens'],
+  ];
+  it.each(cases)('refuses %s with param naming it', (_name, patch, param) => {
+    const e = rejected({ ...base, ...patch });
+    expect(e.type).toBe('invalid_request_error');
+    expect(e.param).toBe(param);
+    expect(e.message).toContain(param.split(/[.[]/)[0]);
+  });
+
+  it('says which required parameter is missing', () => {
+    const e = rejected({ messages: base.messages });
+    expect(e.param).toBe('model');
+    expect(e.message).toBe("Missing required parameter: 'model'.");
+  });
+
+  it('refuses a body that is not an object', () => {
+    expect(rejected([1, 2]).type).toBe('invalid_request_error');
+  });
+});

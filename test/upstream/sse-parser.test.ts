@@ -1,0 +1,34 @@
+import { describe, expect, it } from 'vitest';
+import { SseParser } from '../../src/upstream/sse-parser.js';
+
+describe('SseParser', () => {
+  it('reads data with and without the space after the colon, and CRLF line ends', () => {
+    const p = new SseParser();
+    expect(p.push('data: {"a":1}\r\n\r\ndata:{"b":2}\n\n')).toEqual([
+      { event: undefined, data: '{"a":1}' },
+      { event: undefined, data: '{"b":2}' },
+    ]);
+  });
+
+  it('joins an event split across reads and skips comment lines', () => {
+    const p = new SseParser();
+    expect(p.push(': keep-alive\n\nda')).toEqual([]);
+    expect(p.push('ta: hel')).toEqual([]);
+    expect(p.push('lo\n\n')).toEqual([{ event: undefined, data: 'hello' }]);
+  });
+
+  it('keeps the event name and joins multi-line data', () => {
+    const p = new SseParser();
+    expect(p.push('event: error\ndata: line1\ndata: line2\n\n')).toEqual([{ event: 'error', data: 'line1\nline2' }]);
+  });
+
+  it("treats llama.cpp's `error:` line as an error event", () => {
+    expect(new SseParser().push('error: {"message":"boom"}\n\n')).toEqual([{ event: 'error', data: '{"message":"boom"}' }]);
+  });
+
+  it('delivers a last event that has no blank line after it when the input ends', () => {
+    const p = new SseParser();
+    expect(p.push('data: [DONE]')).toEqual([]);
+    expect(p.end()).toEqual([{ event: undefined, data: '[DONE]' }]);
+  });
+});
