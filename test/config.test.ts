@@ -101,3 +101,10 @@ describe('reloading the routing file', () => {
     expect((await r.json()).choices[0].message.content).toBe('still-a');
   });
 });
+
+describe('the shipped routing files', () => {
+  it.each(['quickstart.yaml', 'multi-cluster.example.yaml'])('%s is valid', async (name) => {
+    const { loadRoutingFile } = await import('../src/config.js');
+    expect(loadRoutingFile(new URL(`../config/${name}`, import.meta.url).pathname).models.length).toBeGreaterThan(0);
+  });
+});

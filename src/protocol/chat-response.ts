@@ -112,7 +112,10 @@ export class ChunkRenderer {
         c.delta = rest;
         if (Object.keys(rest).length === 0 && c.finish_reason === null && c.logprobs === null) continue;
       }
-      out += sseData(this.prefix + JSON.stringify([c]) + this.suffix);
+      const d = c.delta;
+      const plain = d.content !== undefined && d.content !== null && c.logprobs === null && c.finish_reason === null && Object.keys(d).length === 1;
+      const choice = plain ? `[{"index":${c.index},"delta":{"content":${JSON.stringify(d.content)}},"logprobs":null,"finish_reason":null}]` : JSON.stringify([c]);
+      out += sseData(this.prefix + choice + this.suffix);
     }
     return out;
   }

@@ -42,6 +42,24 @@ type Json = Record<string, any>;
 
 const asInt = (v: unknown): number => (typeof v === 'number' && Number.isFinite(v) && v >= 0 ? Math.floor(v) : 0);
 
+// The common event of every stream: one choice, a piece of content, nothing
+// else. Recognizing its whole shape costs far less than JSON.parse, and it is
+// most of what a stream carries; any other event takes the full parse.
+const PLAIN_CONTENT_CHUNK =
+  /^\{"id":"[^"\\]*","object":"chat\.completion\.chunk","created":\d+,"model":"[^"\\]*",(?:"system_fingerprint":(?:null|"[^"\\]*"),)?"choices":\[\{"index":(\d+),"delta":\{"content":("(?:[^"\\]|\\.)*")\},"logprobs":null,"finish_reason":null(?:,"stop_reason":null)?\}\](?:,"usage":null)?\}$/;
+
+function plainContentChunk(data: string): StreamEvent | undefined {
+  const m = PLAIN_CONTENT_CHUNK.exec(data);
+  if (!m) return undefined;
+  let content: string;
+  try {
+    content = JSON.parse(m[2]);
+  } catch {
+    return undefined;
+  }
+  return { choices: [{ index: Number(m[1]), delta: { content }, logprobs: null, finish_reason: null }] };
+}
+
 const CONTEXT_ERROR = /context length|context window|context size|maximum context|too many tokens|exceeds the available context/i;
 
 export const openAiCachedTokens = (u: Json) => u.prompt_tokens_details?.cached_tokens;
@@ -119,6 +137,8 @@ export function openAiCompatible(quirks: DialectQuirks): Dialect {
 
     streamEvent(event) {
       if (event.data === '[DONE]') return { done: true };
+      const plain = event.event === undefined ? plainContentChunk(event.data) : undefined;
+      if (plain) return plain;
       const body = parse(event.data);
       if (event.event === 'error' || body.error !== undefined || body.object === 'error') {
         throw new UpstreamBrokeOff(`the upstream sent an error event: ${errorMessage(body) ?? 'no message'}`);

@@ -1,0 +1,21 @@
+#!/bin/sh
+# Installs what Parley needs on a fresh machine and builds it. Safe to rerun.
+set -eu
+cd "$(dirname "$0")/.."
+
+need_node=20
+if ! command -v node >/dev/null 2>&1; then
+  echo "parley: Node.js $need_node or later is required (https://nodejs.org, or your OS packages)." >&2
+  exit 1
+fi
+major=$(node -p 'process.versions.node.split(".")[0]')
+if [ "$major" -lt "$need_node" ]; then
+  echo "parley: Node.js $need_node or later is required; this is $(node --version)." >&2
+  exit 1
+fi
+
+# Dependencies from the lock file; node-llama-cpp brings prebuilt llama.cpp binaries.
+if [ ! -d node_modules ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
+  npm ci --no-audit --no-fund --loglevel=error
+fi
+npm run --silent build

@@ -1,0 +1,33 @@
+import { describe, expect, it } from 'vitest';
+import { UpstreamBrokeOff } from '../../src/upstream/dialect.js';
+import { DIALECTS } from '../../src/upstream/dialects/index.js';
+
+const vllm = DIALECTS.vllm;
+const event = (data: unknown) => ({ event: undefined, data: typeof data === 'string' ? data : JSON.stringify(data) });
+
+describe('reading stream events', () => {
+  const plain = { id: 'c-1', object: 'chat.completion.chunk', created: 5, model: 'x', choices: [{ index: 2, delta: { content: 'he said "hi"\n\u00e9' }, logprobs: null, finish_reason: null }] };
+
+  it('reads a plain content chunk the same on the quick path as a reordered one on the full parse', () => {
+    const quick = vllm.streamEvent(event(plain));
+    const reordered = vllm.streamEvent(event({ choices: [{ finish_reason: null, delta: { content: 'he said "hi"\n\u00e9' }, index: 2 }], model: 'x', id: 'c-1' }));
+    expect(quick).toEqual({ choices: [{ index: 2, delta: { content: 'he said "hi"\n\u00e9' }, logprobs: null, finish_reason: null }] });
+    expect(reordered).toEqual(quick);
+  });
+
+  it('still refuses a plain-looking chunk whose content is not valid JSON', () => {
+    const broken = JSON.stringify(plain).replace('\\n', '\\x');
+    expect(() => vllm.streamEvent(event(broken))).toThrow(UpstreamBrokeOff);
+  });
+
+  it('reads usage and finish_reason from the full parse', () => {
+    const e = vllm.streamEvent(event({ choices: [{ index: 0, delta: {}, finish_reason: 'stop' }], usage: { prompt_tokens: 9, completion_tokens: 3, prompt_tokens_details: { cached_tokens: 4 } } }));
+    expect(e.choices![0].finish_reason).toBe('stop');
+    expect(e.usage).toEqual({ prompt_tokens: 9, completion_tokens: 3, cached_tokens: 4 });
+  });
+
+  it('never reports more cached tokens than prompt tokens', () => {
+    const e = DIALECTS.deepseek.streamEvent(event({ choices: [], usage: { prompt_tokens: 5, completion_tokens: 1, prompt_cache_hit_tokens: 50 } }));
+    expect(e.usage!.cached_tokens).toBe(5);
+  });
+});
