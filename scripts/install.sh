@@ -14,8 +14,9 @@ if [ "$major" -lt "$need_node" ]; then
   exit 1
 fi
 
-# Dependencies from the lock file; node-llama-cpp brings prebuilt llama.cpp binaries.
+# Dependencies from the lock file (npm ci refuses this lock file: npm 11 leaves
+# other platforms' optional binaries out of it); node-llama-cpp brings prebuilt llama.cpp binaries.
 if [ ! -d node_modules ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
-  npm ci --no-audit --no-fund --loglevel=error
+  npm install --no-audit --no-fund --loglevel=error
 fi
 npm run --silent build
