@@ -51,12 +51,12 @@ export async function startEngine(opts: EngineOptions): Promise<RunningEngine> {
     if (req.method === 'POST' && path === '/v1/chat/completions') {
       const parsed = parseChatCompletionRequest(await readJsonBody(req, MAX_BODY_BYTES));
       if (parsed instanceof ApiError) throw parsed;
-      return complete(parsed, req, res);
+      return complete(parsed, res);
     }
     throw routeNotFound(req.method ?? 'GET', path);
   };
 
-  const complete = async (request: ChatCompletionRequest, req: IncomingMessage, res: ServerResponse) => {
+  const complete = async (request: ChatCompletionRequest, res: ServerResponse) => {
     for (const id of Object.keys(request.logit_bias ?? {})) {
       if (Number(id) >= vocabSize) throw invalidParameter('logit_bias', `Invalid key in 'logit_bias': ${id} is not a token id of this model (vocabulary size ${vocabSize}).`);
     }
@@ -69,7 +69,7 @@ export async function startEngine(opts: EngineOptions): Promise<RunningEngine> {
     }
     const n = request.n ?? 1;
     const abort = new AbortController();
-    req.socket.once('close', () => abort.abort());
+    // 'close' also follows a finished reply, when the abort no longer matters.
     res.once('close', () => abort.abort());
     const seqs = await pool.acquire(tokens, n);
     try {
