@@ -52,8 +52,8 @@ async function startParley(upstreamUrl) {
 async function startPortkey() {
   const bin = join(ROOT, 'node_modules/@portkey-ai/gateway/build/start-server.js');
   if (!existsSync(bin)) return undefined;
-  const port = 18787;
-  const child = spawn(process.execPath, [bin, '--port', String(port)], { stdio: ['ignore', 'ignore', 'ignore'] });
+  const port = 8787;
+  const child = spawn(process.execPath, [bin, `--port=${port}`], { stdio: ['ignore', 'ignore', 'ignore'] });
   children.push(child);
   await waitForPort(`http://127.0.0.1:${port}/`);
   return port;
