@@ -7,7 +7,7 @@ import type { AddressInfo } from 'node:net';
 import type { LlamaContextSequence } from 'node-llama-cpp';
 import { parseChatCompletionRequest, requestedMaxTokens, type ChatCompletionRequest } from '../protocol/chat-request.js';
 import { ChunkRenderer, renderCompletion, type Choice, type ReplyIdentity, type TokenLogprob } from '../protocol/chat-response.js';
-import { ApiError, contextLengthExceeded, internalError, invalidParameter, routeNotFound } from '../protocol/errors.js';
+import { ApiError, checkContextWindow, internalError, invalidParameter, routeNotFound } from '../protocol/errors.js';
 import { readJsonBody, sendError, sendJson, SSE_HEADERS } from '../protocol/http-io.js';
 import { ChatPrompt } from './chat-prompt.js';
 import { generateChoice, type ChoiceResult, type Piece, type Sampling } from './generate.js';
@@ -62,11 +62,7 @@ export async function startEngine(opts: EngineOptions): Promise<RunningEngine> {
     }
     const tokens = prompt.tokens(request.messages);
     const maxTokens = requestedMaxTokens(request) ?? contextSize - tokens.length;
-    if (tokens.length + Math.max(maxTokens, 1) > contextSize) {
-      throw contextLengthExceeded(
-        `This model's maximum context length is ${contextSize} tokens. However, you requested ${tokens.length + Math.max(maxTokens, 1)} tokens (${tokens.length} in the messages, ${Math.max(maxTokens, 1)} in the completion).`,
-      );
-    }
+    checkContextWindow(contextSize, tokens.length, Math.max(maxTokens, 1));
     const n = request.n ?? 1;
     const abort = new AbortController();
     // 'close' also follows a finished reply, when the abort no longer matters.

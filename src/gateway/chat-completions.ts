@@ -5,7 +5,7 @@ import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { parseChatCompletionRequest, requestedMaxTokens, type ChatCompletionRequest } from '../protocol/chat-request.js';
 import { renderCompletion, type ReplyIdentity } from '../protocol/chat-response.js';
-import { ApiError, contextLengthExceeded, modelNotFound, noHealthyUpstream } from '../protocol/errors.js';
+import { ApiError, checkContextWindow, modelNotFound, noHealthyUpstream } from '../protocol/errors.js';
 import { readJsonBody, sendJson } from '../protocol/http-io.js';
 import { firstHealthyEndpoint, markReachable, markUnreachable } from '../routing/endpoint-health.js';
 import type { RoutedEndpoint, RoutedModel, RoutingTable } from '../routing/routing-table.js';
@@ -13,17 +13,11 @@ import { postChatCompletion, readCompletion, readStream, type UpstreamTimeouts }
 import { mergeCompletions, mergeStreams } from '../upstream/fan-out.js';
 import { StreamRelay } from './stream-relay.js';
 
-function checkContextWindow(model: RoutedModel, request: ChatCompletionRequest): number {
+/** Prompt tokens counted here, or 0 where this model has no tokenizer (the upstream then judges). */
+function countedPromptTokens(model: RoutedModel, request: ChatCompletionRequest): number {
   if (!model.countPromptTokens) return 0;
   const promptTokens = model.countPromptTokens(request.messages);
-  const replyTokens = requestedMaxTokens(request) ?? 1;
-  const window = model.config.contextWindow;
-  if (promptTokens + replyTokens > window) {
-    throw contextLengthExceeded(
-      `This model's maximum context length is ${window} tokens. However, you requested ${promptTokens + replyTokens} tokens ` +
-        `(${promptTokens} in the messages, ${replyTokens} in the completion). Please reduce the length of the messages or the completion.`,
-    );
-  }
+  checkContextWindow(model.config.contextWindow, promptTokens, requestedMaxTokens(request) ?? 1);
   return promptTokens;
 }
 
@@ -54,7 +48,7 @@ export async function handleChatCompletion(req: IncomingMessage, res: ServerResp
   const request = parsed;
   const model = table.models.get(request.model);
   if (!model) throw modelNotFound(request.model);
-  const countedPromptTokens = checkContextWindow(model, request);
+  const promptTokens = countedPromptTokens(model, request);
   const endpoint = firstHealthyEndpoint(model);
   if (!endpoint) throw noHealthyUpstream(request.model, 2);
 
@@ -72,7 +66,7 @@ export async function handleChatCompletion(req: IncomingMessage, res: ServerResp
         includeUsage: request.stream_options?.include_usage === true,
         keepAliveMs: settings.keepAliveMs,
         headers: { 'x-request-id': id },
-        countedPromptTokens,
+        countedPromptTokens: promptTokens,
         clientGone: clientGone.signal,
       })
     : undefined;

@@ -4,7 +4,7 @@
 import { z } from 'zod';
 import { invalidParameter, type ApiError } from './errors.js';
 
-export const MAX_CHOICES = 4;
+const MAX_CHOICES = 4;
 
 const textPart = z.object({ type: z.literal('text'), text: z.string() });
 const content = z.union([z.string(), z.array(textPart).min(1)]);

@@ -107,14 +107,14 @@ export class ChunkRenderer {
         const opening: ChoiceDelta = { index: c.index, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null };
         out += sseData(this.prefix + JSON.stringify([opening]) + this.suffix);
       }
-      if (c.delta.role !== undefined) {
-        const { role: _role, ...rest } = c.delta;
-        c.delta = rest;
-        if (Object.keys(rest).length === 0 && c.finish_reason === null && c.logprobs === null) continue;
-      }
-      const d = c.delta;
-      const plain = d.content !== undefined && d.content !== null && c.logprobs === null && c.finish_reason === null && Object.keys(d).length === 1;
-      const choice = plain ? `[{"index":${c.index},"delta":{"content":${JSON.stringify(d.content)}},"logprobs":null,"finish_reason":null}]` : JSON.stringify([c]);
+      // The role went out in the opening chunk; a delta left empty by removing it is not sent.
+      const { role: _role, ...delta } = c.delta;
+      const keys = Object.keys(delta).length;
+      if (keys === 0 && c.finish_reason === null && c.logprobs === null) continue;
+      const plain = keys === 1 && typeof delta.content === 'string' && c.logprobs === null && c.finish_reason === null;
+      const choice = plain
+        ? `[{"index":${c.index},"delta":{"content":${JSON.stringify(delta.content)}},"logprobs":null,"finish_reason":null}]`
+        : JSON.stringify([{ ...c, delta }]);
       out += sseData(this.prefix + choice + this.suffix);
     }
     return out;

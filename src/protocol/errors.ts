@@ -44,6 +44,16 @@ export const invalidParameter = (param: string, message: string) =>
 export const contextLengthExceeded = (message: string) =>
   new ApiError(400, 'invalid_request_error', message, 'context_length_exceeded', 'messages');
 
+/** Throws context_length_exceeded when prompt plus reply do not fit the window. */
+export function checkContextWindow(window: number, promptTokens: number, replyTokens: number): void {
+  const requested = promptTokens + replyTokens;
+  if (requested <= window) return;
+  throw contextLengthExceeded(
+    `This model's maximum context length is ${window} tokens. However, you requested ${requested} tokens ` +
+      `(${promptTokens} in the messages, ${replyTokens} in the completion). Please reduce the length of the messages or the completion.`,
+  );
+}
+
 export const modelNotFound = (model: string) =>
   new ApiError(404, 'invalid_request_error', `The model \`${model}\` does not exist. GET /v1/models lists the models this gateway serves.`, 'model_not_found', 'model');
 
