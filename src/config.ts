@@ -61,8 +61,28 @@ const gatewaySettings = z
   })
   .prefault({});
 
+const billingSettings = z
+  .strictObject({
+    /** The currency balances are shown in. */
+    currency: z.string().regex(/^[A-Z]{3}$/, 'a three-letter currency code').default('USD'),
+    /** How long a hold outlives the last sign of life from the replica serving its request. */
+    holdTtlMs: z.int().min(500).default(120_000),
+    /** Credit for the demo account `parley serve` makes on a fresh private Redis; 0 makes none. */
+    demoCredit: z.number().nonnegative().default(10),
+  })
+  .prefault({});
+
+const rateLimitSettings = z
+  .strictObject({
+    /** Per API key; an operator may set other limits per account. */
+    requestsPerMinute: z.int().positive().default(1_000),
+    /** Counted at admission: prompt tokens plus the most the reply may take. */
+    tokensPerMinute: z.int().positive().default(2_000_000),
+  })
+  .prefault({});
+
 const routingFile = z
-  .strictObject({ gateway: gatewaySettings, models: z.array(model).min(1) })
+  .strictObject({ gateway: gatewaySettings, billing: billingSettings, rateLimits: rateLimitSettings, models: z.array(model).min(1) })
   .check((ctx) => {
     const seen = new Set<string>();
     ctx.value.models.forEach((m, i) => {
@@ -76,6 +96,8 @@ export type ModelConfig = z.infer<typeof model>;
 export type EndpointConfig = z.infer<typeof endpoint>;
 export type LocalEngineConfig = z.infer<typeof localEngine>;
 export type GatewaySettings = z.infer<typeof gatewaySettings>;
+export type BillingSettings = z.infer<typeof billingSettings>;
+export type RateLimitSettings = z.infer<typeof rateLimitSettings>;
 
 export class ConfigError extends Error {}
 

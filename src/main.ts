@@ -2,13 +2,16 @@
 //   parley serve       the gateway (defaults: config/quickstart.yaml, a local engine)
 //   parley engine      the local upstream: a GGUF behind the OpenAI API
 //   parley make-model  write Parley's own small model to a file
+//   parley accounts | credit | keys | usage   the operator's commands
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { ConfigError } from './config.js';
 import { DEFAULT_MODEL_CONTEXT, DEFAULT_MODEL_FILE, ensureDefaultModel } from './engine/model-maker.js';
 import { startEngine } from './engine/server.js';
+import { DEMO_EMAIL } from './accounts/demo-account.js';
 import { startGateway } from './gateway/start.js';
+import { isOperatorCommand, OPERATOR_USAGE, runOperatorCommand } from './operator/commands.js';
 
 const PACKAGE_ROOT = fileURLToPath(new URL('..', import.meta.url));
 const USAGE = `usage: parley <command> [options]
@@ -17,12 +20,14 @@ const USAGE = `usage: parley <command> [options]
                --config FILE (PARLEY_CONFIG; default config/quickstart.yaml)
                --port N (PORT; 8080)  --host H (HOST; 0.0.0.0)
                --data-dir DIR (PARLEY_DATA_DIR; .parley)
+               REDIS_URL: the shared Redis (default: a private redis-server in the data folder)
+               PARLEY_KEY_SECRET: the API-key hashing secret (required with REDIS_URL)
   engine       serve a GGUF model behind the OpenAI API
                --model FILE.gguf (default: Parley's own model, made on first start)
                --model-id ID  --port N (8081)  --host H (127.0.0.1)
                --context-size N (${DEFAULT_MODEL_CONTEXT})  --parallel N (4)  --data-dir DIR
   make-model   write Parley's own model: --out FILE
-`;
+${OPERATOR_USAGE}`;
 
 function dataDir(flag: string | undefined): string {
   return resolve(flag ?? process.env.PARLEY_DATA_DIR ?? '.parley');
@@ -46,8 +51,12 @@ async function serve(argv: string[]): Promise<void> {
     dataDir: dataDir(values['data-dir']),
     host: values.host ?? process.env.HOST ?? '0.0.0.0',
     port: Number(values.port ?? process.env.PORT ?? 8080),
+    redisUrl: process.env.REDIS_URL || undefined,
   });
   console.log(`parley: gateway listening on ${gateway.url}/v1`);
+  if (gateway.demoKey) {
+    console.log(`parley: made a demo account (${DEMO_EMAIL}); its API key, shown this once:\n\n    ${gateway.demoKey}\n`);
+  }
   onShutdown(gateway.close);
 }
 
@@ -84,7 +93,7 @@ const commands: Record<string, (argv: string[]) => Promise<void>> = {
   },
 };
 
-const run = commands[command ?? ''];
+const run = commands[command ?? ''] ?? (command && isOperatorCommand(command) ? (argv: string[]) => runOperatorCommand(command, argv, dataDir) : undefined);
 if (!run) {
   process.stdout.write(USAGE);
   process.exit(command ? 2 : 0);

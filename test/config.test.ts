@@ -77,13 +77,13 @@ describe('reloading the routing file', () => {
     const b = await answering('from-b');
     gw = await startTestGateway({ models: [modelEntry('m', [{ kind: 'vllm', url: a.url }])] });
     const body = { model: 'm', messages: [{ role: 'user', content: 'x' }] };
-    const inFlight = postChat(gw.url, body);
+    const inFlight = postChat(gw, body);
     await sleep(50);
     gw.writeConfig({ models: [modelEntry('m', [{ kind: 'vllm', url: b.url }]), modelEntry('new-model', [{ kind: 'vllm', url: b.url }])] });
     let after;
     for (let i = 0; i < 50; i++) {
       await sleep(50);
-      after = await (await postChat(gw.url, { ...body, model: 'new-model' })).json();
+      after = await (await postChat(gw, { ...body, model: 'new-model' })).json();
       if (after.choices) break;
     }
     expect(after.choices[0].message.content).toBe('from-b');
@@ -97,7 +97,7 @@ describe('reloading the routing file', () => {
     gw = await startTestGateway({ models: [modelEntry('m', [{ kind: 'vllm', url: a.url }])] });
     gw.writeConfig({ models: [{ id: 'm' }] });
     await sleep(300);
-    const r = await postChat(gw.url, { model: 'm', messages: [{ role: 'user', content: 'x' }] });
+    const r = await postChat(gw, { model: 'm', messages: [{ role: 'user', content: 'x' }] });
     expect((await r.json()).choices[0].message.content).toBe('still-a');
   });
 });

@@ -3,20 +3,23 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { ApiError, internalError, routeNotFound } from '../protocol/errors.js';
 import { sendError, sendJson } from '../protocol/http-io.js';
-import type { RoutingTable } from '../routing/routing-table.js';
+import { getBalance } from './balance-route.js';
 import { handleChatCompletion } from './chat-completions.js';
+import type { GatewayContext } from './context.js';
 import { getModel, listModels } from './models-routes.js';
 
-export function createGatewayServer(routing: () => RoutingTable): Server {
+export function createGatewayServer(ctx: GatewayContext): Server {
   const route = async (req: IncomingMessage, res: ServerResponse) => {
     const path = (req.url ?? '/').split('?')[0];
     const method = req.method ?? 'GET';
-    const table = routing();
-    if (method === 'POST' && path === '/v1/chat/completions') return handleChatCompletion(req, res, table);
-    if (method === 'GET' && path === '/v1/models') return listModels(res, table);
-    if (method === 'GET' && path.startsWith('/v1/models/')) return getModel(res, table, decodeURIComponent(path.slice('/v1/models/'.length)));
+    if (method === 'POST' && path === '/v1/chat/completions') return handleChatCompletion(req, res, ctx);
     if (method === 'GET' && (path === '/healthz' || path === '/readyz')) return sendJson(res, 200, { status: 'ok' });
-    throw routeNotFound(method, path);
+    const authenticated = method === 'GET' && (path === '/v1/models' || path.startsWith('/v1/models/') || path === '/user/balance');
+    if (!authenticated) throw routeNotFound(method, path);
+    const caller = await ctx.keys.authenticate(req.headers.authorization);
+    if (path === '/user/balance') return getBalance(res, ctx, caller);
+    if (path === '/v1/models') return listModels(res, ctx.routing());
+    return getModel(res, ctx.routing(), decodeURIComponent(path.slice('/v1/models/'.length)));
   };
   return createServer((req, res) => {
     route(req, res).catch((err) => {

@@ -1,10 +1,19 @@
-// Starts a gateway: load the routing file, start the local engines it names,
-// listen, and swap in each valid new version of the file.
+// Starts a gateway: connect to Redis (or start a private one), load the
+// routing file, start the local engines it names, listen, and swap in each
+// valid new version of the file.
 import type { FSWatcher } from 'node:fs';
 import type { AddressInfo } from 'node:net';
+import { ensureDemoAccount } from '../accounts/demo-account.js';
+import { KeyAuthenticator } from '../accounts/key-authenticator.js';
+import { resolveKeySecret } from '../accounts/server-secret.js';
+import { MICROS_PER_UNIT } from '../billing/prices.js';
+import { SettlementQueue } from '../billing/settlement-queue.js';
 import { loadRoutingFile, watchRoutingFile } from '../config.js';
 import { LocalEngines } from '../engine/supervisor.js';
+import { connectRedis } from '../redis/connection.js';
+import { startPrivateRedis, type PrivateRedis } from '../redis/private-server.js';
 import { buildRoutingTable, type RoutingTable } from '../routing/routing-table.js';
+import type { GatewayContext } from './context.js';
 import { createGatewayServer } from './server.js';
 
 export interface GatewayOptions {
@@ -12,17 +21,38 @@ export interface GatewayOptions {
   dataDir: string;
   host: string;
   port: number;
+  /** The shared Redis; without it, a private redis-server in the data folder. */
+  redisUrl?: string;
+  /** The API-key hashing secret; by default PARLEY_KEY_SECRET or the data folder's. */
+  keySecret?: string;
 }
 
 export interface RunningGateway {
   url: string;
+  /** The demo account's key, on the first start with a private Redis; shown this once. */
+  demoKey?: string;
+  context: GatewayContext;
   close(): Promise<void>;
 }
 
+const SETTLE_ON_CLOSE_MS = 5_000;
+
 export async function startGateway(opts: GatewayOptions): Promise<RunningGateway> {
+  const routingFile = loadRoutingFile(opts.configPath);
+  const secret = opts.keySecret ?? resolveKeySecret(opts.dataDir, opts.redisUrl !== undefined);
+  let privateRedis: PrivateRedis | undefined;
+  if (!opts.redisUrl) privateRedis = await startPrivateRedis(opts.dataDir);
+  const redis = await connectRedis(opts.redisUrl ?? privateRedis!.target);
+  const keys = await KeyAuthenticator.start(redis, secret);
+  const demoKey =
+    privateRedis && routingFile.billing.demoCredit > 0
+      ? await ensureDemoAccount(redis, secret, Math.round(routingFile.billing.demoCredit * MICROS_PER_UNIT))
+      : undefined;
+
   const engines = new LocalEngines(opts.dataDir);
-  let table: RoutingTable = await buildRoutingTable(loadRoutingFile(opts.configPath), engines);
-  const server = createGatewayServer(() => table);
+  let table: RoutingTable = await buildRoutingTable(routingFile, engines);
+  const context: GatewayContext = { routing: () => table, redis, keys, settlements: new SettlementQueue(redis) };
+  const server = createGatewayServer(context);
   // Streams can be long; Node's default request timeout would cut them.
   server.requestTimeout = 0;
   server.keepAliveTimeout = 65_000;
@@ -46,11 +76,18 @@ export async function startGateway(opts: GatewayOptions): Promise<RunningGateway
   const host = opts.host === '0.0.0.0' || opts.host === '::' ? '127.0.0.1' : opts.host;
   return {
     url: `http://${host}:${port}`,
+    demoKey,
+    context,
     close: async () => {
       watcher.close();
       server.closeAllConnections();
       await new Promise<void>((resolve) => server.close(() => resolve()));
+      const unsettled = await context.settlements.drain(SETTLE_ON_CLOSE_MS);
+      if (unsettled > 0) console.warn(`parley: ${unsettled} settlements still pending at shutdown; their holds expire on their own`);
       await engines.stopAll();
+      await keys.close();
+      redis.disconnect();
+      await privateRedis?.stop();
     },
   };
 }

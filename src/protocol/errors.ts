@@ -86,5 +86,31 @@ export const STREAM_BROKE_OFF_BODY: ErrorBody = {
   },
 };
 
+/** Every 401: missing, malformed, unknown or revoked key. */
+export const invalidApiKey = (message: string) =>
+  new ApiError(401, 'authentication_error', message, 'invalid_api_key');
+
+export const insufficientBalance = () =>
+  new ApiError(
+    402,
+    'insufficient_quota',
+    'Your account has no credit left for this request. Top up on the platform (or ask your operator for a grant) and retry.',
+    'insufficient_balance',
+  );
+
+export const rateLimitExceeded = (what: 'requests' | 'tokens', limit: number, retryAfterSeconds: number, headers: Record<string, string>) =>
+  new ApiError(
+    429,
+    'rate_limit_error',
+    `Rate limit reached: ${limit} ${what} per minute for this key. Retry after ${retryAfterSeconds} s.`,
+    'rate_limit_exceeded',
+    null,
+    { ...headers, 'retry-after': String(retryAfterSeconds) },
+  );
+
+/** Redis (keys, balances, holds) unreachable: fail closed, never serve for free. */
+export const stateUnavailable = () =>
+  new ApiError(503, 'service_unavailable', 'Parley cannot reach its account store right now. Nothing was charged; retry after 1 s.', 'service_unavailable', null, { 'retry-after': '1' });
+
 export const internalError = () =>
   new ApiError(500, 'server_error', 'The gateway failed to handle this request. It has been logged; please retry.');

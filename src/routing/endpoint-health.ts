@@ -13,8 +13,8 @@ export function markReachable(endpoint: RoutedEndpoint): void {
   downUntil.delete(endpoint.name);
 }
 
-/** The first endpoint that is not cooling down, in the routing file's order. */
-export function firstHealthyEndpoint(model: RoutedModel): RoutedEndpoint | undefined {
+/** The endpoints that are not cooling down, in the routing file's order. */
+export function healthyEndpoints(model: RoutedModel): RoutedEndpoint[] {
   const now = Date.now();
-  return model.endpoints.find((e) => (downUntil.get(e.name) ?? 0) <= now);
+  return model.endpoints.filter((e) => (downUntil.get(e.name) ?? 0) <= now);
 }

@@ -1,7 +1,8 @@
 // The routing file made ready to serve: each model id with its endpoints
 // resolved (URL, key, dialect) and, where a tokenizer is known, a prompt
 // counter. A table is immutable; a reload builds a new one and swaps it in.
-import { type GatewaySettings, type ModelConfig, type RoutingFile, type UpstreamKind } from '../config.js';
+import { type BillingSettings, type GatewaySettings, type ModelConfig, type RateLimitSettings, type RoutingFile, type UpstreamKind } from '../config.js';
+import { tokenPrices, type TokenPrices } from '../billing/prices.js';
 import { loadPromptCounter } from '../engine/chat-prompt.js';
 import type { LocalEngines } from '../engine/supervisor.js';
 import type { ChatMessage } from '../protocol/chat-request.js';
@@ -17,12 +18,15 @@ export interface RoutedEndpoint extends UpstreamEndpoint {
 
 export interface RoutedModel {
   config: ModelConfig;
+  prices: TokenPrices;
   endpoints: RoutedEndpoint[];
   countPromptTokens: ((messages: ChatMessage[]) => number) | undefined;
 }
 
 export interface RoutingTable {
   settings: GatewaySettings;
+  billing: BillingSettings;
+  rateLimits: RateLimitSettings;
   models: Map<string, RoutedModel>;
 }
 
@@ -54,7 +58,7 @@ export async function buildRoutingTable(file: RoutingFile, engines: LocalEngines
       if (e.apiKeyEnv && !apiKey) console.warn(`parley: ${config.id}: environment variable ${e.apiKeyEnv} is not set; calling ${url} without a key`);
       endpoints.push({ name: `${config.id} ${url}`, kind: e.kind, url: url!, upstreamModel: e.upstreamModel ?? config.id, apiKey, dialect: DIALECTS[e.kind] });
     }
-    models.set(config.id, { config, endpoints, countPromptTokens: tokenizer ? await promptCounter(tokenizer) : undefined });
+    models.set(config.id, { config, prices: tokenPrices(config.pricesPerMillion), endpoints, countPromptTokens: tokenizer ? await promptCounter(tokenizer) : undefined });
   }
-  return { settings: file.gateway, models };
+  return { settings: file.gateway, billing: file.billing, rateLimits: file.rateLimits, models };
 }

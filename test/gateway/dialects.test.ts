@@ -61,7 +61,7 @@ describe('what Parley sends upstream', () => {
   afterAll(() => t.close());
 
   it('drops unknown fields, and tools and response_format for a model not set up for them', async () => {
-    const r = await postChat(t.gw.url, {
+    const r = await postChat(t.gw, {
       model: 'm', messages, max_completion_tokens: 9, temperature: 0.5, mystery: 1, user: 'u',
       tools: [{ type: 'function', function: { name: 'f' } }], tool_choice: 'auto', response_format: { type: 'json_object' },
     });
@@ -72,7 +72,7 @@ describe('what Parley sends upstream', () => {
 
   it('always asks a streaming upstream for usage, even when the client did not', async () => {
     t.upstream.setScript((_req, res) => writeEvents(res, [chunk({ content: 'a' }), chunk({}, 'stop'), { ...chunk({}), choices: [], usage }]));
-    const r = await postChat(t.gw.url, { model: 'm', messages, stream: true });
+    const r = await postChat(t.gw, { model: 'm', messages, stream: true });
     const text = await r.text();
     expect(t.upstream.received.at(-1)!.body.stream_options).toEqual({ include_usage: true, continuous_usage_stats: false });
     expect(text).not.toContain('"usage"');
@@ -129,7 +129,7 @@ describe('stream quirks', () => {
         chunk({}, 'stop', { usage: { prompt_tokens: 10, completion_tokens: 2, total_tokens: 12, prompt_tokens_details: { cached_tokens: 8 } } }),
       ]));
     try {
-      const raw = await (await postChat(t.gw.url, { model: 'm', messages, stream: true, stream_options: { include_usage: true } })).text();
+      const raw = await (await postChat(t.gw, { model: 'm', messages, stream: true, stream_options: { include_usage: true } })).text();
       const events = parseSse(raw);
       const usageChunks = events.filter((e) => e.includes('"usage":{'));
       expect(usageChunks).toHaveLength(1);
@@ -199,7 +199,7 @@ describe('an upstream that breaks off mid-reply ends the stream with the error e
   it.each(scripts)('when it %s', async (_name, script) => {
     const t = await withUpstream('vllm', script);
     try {
-      const raw = await (await postChat(t.gw.url, { model: 'm', messages, stream: true, stream_options: { include_usage: true } })).text();
+      const raw = await (await postChat(t.gw, { model: 'm', messages, stream: true, stream_options: { include_usage: true } })).text();
       const events = parseSse(raw);
       expect(events).not.toContain('data: [DONE]');
       expect(raw).not.toContain('"usage":{');
@@ -218,7 +218,7 @@ describe('an upstream that breaks off mid-reply ends the stream with the error e
       res.end();
     }, {}, { keepAliveMs: 50, upstreamIdleTimeoutMs: 400 });
     try {
-      const raw = await (await postChat(t.gw.url, { model: 'm', messages, stream: true })).text();
+      const raw = await (await postChat(t.gw, { model: 'm', messages, stream: true })).text();
       const events = parseSse(raw);
       const keepAlives = events.filter((e) => e === ': keep-alive');
       expect(keepAlives.length).toBeGreaterThanOrEqual(3);
@@ -252,7 +252,7 @@ describe('keep-alive comments', () => {
       res.end([chunk({ content: 'late' }), chunk({}, 'stop'), { ...chunk({}), choices: [], usage }].map((e) => `data: ${JSON.stringify(e)}\n\n`).join('') + 'data: [DONE]\n\n');
     }, {}, { keepAliveMs: 40 });
     try {
-      const raw = await (await postChat(t.gw.url, { model: 'm', messages, stream: true })).text();
+      const raw = await (await postChat(t.gw, { model: 'm', messages, stream: true })).text();
       const events = parseSse(raw);
       expect(events.filter((e) => e === ': keep-alive').length).toBeGreaterThanOrEqual(4);
       expect(events.at(-1)).toBe('data: [DONE]');
@@ -275,7 +275,7 @@ describe('a client that disconnects', () => {
     });
     try {
       const controller = new AbortController();
-      const res = await postChat(t.gw.url, { model: 'm', messages, stream: true }).then((r) => r);
+      const res = await postChat(t.gw, { model: 'm', messages, stream: true }).then((r) => r);
       const reader = res.body!.getReader();
       await reader.read();
       const started = Date.now();
@@ -317,7 +317,7 @@ describe('context window', () => {
     });
     try {
       for (const stream of [false, true]) {
-        const r = await postChat(t.gw.url, { model: 'm', messages, stream });
+        const r = await postChat(t.gw, { model: 'm', messages, stream });
         expect(r.status).toBe(400);
         const e = (await r.json()).error;
         expect(e.code).toBe('context_length_exceeded');
@@ -336,7 +336,7 @@ describe('upstream failures before the reply', () => {
       res.end('{"object":"error","message":"engine dead","code":500}');
     });
     try {
-      const r = await postChat(t.gw.url, { model: 'm', messages });
+      const r = await postChat(t.gw, { model: 'm', messages });
       expect(r.status).toBe(502);
       expect((await r.json()).error).toMatchObject({ type: 'server_error', code: 'upstream_error' });
     } finally {
@@ -349,10 +349,10 @@ describe('upstream failures before the reply', () => {
     await upstream.close();
     const gw: TestGateway = await startTestGateway({ models: [modelEntry('m', [{ kind: 'vllm', url: upstream.url }])] });
     try {
-      const first = await postChat(gw.url, { model: 'm', messages });
+      const first = await postChat(gw, { model: 'm', messages });
       expect(first.status).toBe(502);
       expect((await first.json()).error.code).toBe('upstream_unreachable');
-      const second = await postChat(gw.url, { model: 'm', messages });
+      const second = await postChat(gw, { model: 'm', messages });
       expect(second.status).toBe(503);
       expect(second.headers.get('retry-after')).toBe('2');
     } finally {

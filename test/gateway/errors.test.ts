@@ -28,15 +28,15 @@ describe('errors before the upstream', () => {
   };
 
   it('invalid JSON is a 400', async () => {
-    await expectError(await postChat(gw.url, '{"model": '), 400, 'invalid_json');
+    await expectError(await postChat(gw, '{"model": '), 400, 'invalid_json');
   });
 
   it('a body that is not JSON by content type is a 400', async () => {
-    await expectError(await postChat(gw.url, 'model=m', { 'content-type': 'application/x-www-form-urlencoded' }), 400, 'invalid_content_type');
+    await expectError(await postChat(gw, 'model=m', { 'content-type': 'application/x-www-form-urlencoded' }), 400, 'invalid_content_type');
   });
 
   it('an unknown model is a 404 model_not_found', async () => {
-    await expectError(await postChat(gw.url, { model: 'nope', messages: [{ role: 'user', content: 'x' }] }), 404, 'model_not_found', 'model');
+    await expectError(await postChat(gw, { model: 'nope', messages: [{ role: 'user', content: 'x' }] }), 404, 'model_not_found', 'model');
   });
 
   it('an unknown route is a 404', async () => {
@@ -44,7 +44,7 @@ describe('errors before the upstream', () => {
   });
 
   it('a body over the size limit is a 413', async () => {
-    await expectError(await postChat(gw.url, { model: 'm', messages: [{ role: 'user', content: 'x'.repeat(5000) }] }), 413, 'request_too_large');
+    await expectError(await postChat(gw, { model: 'm', messages: [{ role: 'user', content: 'x'.repeat(5000) }] }), 413, 'request_too_large');
   });
 
   it('none of these reached the upstream', () => {
@@ -58,9 +58,9 @@ describe('the models endpoints', () => {
     try {
       const list = await gw.client.models.list();
       expect(list.data.map((m) => [m.id, (m as unknown as { context_window: number }).context_window])).toEqual([['a', 4096], ['b/c', 32768]]);
-      const one = await (await fetch(`${gw.url}/v1/models/b%2Fc`)).json();
+      const one = await (await fetch(`${gw.url}/v1/models/b%2Fc`, { headers: { authorization: `Bearer ${gw.apiKey}` } })).json();
       expect(one.context_window).toBe(32768);
-      expect((await fetch(`${gw.url}/v1/models/zzz`)).status).toBe(404);
+      expect((await fetch(`${gw.url}/v1/models/zzz`, { headers: { authorization: `Bearer ${gw.apiKey}` } })).status).toBe(404);
     } finally {
       await gw.close();
     }
@@ -76,7 +76,7 @@ describe('an upstream that fails after keep-alives committed the stream', () => 
     });
     const gw = await startTestGateway({ gateway: { keepAliveMs: 40 }, models: [modelEntry('m', [{ kind: 'vllm', url: upstream.url }])] });
     try {
-      const res = await postChat(gw.url, { model: 'm', messages: [{ role: 'user', content: 'x' }], stream: true });
+      const res = await postChat(gw, { model: 'm', messages: [{ role: 'user', content: 'x' }], stream: true });
       expect(res.status).toBe(200);
       const events = (await res.text()).split('\n\n').filter(Boolean);
       expect(events[0]).toBe(': keep-alive');

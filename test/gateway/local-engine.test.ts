@@ -46,7 +46,7 @@ describe.each(MODELS)('local engine: $name', ({ local }) => {
   });
 
   it('streams role first, then content, then finish_reason and [DONE], without usage unless asked', async () => {
-    const res = await postChat(gw.url, { model, messages: user('stream please'), max_tokens: 6, stream: true });
+    const res = await postChat(gw, { model, messages: user('stream please'), max_tokens: 6, stream: true });
     expect(res.headers.get('content-type')).toMatch(/^text\/event-stream/);
     const lines = await sseLines(res);
     expect(lines.at(-1)).toBe('data: [DONE]');
@@ -120,7 +120,7 @@ describe.each(MODELS)('local engine: $name', ({ local }) => {
   });
 
   it('ignores fields it does not know', async () => {
-    const r = await postChat(gw.url, { model, messages: user('unknown'), max_tokens: 2, user: 'u-1', metadata: { a: 1 }, store: true, some_future_field: [1, 2] });
+    const r = await postChat(gw, { model, messages: user('unknown'), max_tokens: 2, user: 'u-1', metadata: { a: 1 }, store: true, some_future_field: [1, 2] });
     expect(r.status).toBe(200);
     expect((await r.json()).choices).toHaveLength(1);
   });

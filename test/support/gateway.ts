@@ -1,14 +1,24 @@
 // Starts a real gateway in the test process on a routing file the test
-// writes, and an `openai` client pointed at it.
+// writes, with its own redis-server and an account holding credit, and an
+// `openai` client pointed at it with that account's key.
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import OpenAI from 'openai';
 import { stringify } from 'yaml';
+import { createAccount } from '../../src/accounts/accounts.js';
+import { createApiKey } from '../../src/accounts/api-keys.js';
+import { changeCredit } from '../../src/billing/credit-ledger.js';
 import { startGateway, type RunningGateway } from '../../src/gateway/start.js';
+import { startTestRedis, type TestRedis } from './redis.js';
+
+export const TEST_KEY_SECRET = 'test-secret-for-hashing-api-keys-0123456789';
 
 export interface TestGateway extends RunningGateway {
   client: OpenAI;
+  apiKey: string;
+  account: string;
+  redis: TestRedis;
   configPath: string;
   dataDir: string;
   writeConfig(config: unknown): void;
@@ -24,22 +34,52 @@ export function modelEntry(id: string, endpoints: unknown[], extra: Record<strin
   };
 }
 
-export async function startTestGateway(config: unknown, dataDir?: string): Promise<TestGateway> {
+/** An account with `credit` (in currency units) and one key. */
+export async function makeAccount(redis: TestRedis, credit: number, email = `team-${Math.random().toString(36).slice(2)}@example.com`) {
+  const account = await createAccount(redis.client, { email });
+  if (credit > 0) await changeCredit(redis.client, account.id, 'grant', Math.round(credit * 1_000_000), 'test credit');
+  const { key, record } = await createApiKey(redis.client, TEST_KEY_SECRET, account.id, 'test');
+  return { account: account.id, key, keyId: record.id };
+}
+
+export interface TestGatewayOptions {
+  /** Share a redis-server (and so accounts) with another gateway: a second replica. */
+  redis?: TestRedis;
+  dataDir?: string;
+  credit?: number;
+}
+
+export async function startTestGateway(config: unknown, opts: TestGatewayOptions = {}): Promise<TestGateway> {
   const dir = mkdtempSync(join(tmpdir(), 'parley-test-'));
   const configPath = join(dir, 'routing.yaml');
   const writeConfig = (c: unknown) => writeFileSync(configPath, stringify(c));
   writeConfig(config);
-  const data = dataDir ?? join(dir, 'data');
-  const gateway = await startGateway({ configPath, dataDir: data, host: '127.0.0.1', port: 0 });
-  const client = new OpenAI({ baseURL: `${gateway.url}/v1`, apiKey: 'test-key', maxRetries: 0 });
-  return { ...gateway, client, configPath, dataDir: data, writeConfig };
+  const data = opts.dataDir ?? join(dir, 'data');
+  const redis = opts.redis ?? (await startTestRedis());
+  const gateway = await startGateway({ configPath, dataDir: data, host: '127.0.0.1', port: 0, redisUrl: redis.url, keySecret: TEST_KEY_SECRET });
+  const { account, key } = await makeAccount(redis, opts.credit ?? 100);
+  const client = new OpenAI({ baseURL: `${gateway.url}/v1`, apiKey: key, maxRetries: 0 });
+  return {
+    ...gateway,
+    client,
+    apiKey: key,
+    account,
+    redis,
+    configPath,
+    dataDir: data,
+    writeConfig,
+    close: async () => {
+      await gateway.close();
+      if (!opts.redis) await redis.stop();
+    },
+  };
 }
 
 /** Raw POST to the gateway, for what the openai client hides (status, headers, raw SSE text). */
-export async function postChat(url: string, body: unknown, headers: Record<string, string> = {}) {
-  return fetch(`${url}/v1/chat/completions`, {
+export async function postChat(gateway: Pick<TestGateway, 'url' | 'apiKey'>, body: unknown, headers: Record<string, string> = {}) {
+  return fetch(`${gateway.url}/v1/chat/completions`, {
     method: 'POST',
-    headers: { 'content-type': 'application/json', ...headers },
+    headers: { 'content-type': 'application/json', authorization: `Bearer ${gateway.apiKey}`, ...headers },
     body: typeof body === 'string' ? body : JSON.stringify(body),
   });
 }

@@ -1,0 +1,88 @@
+// Accounts (client teams) and their members. An account is created with its
+// first member; the email is the member's login and is unique.
+import { randomBytes } from 'node:crypto';
+import type { Redis } from 'ioredis';
+import { redisKeys } from '../redis/keys.js';
+import { luaScript } from '../redis/lua-script.js';
+import { hashPassword } from './passwords.js';
+
+// One script, so that two sign-ups with one email cannot both win and no half-made account is left.
+const CREATE_ACCOUNT = luaScript(`
+if redis.call('EXISTS', KEYS[1]) == 1 then return {0} end
+redis.call('HSET', KEYS[1], 'account', ARGV[1], 'created', ARGV[2])
+if ARGV[5] ~= '' then redis.call('HSET', KEYS[1], 'password', ARGV[5]) end
+redis.call('HSET', KEYS[2], 'email', ARGV[3], 'name', ARGV[4], 'created', ARGV[2], 'granted', 0, 'topped_up', 0, 'held', 0)
+redis.call('ZADD', KEYS[3], ARGV[2], ARGV[1])
+return {1}
+`);
+
+export interface Account {
+  id: string;
+  email: string;
+  name: string;
+  created: number;
+  /** Per-account rate limits; absent means the configured defaults. */
+  requestsPerMinute?: number;
+  tokensPerMinute?: number;
+}
+
+export class EmailTaken extends Error {}
+
+const EMAIL_FORMAT = /^[^\s@]+@[^\s@]+\.[^\s@]+$/;
+export const isEmail = (email: string) => EMAIL_FORMAT.test(email) && email.length <= 254;
+
+function toAccount(id: string, h: Record<string, string>): Account {
+  return {
+    id,
+    email: h.email,
+    name: h.name,
+    created: Number(h.created),
+    ...(h.rpm ? { requestsPerMinute: Number(h.rpm) } : {}),
+    ...(h.tpm ? { tokensPerMinute: Number(h.tpm) } : {}),
+  };
+}
+
+/** Creates an account with its first member (a password is optional: an operator may create it for a team to claim). */
+export async function createAccount(redis: Redis, opts: { email: string; name?: string; password?: string }): Promise<Account> {
+  const email = opts.email.toLowerCase();
+  if (!isEmail(email)) throw new Error(`"${opts.email}" is not an email address`);
+  const id = `acct_${randomBytes(8).toString('hex')}`;
+  const created = Date.now();
+  const password = opts.password ? await hashPassword(opts.password) : '';
+  const name = opts.name ?? email.split('@')[0];
+  const [made] = (await CREATE_ACCOUNT.run(redis, [redisKeys.member(email), redisKeys.account(id), redisKeys.accounts], [
+    id, created, email, name, password,
+  ])) as number[];
+  if (!made) throw new EmailTaken(`an account for ${email} already exists`);
+  return { id, email, name, created };
+}
+
+export async function getAccount(redis: Redis, id: string): Promise<Account | undefined> {
+  const h = await redis.hgetall(redisKeys.account(id));
+  return h.email ? toAccount(id, h) : undefined;
+}
+
+export async function findAccountByEmail(redis: Redis, email: string): Promise<Account | undefined> {
+  const id = await redis.hget(redisKeys.member(email), 'account');
+  return id ? getAccount(redis, id) : undefined;
+}
+
+/** An account by its id or by a member's email, as operators type either. */
+export async function resolveAccount(redis: Redis, idOrEmail: string): Promise<Account | undefined> {
+  return idOrEmail.includes('@') ? findAccountByEmail(redis, idOrEmail) : getAccount(redis, idOrEmail);
+}
+
+export async function listAccounts(redis: Redis): Promise<Account[]> {
+  const ids = await redis.zrange(redisKeys.accounts, 0, -1);
+  const accounts = await Promise.all(ids.map((id) => getAccount(redis, id)));
+  return accounts.filter((a): a is Account => a !== undefined);
+}
+
+/** Sets (or, with null, clears) an account's own rate limits. */
+export async function setAccountLimits(redis: Redis, id: string, limits: { requestsPerMinute: number | null; tokensPerMinute: number | null }): Promise<void> {
+  const key = redisKeys.account(id);
+  for (const [field, value] of [['rpm', limits.requestsPerMinute], ['tpm', limits.tokensPerMinute]] as const) {
+    if (value === null) await redis.hdel(key, field);
+    else await redis.hset(key, field, value);
+  }
+}

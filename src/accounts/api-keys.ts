@@ -1,0 +1,96 @@
+// API keys: 256 random bits behind a recognisable prefix, stored only as a
+// keyed hash (HMAC with the server secret), so a copy of Redis cannot be
+// turned back into working keys. The full key exists once: in the answer to
+// its creation.
+import { createHmac, randomBytes } from 'node:crypto';
+import type { Redis } from 'ioredis';
+import { redisKeys } from '../redis/keys.js';
+
+export const API_KEY_PREFIX = 'sk-parley-';
+const API_KEY_FORMAT = /^sk-parley-[A-Za-z0-9_-]{43}$/;
+
+export interface ApiKeyRecord {
+  id: string;
+  account: string;
+  name: string;
+  created: number;
+  lastUsed: number | null;
+  /** The last four characters, for the masked form `sk-parley-...abcd`. */
+  suffix: string;
+  revoked: boolean;
+}
+
+export const isWellFormedKey = (key: string) => API_KEY_FORMAT.test(key);
+export const maskedKey = (suffix: string) => `${API_KEY_PREFIX}...${suffix}`;
+
+export function hashApiKey(secret: string, key: string): string {
+  return createHmac('sha256', secret).update(key).digest('hex');
+}
+
+function toRecord(h: Record<string, string>): ApiKeyRecord {
+  return {
+    id: h.id,
+    account: h.account,
+    name: h.name,
+    created: Number(h.created),
+    lastUsed: h.last_used ? Number(h.last_used) : null,
+    suffix: h.suffix,
+    revoked: h.revoked === '1',
+  };
+}
+
+/** Creates a key for an account; the returned `key` is the only time it is seen. */
+export async function createApiKey(redis: Redis, secret: string, account: string, name: string): Promise<{ key: string; record: ApiKeyRecord }> {
+  const key = API_KEY_PREFIX + randomBytes(32).toString('base64url');
+  const hash = hashApiKey(secret, key);
+  const record: ApiKeyRecord = {
+    id: `key_${randomBytes(8).toString('hex')}`,
+    account,
+    name,
+    created: Date.now(),
+    lastUsed: null,
+    suffix: key.slice(-4),
+    revoked: false,
+  };
+  await redis
+    .multi()
+    .hset(redisKeys.apiKey(hash), { id: record.id, account, name, created: record.created, suffix: record.suffix, revoked: '0' })
+    .set(redisKeys.apiKeyById(record.id), hash)
+    .zadd(redisKeys.accountKeys(account), record.created, record.id)
+    .exec();
+  return { key, record };
+}
+
+export async function findApiKeyByHash(redis: Redis, hash: string): Promise<ApiKeyRecord | undefined> {
+  const h = await redis.hgetall(redisKeys.apiKey(hash));
+  return h.id ? toRecord(h) : undefined;
+}
+
+export async function listApiKeys(redis: Redis, account: string): Promise<ApiKeyRecord[]> {
+  const ids = await redis.zrange(redisKeys.accountKeys(account), 0, -1);
+  const records: ApiKeyRecord[] = [];
+  for (const id of ids) {
+    const hash = await redis.get(redisKeys.apiKeyById(id));
+    const record = hash ? await findApiKeyByHash(redis, hash) : undefined;
+    if (record) records.push(record);
+  }
+  return records;
+}
+
+/**
+ * Revokes a key (only within `account` when one is given) and tells every
+ * replica to drop it from its cache. Returns false for no such key.
+ */
+export async function revokeApiKey(redis: Redis, keyId: string, account?: string): Promise<boolean> {
+  const hash = await redis.get(redisKeys.apiKeyById(keyId));
+  if (!hash) return false;
+  const owner = await redis.hget(redisKeys.apiKey(hash), 'account');
+  if (!owner || (account && owner !== account)) return false;
+  await redis.hset(redisKeys.apiKey(hash), 'revoked', '1');
+  await redis.publish(redisKeys.keyRevocations, hash);
+  return true;
+}
+
+export async function touchApiKey(redis: Redis, hash: string, at: number): Promise<void> {
+  await redis.hset(redisKeys.apiKey(hash), 'last_used', at);
+}

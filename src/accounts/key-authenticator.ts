@@ -1,0 +1,94 @@
+// Turns `Authorization: Bearer <key>` into the calling account. Lookups are
+// cached in-process; a revocation is published on Redis and every replica
+// drops the key from its cache at once. If the subscription drops, messages
+// may have been missed, so the whole cache is cleared when it comes back.
+import { LRUCache } from 'lru-cache';
+import type { Redis } from 'ioredis';
+import type { RateLimits } from '../ratelimit/rate-limiter.js';
+import { invalidApiKey, stateUnavailable } from '../protocol/errors.js';
+import { subscriberFor } from '../redis/connection.js';
+import { redisKeys } from '../redis/keys.js';
+import { findApiKeyByHash, hashApiKey, isWellFormedKey, maskedKey, touchApiKey, type ApiKeyRecord } from './api-keys.js';
+
+export interface Caller {
+  account: string;
+  keyId: string;
+  /** The account's own rate limits, where an operator set them. */
+  limits: Partial<RateLimits>;
+}
+
+interface KnownKey {
+  record: ApiKeyRecord;
+  limits: Partial<RateLimits>;
+}
+
+const CACHE_TTL_MS = 60_000;
+const LAST_USED_EVERY_MS = 60_000;
+
+export class KeyAuthenticator {
+  private readonly cache = new LRUCache<string, KnownKey | 'unknown'>({ max: 100_000, ttl: CACHE_TTL_MS });
+  private readonly lastTouched = new LRUCache<string, number>({ max: 100_000 });
+
+  private constructor(private readonly redis: Redis, private readonly subscriber: Redis, private readonly secret: string) {}
+
+  static async start(redis: Redis, secret: string): Promise<KeyAuthenticator> {
+    const sub = subscriberFor(redis);
+    const auth = new KeyAuthenticator(redis, sub, secret);
+    sub.on('message', (_channel: string, hash: string) => auth.cache.delete(hash));
+    let subscribedOnce = false;
+    sub.on('ready', () => {
+      if (subscribedOnce) auth.cache.clear();
+      subscribedOnce = true;
+    });
+    await sub.subscribe(redisKeys.keyRevocations);
+    return auth;
+  }
+
+  async authenticate(authorization: string | undefined): Promise<Caller> {
+    const match = /^Bearer\s+(\S+)\s*$/i.exec(authorization ?? '');
+    if (!match) {
+      throw invalidApiKey(
+        authorization
+          ? 'The Authorization header must be "Bearer <API_KEY>".'
+          : "You didn't provide an API key. Send it in the Authorization header as \"Bearer <API_KEY>\"; create one on the platform's API keys page.",
+      );
+    }
+    const key = match[1];
+    if (!isWellFormedKey(key)) throw invalidApiKey('This is not a Parley API key. Keys look like sk-parley-... and are created on the platform.');
+    const hash = hashApiKey(this.secret, key);
+    const known = await this.lookup(hash);
+    if (known === 'unknown') throw invalidApiKey(`Incorrect API key provided: ${maskedKey(key.slice(-4))}. Create a key on the platform's API keys page.`);
+    const { record, limits } = known;
+    if (record.revoked) throw invalidApiKey(`The API key ${maskedKey(record.suffix)} has been revoked. Create a new key on the platform's API keys page.`);
+    this.noteUse(hash);
+    return { account: record.account, keyId: record.id, limits };
+  }
+
+  async close(): Promise<void> {
+    this.subscriber.disconnect();
+  }
+
+  private async lookup(hash: string): Promise<KnownKey | 'unknown'> {
+    const cached = this.cache.get(hash);
+    if (cached) return cached;
+    let known: KnownKey | 'unknown' = 'unknown';
+    try {
+      const record = await findApiKeyByHash(this.redis, hash);
+      if (record) {
+        const [rpm, tpm] = await this.redis.hmget(redisKeys.account(record.account), 'rpm', 'tpm');
+        known = { record, limits: { ...(rpm ? { requestsPerMinute: Number(rpm) } : {}), ...(tpm ? { tokensPerMinute: Number(tpm) } : {}) } };
+      }
+    } catch {
+      throw stateUnavailable();
+    }
+    this.cache.set(hash, known);
+    return known;
+  }
+
+  private noteUse(hash: string): void {
+    const now = Date.now();
+    if (now - (this.lastTouched.get(hash) ?? 0) < LAST_USED_EVERY_MS) return;
+    this.lastTouched.set(hash, now);
+    touchApiKey(this.redis, hash, now).catch(() => this.lastTouched.delete(hash));
+  }
+}

@@ -1,0 +1,207 @@
+// Prepaid credit in Redis, one atomic script per change of money.
+//
+// An account holds `granted` (operator grants, used first) and `topped_up`
+// (paid or redeemed) credit, and `held`: the sum of its open holds. Each hold
+// carries an expiry that the replica serving the request keeps pushing
+// forward; a replica that dies stops doing so, and the next script to touch
+// the account reclaims its holds. Available = granted + topped_up - held.
+import type { Redis } from 'ioredis';
+import { redisKeys } from '../redis/keys.js';
+import { LUA_NOW_MS, luaScript } from '../redis/lua-script.js';
+import type { Usage } from '../protocol/chat-response.js';
+import type { TokenPrices } from './prices.js';
+
+const RECLAIM_EXPIRED_HOLDS = `
+${LUA_NOW_MS}
+local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now_ms)
+for _, id in ipairs(expired) do
+  local amount = tonumber(redis.call('HGET', KEYS[3], id) or '0')
+  redis.call('HINCRBY', KEYS[1], 'held', -amount)
+  redis.call('HDEL', KEYS[3], id)
+end
+if #expired > 0 then redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now_ms) end
+local function field(name) return tonumber(redis.call('HGET', KEYS[1], name) or '0') end
+`;
+
+// ARGV: request id, ttl ms, prompt pico, output pico for all n replies per token, max reply tokens.
+const HOLD = luaScript(`
+if redis.call('EXISTS', KEYS[1]) == 0 then return {-3, 0, 0} end
+${RECLAIM_EXPIRED_HOLDS}
+local available = field('granted') + field('topped_up') - field('held')
+if available <= 0 then return {-1, available, 0} end
+local prompt_pico, output_pico, max_tokens = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local tokens = max_tokens
+local amount = math.ceil((prompt_pico + output_pico * tokens) / 1000000)
+if amount > available then
+  if output_pico == 0 then return {-1, available, 0} end
+  tokens = math.floor((available * 1000000 - prompt_pico) / output_pico)
+  if tokens < 1 then return {-1, available, 0} end
+  amount = math.ceil((prompt_pico + output_pico * tokens) / 1000000)
+end
+redis.call('ZADD', KEYS[2], now_ms + tonumber(ARGV[2]), ARGV[1])
+redis.call('HSET', KEYS[3], ARGV[1], amount)
+redis.call('HINCRBY', KEYS[1], 'held', amount)
+return {1, amount, tokens}
+`);
+
+const EXTEND = luaScript(`
+${LUA_NOW_MS}
+return redis.call('ZADD', KEYS[1], 'XX', 'CH', now_ms + tonumber(ARGV[2]), ARGV[1])
+`);
+
+// KEYS: account, holds, amounts, settled marker, usage stream, daily usage.
+// ARGV: request id, cost, outcome, model, prompt, cached, completion, then event field pairs.
+const SETTLE = luaScript(`
+if redis.call('EXISTS', KEYS[4]) == 1 then return {0, 0} end
+${RECLAIM_EXPIRED_HOLDS}
+local id = ARGV[1]
+local held = tonumber(redis.call('HGET', KEYS[3], id) or 'nil')
+if held then
+  redis.call('HDEL', KEYS[3], id)
+  redis.call('ZREM', KEYS[2], id)
+  redis.call('HINCRBY', KEYS[1], 'held', -held)
+end
+local charge = 0
+if ARGV[3] == 'complete' then
+  local granted, topped_up = field('granted'), field('topped_up')
+  -- Never below zero: a hold that expired (or an upstream that overshot) is charged at most what is left.
+  charge = math.min(tonumber(ARGV[2]), math.max(granted + topped_up - field('held'), 0))
+  local from_granted = math.min(charge, math.max(granted, 0))
+  redis.call('HINCRBY', KEYS[1], 'granted', -from_granted)
+  redis.call('HINCRBY', KEYS[1], 'topped_up', -(charge - from_granted))
+  local model = ARGV[4]
+  redis.call('HINCRBY', KEYS[6], model .. '\\trequests', 1)
+  redis.call('HINCRBY', KEYS[6], model .. '\\tprompt_tokens', ARGV[5])
+  redis.call('HINCRBY', KEYS[6], model .. '\\tcached_tokens', ARGV[6])
+  redis.call('HINCRBY', KEYS[6], model .. '\\tcompletion_tokens', ARGV[7])
+  redis.call('HINCRBY', KEYS[6], model .. '\\tcost', charge)
+  redis.call('EXPIRE', KEYS[6], 400 * 86400)
+end
+redis.call('SET', KEYS[4], '1', 'EX', 2 * 86400)
+local event = {'XADD', KEYS[5], '*'}
+for i = 8, #ARGV do event[#event + 1] = ARGV[i] end
+event[#event + 1] = 'charged'
+event[#event + 1] = charge
+redis.call(unpack(event))
+return {1, charge}
+`);
+
+const BALANCE = luaScript(`
+if redis.call('EXISTS', KEYS[1]) == 0 then return {0, 0, 0, 0} end
+${RECLAIM_EXPIRED_HOLDS}
+return {1, field('granted'), field('topped_up'), field('held')}
+`);
+
+// ARGV: kind (grant | top_up | deduct), amount, note. Deductions take granted credit first and stop at zero.
+const ADJUST = luaScript(`
+if redis.call('EXISTS', KEYS[1]) == 0 then return {0, 0} end
+local amount = tonumber(ARGV[2])
+local granted = tonumber(redis.call('HGET', KEYS[1], 'granted') or '0')
+local topped_up = tonumber(redis.call('HGET', KEYS[1], 'topped_up') or '0')
+if ARGV[1] == 'grant' then granted = granted + amount
+elseif ARGV[1] == 'top_up' then topped_up = topped_up + amount
+else
+  amount = math.min(amount, math.max(granted, 0) + math.max(topped_up, 0))
+  local from_granted = math.min(amount, math.max(granted, 0))
+  granted = granted - from_granted
+  topped_up = topped_up - (amount - from_granted)
+end
+redis.call('HSET', KEYS[1], 'granted', granted, 'topped_up', topped_up)
+redis.call('XADD', KEYS[2], '*', 'account', ARGV[4], 'kind', ARGV[1], 'amount', amount, 'note', ARGV[3])
+return {1, granted + topped_up}
+`);
+
+const accountKeys = (account: string) => [redisKeys.account(account), redisKeys.holds(account), redisKeys.holdAmounts(account)];
+
+export interface HoldRequest {
+  account: string;
+  requestId: string;
+  ttlMs: number;
+  prices: TokenPrices;
+  /** Prompt tokens counted, or an upper bound on them. */
+  promptTokens: number;
+  n: number;
+  /** The most reply tokens per choice the request allows. */
+  maxReplyTokens: number;
+}
+
+export type HoldResult =
+  | { kind: 'held'; amount: number; maxReplyTokens: number }
+  | { kind: 'no_credit'; available: number }
+  | { kind: 'no_account' };
+
+/** Holds the most the request can cost, or as many reply tokens as the available balance pays for. */
+export async function holdCredit(redis: Redis, h: HoldRequest): Promise<HoldResult> {
+  const [status, amount, tokens] = (await HOLD.run(redis, accountKeys(h.account), [
+    h.requestId,
+    h.ttlMs,
+    h.promptTokens * h.prices.missPico,
+    h.n * h.prices.outputPico,
+    h.maxReplyTokens,
+  ])) as number[];
+  if (status === -3) return { kind: 'no_account' };
+  if (status === -1) return { kind: 'no_credit', available: amount };
+  return { kind: 'held', amount, maxReplyTokens: tokens };
+}
+
+/** Pushes an open hold's expiry forward while its request is still being served. */
+export async function extendHold(redis: Redis, account: string, requestId: string, ttlMs: number): Promise<void> {
+  await EXTEND.run(redis, [redisKeys.holds(account)], [requestId, ttlMs]);
+}
+
+export type SettleOutcome = 'complete' | 'client_gone' | 'broke_off' | 'failed';
+
+export interface Settlement {
+  account: string;
+  keyId: string;
+  requestId: string;
+  model: string;
+  endpoint: string;
+  outcome: SettleOutcome;
+  /** Why it did not complete, for the usage event. */
+  reason?: string;
+  usage: Usage;
+  /** What the reply costs in micro-units (charged only when complete). */
+  cost: number;
+}
+
+const utcDay = (ms: number) => new Date(ms).toISOString().slice(0, 10);
+
+/**
+ * Releases the hold and, for a complete reply, charges it; appends the usage
+ * event. Returns the amount charged, or undefined when this request id was
+ * already settled (a retry of the settlement itself).
+ */
+export async function settleHold(redis: Redis, s: Settlement): Promise<number | undefined> {
+  const u = s.usage;
+  const [done, charged] = (await SETTLE.run(
+    redis,
+    [...accountKeys(s.account), redisKeys.settled(s.requestId), redisKeys.usageEvents, redisKeys.dailyUsage(s.account, utcDay(Date.now()))],
+    [
+      s.requestId, s.cost, s.outcome, s.model, u.prompt_tokens, u.cached_tokens, u.completion_tokens,
+      'request_id', s.requestId, 'account', s.account, 'key', s.keyId, 'model', s.model, 'endpoint', s.endpoint,
+      'outcome', s.outcome, 'reason', s.reason ?? '', 'prompt_tokens', u.prompt_tokens, 'cached_tokens', u.cached_tokens,
+      'completion_tokens', u.completion_tokens, 'cost', s.cost,
+    ],
+  )) as number[];
+  return done === 1 ? charged : undefined;
+}
+
+export interface Balance {
+  granted: number;
+  toppedUp: number;
+  held: number;
+}
+
+export async function readBalance(redis: Redis, account: string): Promise<Balance | undefined> {
+  const [exists, granted, toppedUp, held] = (await BALANCE.run(redis, accountKeys(account), [])) as number[];
+  return exists ? { granted, toppedUp, held } : undefined;
+}
+
+export type CreditChange = 'grant' | 'top_up' | 'deduct';
+
+/** Grants, tops up or deducts credit with a note in the ledger; returns the new balance, or undefined for no such account. */
+export async function changeCredit(redis: Redis, account: string, kind: CreditChange, amount: number, note: string): Promise<number | undefined> {
+  const [exists, balance] = (await ADJUST.run(redis, [redisKeys.account(account), redisKeys.ledger], [kind, amount, note, account])) as number[];
+  return exists ? balance : undefined;
+}

@@ -1,0 +1,81 @@
+// Reading the usage events settlement appends, for exports and the platform.
+import type { Redis } from 'ioredis';
+import { redisKeys } from '../redis/keys.js';
+import { formatMicros } from './prices.js';
+
+export interface UsageEvent {
+  time: number;
+  requestId: string;
+  account: string;
+  key: string;
+  model: string;
+  endpoint: string;
+  outcome: string;
+  reason: string;
+  promptTokens: number;
+  cachedTokens: number;
+  completionTokens: number;
+  /** Micro-units: what the reply cost, and what was charged (less only when the balance ran out). */
+  cost: number;
+  charged: number;
+}
+
+function toEvent(id: string, fields: string[]): UsageEvent {
+  const f: Record<string, string> = {};
+  for (let i = 0; i < fields.length; i += 2) f[fields[i]] = fields[i + 1];
+  return {
+    time: Number(id.split('-')[0]),
+    requestId: f.request_id,
+    account: f.account,
+    key: f.key,
+    model: f.model,
+    endpoint: f.endpoint,
+    outcome: f.outcome,
+    reason: f.reason,
+    promptTokens: Number(f.prompt_tokens),
+    cachedTokens: Number(f.cached_tokens),
+    completionTokens: Number(f.completion_tokens),
+    cost: Number(f.cost),
+    charged: Number(f.charged),
+  };
+}
+
+export interface UsageFilter {
+  account?: string;
+  key?: string;
+  /** Milliseconds since the epoch, inclusive. */
+  since?: number;
+  until?: number;
+}
+
+/** Events in time order, read from the stream in pages. */
+export async function* readUsageEvents(redis: Redis, filter: UsageFilter = {}): AsyncGenerator<UsageEvent> {
+  let start = filter.since !== undefined ? String(filter.since) : '-';
+  const end = filter.until !== undefined ? String(filter.until) : '+';
+  for (;;) {
+    const page = (await redis.xrange(redisKeys.usageEvents, start, end, 'COUNT', 1000)) as [string, string[]][];
+    for (const [id, fields] of page) {
+      const event = toEvent(id, fields);
+      if (filter.account && event.account !== filter.account) continue;
+      if (filter.key && event.key !== filter.key) continue;
+      yield event;
+    }
+    if (page.length < 1000) return;
+    start = `(${page[page.length - 1][0]}`;
+  }
+}
+
+const CSV_COLUMNS = 'time,request_id,account,key,model,endpoint,outcome,reason,prompt_tokens,cached_tokens,completion_tokens,cost,charged';
+
+const csvField = (v: string) => (/[",\n\r]/.test(v) ? `"${v.replace(/"/g, '""')}"` : v);
+
+export async function* usageCsv(events: AsyncIterable<UsageEvent>): AsyncGenerator<string> {
+  yield `${CSV_COLUMNS}\n`;
+  for await (const e of events) {
+    const row = [
+      new Date(e.time).toISOString(), e.requestId, e.account, e.key, e.model, e.endpoint, e.outcome, e.reason,
+      String(e.promptTokens), String(e.cachedTokens), String(e.completionTokens), formatMicros(e.cost, 6), formatMicros(e.charged, 6),
+    ];
+    yield `${row.map(csvField).join(',')}\n`;
+  }
+}

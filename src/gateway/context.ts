@@ -1,0 +1,13 @@
+// What every request handler reaches: the routing table in force and the
+// shared state behind keys, credit and rate limits.
+import type { Redis } from 'ioredis';
+import type { KeyAuthenticator } from '../accounts/key-authenticator.js';
+import type { SettlementQueue } from '../billing/settlement-queue.js';
+import type { RoutingTable } from '../routing/routing-table.js';
+
+export interface GatewayContext {
+  routing(): RoutingTable;
+  redis: Redis;
+  keys: KeyAuthenticator;
+  settlements: SettlementQueue;
+}

@@ -1,0 +1,78 @@
+// Credit for one request: hold the most it can cost before any upstream
+// call, keep the hold alive while the request is served, and settle it once
+// at the end: charged for a complete reply, released for anything else.
+import type { Caller } from '../accounts/key-authenticator.js';
+import { extendHold, holdCredit, type SettleOutcome } from '../billing/credit-ledger.js';
+import { replyCost } from '../billing/prices.js';
+import type { Usage } from '../protocol/chat-response.js';
+import { insufficientBalance, stateUnavailable } from '../protocol/errors.js';
+import type { RoutedModel } from '../routing/routing-table.js';
+import type { GatewayContext } from './context.js';
+
+export interface MeterRequest {
+  caller: Caller;
+  model: RoutedModel;
+  /** The id the hold and its settlement are filed under; unique per request. */
+  settlementId: string;
+  promptTokens: number;
+  n: number;
+  maxReplyTokens: number;
+}
+
+const NO_USAGE: Usage = { prompt_tokens: 0, completion_tokens: 0, cached_tokens: 0 };
+
+export class Meter {
+  private readonly heartbeat: NodeJS.Timeout;
+  private settled = false;
+
+  private constructor(
+    private readonly ctx: GatewayContext,
+    private readonly m: MeterRequest,
+    /** Reply tokens per choice the balance pays for: the request's own limit or fewer. */
+    readonly maxReplyTokens: number,
+  ) {
+    const ttl = ctx.routing().billing.holdTtlMs;
+    this.heartbeat = setInterval(() => {
+      extendHold(ctx.redis, m.caller.account, m.settlementId, ttl).catch(() => {});
+    }, Math.max(100, Math.floor(ttl / 3)));
+    this.heartbeat.unref();
+  }
+
+  /** Holds credit for the request; 402 when the available balance pays for none of it, 503 when Redis is unreachable. */
+  static async open(ctx: GatewayContext, m: MeterRequest): Promise<Meter> {
+    let hold;
+    try {
+      hold = await holdCredit(ctx.redis, {
+        account: m.caller.account,
+        requestId: m.settlementId,
+        ttlMs: ctx.routing().billing.holdTtlMs,
+        prices: m.model.prices,
+        promptTokens: m.promptTokens,
+        n: m.n,
+        maxReplyTokens: m.maxReplyTokens,
+      });
+    } catch {
+      throw stateUnavailable();
+    }
+    if (hold.kind !== 'held') throw insufficientBalance();
+    return new Meter(ctx, m, hold.maxReplyTokens);
+  }
+
+  /** Settles once; later calls are ignored. Only a complete reply is charged. */
+  settle(outcome: SettleOutcome, endpoint: string, usage: Usage = NO_USAGE, reason?: string): void {
+    if (this.settled) return;
+    this.settled = true;
+    clearInterval(this.heartbeat);
+    this.ctx.settlements.settle({
+      account: this.m.caller.account,
+      keyId: this.m.caller.keyId,
+      requestId: this.m.settlementId,
+      model: this.m.model.config.id,
+      endpoint,
+      outcome,
+      reason,
+      usage,
+      cost: outcome === 'complete' ? replyCost(this.m.model.prices, usage) : 0,
+    });
+  }
+}

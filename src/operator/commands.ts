@@ -1,0 +1,146 @@
+// The operator's commands, run against the same Redis as the gateway:
+// REDIS_URL, or the private server in the data folder (started for the
+// command if the gateway is not running).
+import { createWriteStream } from 'node:fs';
+import { parseArgs } from 'node:util';
+import type { Redis } from 'ioredis';
+import { createAccount, listAccounts, resolveAccount, setAccountLimits, type Account } from '../accounts/accounts.js';
+import { createApiKey, listApiKeys, maskedKey, revokeApiKey } from '../accounts/api-keys.js';
+import { resolveKeySecret } from '../accounts/server-secret.js';
+import { changeCredit, readBalance, type CreditChange } from '../billing/credit-ledger.js';
+import { formatMicros, parseAmount } from '../billing/prices.js';
+import { readUsageEvents, usageCsv } from '../billing/usage-events.js';
+import { ConfigError } from '../config.js';
+import { connectRedis } from '../redis/connection.js';
+import { startPrivateRedis } from '../redis/private-server.js';
+
+export const OPERATOR_USAGE = `
+  accounts create --email E [--name N] [--password P] [--credit 25]
+                              make an account and print its first API key
+  accounts list               every account with its balance
+  accounts limits --account A [--rpm N] [--tpm N]   set (or, without both, clear) its rate limits
+  credit grant  --account A --amount 5 --note TEXT
+  credit deduct --account A --amount 5 --note TEXT
+  keys create --account A --name N    print a new key (shown this once)
+  keys list --account A
+  keys revoke KEY_ID
+  usage export [--account A] [--since YYYY-MM-DD] [--until YYYY-MM-DD] [--out FILE.csv]
+               (A is an account id or a member's email; all take --data-dir DIR)
+`;
+
+interface Operator {
+  redis: Redis;
+  secret: string;
+}
+
+async function account(op: Operator, idOrEmail: string | undefined): Promise<Account> {
+  if (!idOrEmail) throw new ConfigError('--account is required (an account id or a member email)');
+  const found = await resolveAccount(op.redis, idOrEmail);
+  if (!found) throw new ConfigError(`no account ${idOrEmail}`);
+  return found;
+}
+
+function day(text: string | undefined, endOfDay: boolean): number | undefined {
+  if (text === undefined) return undefined;
+  const ms = Date.parse(`${text}T00:00:00Z`);
+  if (!/^\d{4}-\d{2}-\d{2}$/.test(text) || Number.isNaN(ms)) throw new ConfigError(`"${text}" is not a date (YYYY-MM-DD)`);
+  return endOfDay ? ms + 86_400_000 - 1 : ms;
+}
+
+const OPTIONS = {
+  email: { type: 'string' }, name: { type: 'string' }, password: { type: 'string' }, credit: { type: 'string' },
+  account: { type: 'string' }, amount: { type: 'string' }, note: { type: 'string' }, rpm: { type: 'string' }, tpm: { type: 'string' },
+  since: { type: 'string' }, until: { type: 'string' }, out: { type: 'string' }, 'data-dir': { type: 'string' },
+} as const;
+
+type Values = ReturnType<typeof parseArgs<{ options: typeof OPTIONS; allowPositionals: true }>>['values'];
+
+const ACTIONS: Record<string, (op: Operator, v: Values, positionals: string[]) => Promise<void>> = {
+  async 'accounts create'(op, v) {
+    if (!v.email) throw new ConfigError('--email is required');
+    const created = await createAccount(op.redis, { email: v.email, name: v.name, password: v.password });
+    if (v.credit) await changeCredit(op.redis, created.id, 'grant', parseAmount(v.credit), 'initial credit');
+    const { key } = await createApiKey(op.redis, op.secret, created.id, 'default');
+    console.log(`account ${created.id} (${created.email}), credit ${v.credit ?? '0'}`);
+    console.log(`API key (shown once): ${key}`);
+  },
+  async 'accounts list'(op) {
+    console.log(['id', 'email', 'name', 'balance', 'held', 'available'].join('\t'));
+    for (const a of await listAccounts(op.redis)) {
+      const b = (await readBalance(op.redis, a.id)) ?? { granted: 0, toppedUp: 0, held: 0 };
+      const total = b.granted + b.toppedUp;
+      console.log([a.id, a.email, a.name, formatMicros(total), formatMicros(b.held), formatMicros(total - b.held)].join('\t'));
+    }
+  },
+  async 'accounts limits'(op, v) {
+    const a = await account(op, v.account);
+    const limit = (text: string | undefined) => (text === undefined ? null : Number.parseInt(text, 10));
+    await setAccountLimits(op.redis, a.id, { requestsPerMinute: limit(v.rpm), tokensPerMinute: limit(v.tpm) });
+    console.log(`${a.id}: requests/min ${v.rpm ?? 'default'}, tokens/min ${v.tpm ?? 'default'} (replicas apply it within a minute)`);
+  },
+  'credit grant': (op, v) => adjustCredit(op, v, 'grant'),
+  'credit deduct': (op, v) => adjustCredit(op, v, 'deduct'),
+  async 'keys create'(op, v) {
+    const a = await account(op, v.account);
+    const { key, record } = await createApiKey(op.redis, op.secret, a.id, v.name ?? 'unnamed');
+    console.log(`key ${record.id} for ${a.id}`);
+    console.log(`API key (shown once): ${key}`);
+  },
+  async 'keys list'(op, v) {
+    const a = await account(op, v.account);
+    console.log(['id', 'name', 'key', 'created', 'last used', 'revoked'].join('\t'));
+    for (const k of await listApiKeys(op.redis, a.id)) {
+      const when = (ms: number | null) => (ms ? new Date(ms).toISOString() : '-');
+      console.log([k.id, k.name, maskedKey(k.suffix), when(k.created), when(k.lastUsed), k.revoked ? 'yes' : 'no'].join('\t'));
+    }
+  },
+  async 'keys revoke'(op, _v, positionals) {
+    const id = positionals[0];
+    if (!id) throw new ConfigError('keys revoke needs a key id (see keys list)');
+    if (!(await revokeApiKey(op.redis, id))) throw new ConfigError(`no key ${id}`);
+    console.log(`revoked ${id}`);
+  },
+  async 'usage export'(op, v) {
+    const events = readUsageEvents(op.redis, {
+      account: v.account ? (await account(op, v.account)).id : undefined,
+      since: day(v.since, false),
+      until: day(v.until, true),
+    });
+    const out = v.out ? createWriteStream(v.out) : process.stdout;
+    for await (const line of usageCsv(events)) out.write(line);
+    if (out !== process.stdout) await new Promise((r) => (out as ReturnType<typeof createWriteStream>).end(r));
+  },
+};
+
+async function adjustCredit(op: Operator, v: Values, kind: CreditChange): Promise<void> {
+  const a = await account(op, v.account);
+  if (!v.amount) throw new ConfigError('--amount is required');
+  if (!v.note) throw new ConfigError('--note is required: say why, for the ledger');
+  const balance = await changeCredit(op.redis, a.id, kind, parseAmount(v.amount), v.note);
+  console.log(`${a.id}: balance ${formatMicros(balance ?? 0)}`);
+}
+
+export function isOperatorCommand(group: string): boolean {
+  return Object.keys(ACTIONS).some((name) => name.startsWith(`${group} `));
+}
+
+export async function runOperatorCommand(group: string, argv: string[], dataDir: (flag?: string) => string): Promise<void> {
+  const { values, positionals } = parseArgs({ args: argv, options: OPTIONS, allowPositionals: true });
+  const [verb, ...rest] = positionals;
+  const action = ACTIONS[`${group} ${verb}`];
+  if (!action) throw new ConfigError(`unknown command: parley ${group} ${verb ?? ''}\n${OPERATOR_USAGE}`);
+  const dir = dataDir(values['data-dir']);
+  const redisUrl = process.env.REDIS_URL;
+  const secret = resolveKeySecret(dir, redisUrl !== undefined);
+  const privateRedis = redisUrl ? undefined : await startPrivateRedis(dir);
+  const redis = await connectRedis(redisUrl ?? privateRedis!.target, 'parley-operator');
+  try {
+    await action({ redis, secret }, values, rest);
+  } catch (err) {
+    // An operator needs the reason, not a stack trace.
+    throw new ConfigError((err as Error).message);
+  } finally {
+    redis.disconnect();
+    await privateRedis?.stop();
+  }
+}

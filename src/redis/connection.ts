@@ -1,0 +1,29 @@
+// The one connection to the shared state. Parley fails closed: a command that
+// cannot reach Redis fails at once (no offline queue, no silent retries), so
+// the request that needed it gets a 503 instead of free service or a hang.
+import { Redis } from 'ioredis';
+
+export type { Redis };
+
+/** A redis:// URL, or the path of a private server's unix socket. */
+export async function connectRedis(target: string, name = 'parley'): Promise<Redis> {
+  const redis = new Redis(target, {
+    connectionName: name,
+    enableOfflineQueue: false,
+    maxRetriesPerRequest: 0,
+    connectTimeout: 2_000,
+    lazyConnect: true,
+    retryStrategy: (attempt) => Math.min(attempt * 100, 1_000),
+  });
+  // Reconnection is ioredis's job; an error event without a listener would crash the process.
+  redis.on('error', () => {});
+  await redis.connect();
+  return redis;
+}
+
+/** A second connection for pub/sub, which cannot share a connection with commands. */
+export function subscriberFor(redis: Redis): Redis {
+  const sub = redis.duplicate({ enableOfflineQueue: true, maxRetriesPerRequest: null });
+  sub.on('error', () => {});
+  return sub;
+}

@@ -1,0 +1,28 @@
+// A Lua script run by its SHA (EVALSHA), loaded on first use and again after
+// a Redis restart empties the script cache. Each change of money is one of
+// these: atomic, so concurrent replicas never interleave inside it.
+import { createHash } from 'node:crypto';
+import type { Redis } from 'ioredis';
+
+export type ScriptReply = (string | number | null)[];
+
+export interface LuaScript {
+  run(redis: Redis, keys: string[], args: (string | number)[]): Promise<ScriptReply>;
+}
+
+/** Reads the Redis server clock in milliseconds, the one clock every replica shares. */
+export const LUA_NOW_MS = `local __t = redis.call('TIME'); local now_ms = tonumber(__t[1]) * 1000 + math.floor(tonumber(__t[2]) / 1000)`;
+
+export function luaScript(source: string): LuaScript {
+  const sha = createHash('sha1').update(source).digest('hex');
+  return {
+    async run(redis, keys, args) {
+      try {
+        return (await redis.evalsha(sha, keys.length, ...keys, ...args)) as ScriptReply;
+      } catch (err) {
+        if (!String((err as Error).message).startsWith('NOSCRIPT')) throw err;
+        return (await redis.eval(source, keys.length, ...keys, ...args)) as ScriptReply;
+      }
+    },
+  };
+}

@@ -1,0 +1,76 @@
+// A real redis-server per test file, on a free port with its own data folder,
+// so that a test can kill and restart it without touching anyone else's data.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Redis } from 'ioredis';
+
+export interface TestRedis {
+  url: string;
+  /** A plain client for the test's own reads and writes. */
+  client: Redis;
+  /** Kills the server (SIGKILL: no goodbye to clients), keeping its append-only file. */
+  kill(): Promise<void>;
+  /** Starts it again on the same port and files. */
+  restart(): Promise<void>;
+  stop(): Promise<void>;
+}
+
+async function freePort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as { port: number };
+  await new Promise((resolve) => server.close(resolve));
+  return port;
+}
+
+async function waitUntilAnswering(url: string): Promise<void> {
+  for (let i = 0; i < 200; i++) {
+    const probe = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null });
+    probe.on('error', () => {});
+    try {
+      await probe.connect();
+      await probe.ping();
+      probe.disconnect();
+      return;
+    } catch {
+      probe.disconnect();
+      await new Promise((r) => setTimeout(r, 25));
+    }
+  }
+  throw new Error(`redis-server at ${url} did not answer`);
+}
+
+export async function startTestRedis(): Promise<TestRedis> {
+  const port = await freePort();
+  const dir = mkdtempSync(join(tmpdir(), 'parley-redis-'));
+  const url = `redis://127.0.0.1:${port}`;
+  let child: ChildProcess;
+  const launch = async () => {
+    child = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--appendonly', 'yes', '--appendfsync', 'always', '--save', ''], {
+      stdio: 'ignore',
+    });
+    await waitUntilAnswering(url);
+  };
+  const kill = () =>
+    new Promise<void>((resolve) => {
+      if (child.exitCode !== null || child.signalCode !== null) return resolve();
+      child.once('exit', () => resolve());
+      child.kill('SIGKILL');
+    });
+  await launch();
+  const client = new Redis(url, { maxRetriesPerRequest: 3 });
+  client.on('error', () => {});
+  return {
+    url,
+    client,
+    kill,
+    restart: launch,
+    stop: async () => {
+      client.disconnect();
+      await kill();
+    },
+  };
+}
