@@ -3,6 +3,7 @@ import { defineConfig } from 'vitest/config';
 export default defineConfig({
   test: {
     include: ['test/**/*.test.ts'],
+    globalSetup: ['test/support/build.ts'],
     // node-llama-cpp is a native addon: run files in child processes, not worker threads.
     pool: 'forks',
     testTimeout: 60_000,

@@ -14,6 +14,26 @@ if [ "$major" -lt "$need_node" ]; then
   exit 1
 fi
 
+# OS packages Parley runs with: redis-server holds keys and credit when no
+# REDIS_URL is given (and the tests start their own).
+install_os_package() {
+  if command -v apt-get >/dev/null 2>&1; then
+    sudo_cmd=""
+    [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
+    $sudo_cmd apt-get install -y --no-install-recommends "$1" >/dev/null 2>&1 ||
+      { $sudo_cmd apt-get update >/dev/null 2>&1 && $sudo_cmd apt-get install -y --no-install-recommends "$1" >/dev/null; }
+  elif command -v brew >/dev/null 2>&1; then
+    brew install "$2"
+  else
+    echo "parley: please install $1 with your OS package manager." >&2
+    exit 1
+  fi
+}
+if ! command -v redis-server >/dev/null 2>&1; then
+  echo "parley: installing redis-server"
+  install_os_package redis-server redis
+fi
+
 # Dependencies from the lock file (npm ci refuses this lock file: npm 11 leaves
 # other platforms' optional binaries out of it); node-llama-cpp brings prebuilt llama.cpp binaries.
 if [ ! -d node_modules ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then

@@ -7,16 +7,17 @@
 // the account reclaims its holds. Available = granted + topped_up - held.
 import type { Redis } from 'ioredis';
 import { redisKeys } from '../redis/keys.js';
-import { LUA_NOW_MS, luaScript } from '../redis/lua-script.js';
+import { LUA_INT, LUA_NOW_MS, luaScript } from '../redis/lua-script.js';
 import type { Usage } from '../protocol/chat-response.js';
 import type { TokenPrices } from './prices.js';
 
 const RECLAIM_EXPIRED_HOLDS = `
 ${LUA_NOW_MS}
+${LUA_INT}
 local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now_ms)
 for _, id in ipairs(expired) do
   local amount = tonumber(redis.call('HGET', KEYS[3], id) or '0')
-  redis.call('HINCRBY', KEYS[1], 'held', -amount)
+  redis.call('HINCRBY', KEYS[1], 'held', int(0 - amount))
   redis.call('HDEL', KEYS[3], id)
 end
 if #expired > 0 then redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now_ms) end
@@ -38,15 +39,16 @@ if amount > available then
   if tokens < 1 then return {-1, available, 0} end
   amount = math.ceil((prompt_pico + output_pico * tokens) / 1000000)
 end
-redis.call('ZADD', KEYS[2], now_ms + tonumber(ARGV[2]), ARGV[1])
-redis.call('HSET', KEYS[3], ARGV[1], amount)
-redis.call('HINCRBY', KEYS[1], 'held', amount)
+redis.call('ZADD', KEYS[2], int(now_ms + tonumber(ARGV[2])), ARGV[1])
+redis.call('HSET', KEYS[3], ARGV[1], int(amount))
+redis.call('HINCRBY', KEYS[1], 'held', int(amount))
 return {1, amount, tokens}
 `);
 
 const EXTEND = luaScript(`
 ${LUA_NOW_MS}
-return redis.call('ZADD', KEYS[1], 'XX', 'CH', now_ms + tonumber(ARGV[2]), ARGV[1])
+${LUA_INT}
+return redis.call('ZADD', KEYS[1], 'XX', 'CH', int(now_ms + tonumber(ARGV[2])), ARGV[1])
 `);
 
 // KEYS: account, holds, amounts, settled marker, usage stream, daily usage.
@@ -59,7 +61,7 @@ local held = tonumber(redis.call('HGET', KEYS[3], id) or 'nil')
 if held then
   redis.call('HDEL', KEYS[3], id)
   redis.call('ZREM', KEYS[2], id)
-  redis.call('HINCRBY', KEYS[1], 'held', -held)
+  redis.call('HINCRBY', KEYS[1], 'held', int(0 - held))
 end
 local charge = 0
 if ARGV[3] == 'complete' then
@@ -67,21 +69,20 @@ if ARGV[3] == 'complete' then
   -- Never below zero: a hold that expired (or an upstream that overshot) is charged at most what is left.
   charge = math.min(tonumber(ARGV[2]), math.max(granted + topped_up - field('held'), 0))
   local from_granted = math.min(charge, math.max(granted, 0))
-  redis.call('HINCRBY', KEYS[1], 'granted', -from_granted)
-  redis.call('HINCRBY', KEYS[1], 'topped_up', -(charge - from_granted))
+  redis.call('HSET', KEYS[1], 'granted', int(granted - from_granted), 'topped_up', int(topped_up - (charge - from_granted)))
   local model = ARGV[4]
   redis.call('HINCRBY', KEYS[6], model .. '\\trequests', 1)
   redis.call('HINCRBY', KEYS[6], model .. '\\tprompt_tokens', ARGV[5])
   redis.call('HINCRBY', KEYS[6], model .. '\\tcached_tokens', ARGV[6])
   redis.call('HINCRBY', KEYS[6], model .. '\\tcompletion_tokens', ARGV[7])
-  redis.call('HINCRBY', KEYS[6], model .. '\\tcost', charge)
+  redis.call('HINCRBY', KEYS[6], model .. '\\tcost', int(charge))
   redis.call('EXPIRE', KEYS[6], 400 * 86400)
 end
 redis.call('SET', KEYS[4], '1', 'EX', 2 * 86400)
 local event = {'XADD', KEYS[5], '*'}
 for i = 8, #ARGV do event[#event + 1] = ARGV[i] end
 event[#event + 1] = 'charged'
-event[#event + 1] = charge
+event[#event + 1] = int(charge)
 redis.call(unpack(event))
 return {1, charge}
 `);
@@ -94,6 +95,7 @@ return {1, field('granted'), field('topped_up'), field('held')}
 
 // ARGV: kind (grant | top_up | deduct), amount, note. Deductions take granted credit first and stop at zero.
 const ADJUST = luaScript(`
+${LUA_INT}
 if redis.call('EXISTS', KEYS[1]) == 0 then return {0, 0} end
 local amount = tonumber(ARGV[2])
 local granted = tonumber(redis.call('HGET', KEYS[1], 'granted') or '0')
@@ -106,8 +108,8 @@ else
   granted = granted - from_granted
   topped_up = topped_up - (amount - from_granted)
 end
-redis.call('HSET', KEYS[1], 'granted', granted, 'topped_up', topped_up)
-redis.call('XADD', KEYS[2], '*', 'account', ARGV[4], 'kind', ARGV[1], 'amount', amount, 'note', ARGV[3])
+redis.call('HSET', KEYS[1], 'granted', int(granted), 'topped_up', int(topped_up))
+redis.call('XADD', KEYS[2], '*', 'account', ARGV[4], 'kind', ARGV[1], 'amount', int(amount), 'note', ARGV[3])
 return {1, granted + topped_up}
 `);
 

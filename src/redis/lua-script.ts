@@ -10,6 +10,13 @@ export interface LuaScript {
   run(redis: Redis, keys: string[], args: (string | number)[]): Promise<ScriptReply>;
 }
 
+/**
+ * Writes a Lua number as Redis integer text. Lua's own formatting can make
+ * "-0" or "1e+15", which HINCRBY refuses mid-script; and a script that fails
+ * half-way keeps the writes it made, so every numeric write goes through this.
+ */
+export const LUA_INT = `local function int(x) return string.format('%d', x) end`;
+
 /** Reads the Redis server clock in milliseconds, the one clock every replica shares. */
 export const LUA_NOW_MS = `local __t = redis.call('TIME'); local now_ms = tonumber(__t[1]) * 1000 + math.floor(tonumber(__t[2]) / 1000)`;
 

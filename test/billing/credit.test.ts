@@ -1,0 +1,388 @@
+// Prepaid credit through Parley with the real `openai` client and a real
+// redis-server: exact charges, holds, the 402, concurrency, interrupted
+// replies, failover, settlement across a Redis restart.
+import OpenAI from 'openai';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { readBalance } from '../../src/billing/credit-ledger.js';
+import { readUsageEvents, type UsageEvent } from '../../src/billing/usage-events.js';
+import { chunk, completionBody, sleep, startFakeUpstream, writeEvents, type FakeUpstream, type Script } from '../support/fake-upstream.js';
+import { makeAccount, modelEntry, postChat, startTestGateway, type TestGateway } from '../support/gateway.js';
+import type { TestRedis } from '../support/redis.js';
+
+const messages = [{ role: 'user' as const, content: 'hello' }];
+// Prices with fractions, so that rounding is exercised: per million tokens.
+const PRICES = { inputCacheMiss: 0.27, inputCacheHit: 0.07, output: 1.1 };
+
+async function balance(redis: TestRedis, account: string) {
+  const b = (await readBalance(redis.client, account))!;
+  return { total: b.granted + b.toppedUp, held: b.held };
+}
+
+async function events(redis: TestRedis, account: string): Promise<UsageEvent[]> {
+  const out: UsageEvent[] = [];
+  for await (const e of readUsageEvents(redis.client, { account })) out.push(e);
+  return out;
+}
+
+async function until(check: () => Promise<boolean>, timeoutMs = 5_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error('condition not met in time');
+    await sleep(20);
+  }
+}
+
+/** A vLLM-style upstream that answers `n` choices with the usage a test sets. */
+function answering(usage: { prompt_tokens: number; completion_tokens: number; cached?: number }): Script {
+  const u = { prompt_tokens: usage.prompt_tokens, completion_tokens: usage.completion_tokens, total_tokens: usage.prompt_tokens + usage.completion_tokens, prompt_tokens_details: { cached_tokens: usage.cached ?? 0 } };
+  return (req, res) => {
+    const n = req.body.n ?? 1;
+    if (req.body.stream) {
+      const deltas = Array.from({ length: n }, (_, i) => ({ ...chunk({ content: `reply ${i}` }), choices: [{ index: i, delta: { content: `reply ${i}` }, finish_reason: 'stop' }] }));
+      return writeEvents(res, [...deltas, { ...chunk({}), choices: [], usage: u }]);
+    }
+    const body = completionBody('x', u);
+    body.choices = Array.from({ length: n }, (_, i) => ({ index: i, message: { role: 'assistant', content: `reply ${i}` }, finish_reason: 'stop' }));
+    res.writeHead(200, { 'content-type': 'application/json' });
+    res.end(JSON.stringify(body));
+  };
+}
+
+describe('charges', () => {
+  let upstream: FakeUpstream;
+  let gw: TestGateway;
+  beforeAll(async () => {
+    upstream = await startFakeUpstream(answering({ prompt_tokens: 1001, cached: 600, completion_tokens: 150 }));
+    gw = await startTestGateway({ models: [modelEntry('m', [{ kind: 'vllm', url: upstream.url }], { pricesPerMillion: PRICES })] });
+  });
+  afterAll(async () => {
+    await gw.close();
+    await upstream.close();
+  });
+
+  // 401 uncached × 0.27 + 600 cached × 0.07 + 150 completion (3 replies) × 1.1 = 315.27 micro-units, rounded up once.
+  const EXPECTED_COST = 316;
+
+  it('charges cached prompt tokens at the hit price and every one of n replies, rounded up once per request', async () => {
+    const before = await balance(gw.redis, gw.account);
+    const reply = await gw.client.chat.completions.create({ model: 'm', messages, n: 3 });
+    expect(reply.choices).toHaveLength(3);
+    expect(reply.usage).toMatchObject({ prompt_tokens: 1001, completion_tokens: 150, prompt_tokens_details: { cached_tokens: 600 } });
+    await until(async () => (await balance(gw.redis, gw.account)).total !== before.total);
+    expect(await balance(gw.redis, gw.account)).toEqual({ total: before.total - EXPECTED_COST, held: 0 });
+    const [event] = (await events(gw.redis, gw.account)).slice(-1);
+    expect(event).toMatchObject({ outcome: 'complete', model: 'm', promptTokens: 1001, cachedTokens: 600, completionTokens: 150, cost: EXPECTED_COST, charged: EXPECTED_COST });
+    expect(event.endpoint).toContain(upstream.url);
+  });
+
+  it('charges a streamed reply the same, with or without the usage chunk', async () => {
+    for (const include_usage of [true, false]) {
+      const before = await balance(gw.redis, gw.account);
+      const stream = await gw.client.chat.completions.create({ model: 'm', messages, n: 3, stream: true, stream_options: { include_usage } });
+      for await (const _ of stream);
+      await until(async () => (await balance(gw.redis, gw.account)).total !== before.total);
+      expect((await balance(gw.redis, gw.account)).total).toBe(before.total - EXPECTED_COST);
+    }
+  });
+
+  it('shows the balance in DeepSeek\'s shape', async () => {
+    const b = await balance(gw.redis, gw.account);
+    const res = await fetch(`${gw.url}/user/balance`, { headers: { authorization: `Bearer ${gw.apiKey}` } });
+    expect(res.status).toBe(200);
+    const body = await res.json();
+    expect(body.is_available).toBe(true);
+    expect(body.balance_infos[0]).toMatchObject({ currency: 'USD', total_balance: (b.total / 1e6).toFixed(6).replace(/0+$/, ''), granted_balance: (b.total / 1e6).toFixed(6).replace(/0+$/, ''), topped_up_balance: '0.00' });
+  });
+
+  it('refuses with 402 and calls no upstream when the account has no credit', async () => {
+    const empty = await makeAccount(gw.redis, 0);
+    const calls = upstream.received.length;
+    const res = await postChat({ url: gw.url, apiKey: empty.key }, { model: 'm', messages });
+    expect(res.status).toBe(402);
+    expect((await res.json()).error).toMatchObject({ type: 'insufficient_quota', code: 'insufficient_balance' });
+    expect(upstream.received.length).toBe(calls);
+    expect(await balance(gw.redis, empty.account)).toEqual({ total: 0, held: 0 });
+  });
+
+  it('lowers max_tokens sent upstream to what a short balance can pay', async () => {
+    // 100 micro-units: the ~30-token bounded prompt at 0.27 leaves about 82 output tokens at 1.1.
+    const short = await makeAccount(gw.redis, 0.0001);
+    await postChat({ url: gw.url, apiKey: short.key }, { model: 'm', messages, max_tokens: 1000 });
+    const sent = upstream.received.at(-1)!.body;
+    expect(sent.max_tokens).toBeGreaterThan(50);
+    expect(sent.max_tokens).toBeLessThan(100);
+    const b = await balance(gw.redis, short.account);
+    expect(b.held).toBe(0);
+    expect(b.total).toBeGreaterThanOrEqual(0);
+  });
+});
+
+describe('authentication', () => {
+  let upstream: FakeUpstream;
+  let gw: TestGateway;
+  beforeAll(async () => {
+    upstream = await startFakeUpstream(answering({ prompt_tokens: 5, completion_tokens: 5 }));
+    gw = await startTestGateway({ models: [modelEntry('m', [{ kind: 'vllm', url: upstream.url }])] });
+  });
+  afterAll(async () => {
+    await gw.close();
+    await upstream.close();
+  });
+
+  const cases: [string, Record<string, string>][] = [
+    ['no Authorization header', {}],
+    ['a scheme other than Bearer', { authorization: 'Basic dXNlcjpwYXNz' }],
+    ['a malformed key', { authorization: 'Bearer not-a-key' }],
+    ['an unknown key', { authorization: `Bearer sk-parley-${'A'.repeat(43)}` }],
+  ];
+  it.each(cases)('answers 401 invalid_api_key for %s, with no upstream call and no charge', async (_name, headers) => {
+    const before = await balance(gw.redis, gw.account);
+    const calls = upstream.received.length;
+    const res = await fetch(`${gw.url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify({ model: 'm', messages }) });
+    expect(res.status).toBe(401);
+    expect((await res.json()).error).toMatchObject({ type: 'authentication_error', code: 'invalid_api_key' });
+    expect(upstream.received.length).toBe(calls);
+    expect(await balance(gw.redis, gw.account)).toEqual(before);
+  });
+
+  it('answers 401 through the openai client for a revoked key', async () => {
+    const team = await makeAccount(gw.redis, 1);
+    const client = new OpenAI({ baseURL: `${gw.url}/v1`, apiKey: team.key, maxRetries: 0 });
+    await client.chat.completions.create({ model: 'm', messages });
+    const { revokeApiKey } = await import('../../src/accounts/api-keys.js');
+    expect(await revokeApiKey(gw.redis.client, team.keyId)).toBe(true);
+    await until(async () => (await postChat({ url: gw.url, apiKey: team.key }, { model: 'm', messages })).status === 401, 1_000);
+    await expect(client.chat.completions.create({ model: 'm', messages })).rejects.toMatchObject({ status: 401, code: 'invalid_api_key' });
+  });
+
+  it('needs a key for the models list and the balance too', async () => {
+    for (const path of ['/v1/models', '/v1/models/m', '/user/balance']) {
+      expect((await fetch(`${gw.url}${path}`)).status).toBe(401);
+    }
+  });
+});
+
+describe('a revocation reaches every replica within a second', () => {
+  it('two gateways on one Redis both refuse the key once it is revoked', async () => {
+    const upstream = await startFakeUpstream(answering({ prompt_tokens: 5, completion_tokens: 5 }));
+    const config = { models: [modelEntry('m', [{ kind: 'vllm', url: upstream.url }])] };
+    const a = await startTestGateway(config);
+    const b = await startTestGateway(config, { redis: a.redis });
+    try {
+      const team = await makeAccount(a.redis, 1);
+      for (const gw of [a, b]) expect((await postChat({ url: gw.url, apiKey: team.key }, { model: 'm', messages })).status).toBe(200);
+      const { revokeApiKey } = await import('../../src/accounts/api-keys.js');
+      await revokeApiKey(a.redis.client, team.keyId);
+      const revokedAt = Date.now();
+      for (const gw of [a, b]) {
+        await until(async () => (await postChat({ url: gw.url, apiKey: team.key }, { model: 'm', messages })).status === 401, 1_000);
+      }
+      expect(Date.now() - revokedAt).toBeLessThan(1_000);
+    } finally {
+      await b.close();
+      await a.close();
+      await upstream.close();
+    }
+  });
+});
+
+describe('concurrency', () => {
+  it('50 concurrent requests on a balance that pays for about 10: never below zero, balance + charges = grants', async () => {
+    // Every reply takes all the tokens it may, slowly, so that holds overlap.
+    const upstream = await startFakeUpstream(async (req, res) => {
+      await sleep(100);
+      const usage = { prompt_tokens: 20, completion_tokens: req.body.max_tokens, total_tokens: 20 + req.body.max_tokens };
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(JSON.stringify(completionBody('x', usage)));
+    });
+    const gw = await startTestGateway({ models: [modelEntry('m', [{ kind: 'vllm', url: upstream.url }], { pricesPerMillion: { inputCacheMiss: 1, inputCacheHit: 1, output: 10 } })] }, { credit: 0 });
+    try {
+      const team = await makeAccount(gw.redis, 0.01); // 10,000 micro-units; a full reply costs 1,000 + 20
+      const results = await Promise.all(
+        Array.from({ length: 50 }, () => postChat({ url: gw.url, apiKey: team.key }, { model: 'm', messages, max_tokens: 100 }).then((r) => r.status)),
+      );
+      const served = results.filter((s) => s === 200).length;
+      expect(results.every((s) => s === 200 || s === 402)).toBe(true);
+      expect(served).toBeGreaterThanOrEqual(9);
+      expect(served).toBeLessThanOrEqual(11);
+      await until(async () => (await balance(gw.redis, team.account)).held === 0);
+      const b = await balance(gw.redis, team.account);
+      const charged = (await events(gw.redis, team.account)).reduce((sum, e) => sum + e.charged, 0);
+      expect(b.total).toBeGreaterThanOrEqual(0);
+      expect(b.total + charged).toBe(10_000);
+    } finally {
+      await gw.close();
+      await upstream.close();
+    }
+  });
+});
+
+describe('replies that do not complete cost nothing', () => {
+  let upstream: FakeUpstream;
+  let gw: TestGateway;
+  beforeAll(async () => {
+    upstream = await startFakeUpstream(() => {});
+    gw = await startTestGateway({ models: [modelEntry('m', [{ kind: 'vllm', url: upstream.url }])] });
+  });
+  afterAll(async () => {
+    await gw.close();
+    await upstream.close();
+  });
+
+  it('a stream the client abandons mid-reply', async () => {
+    upstream.setScript(async (_req, res) => {
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      for (let i = 0; i < 200 && !res.destroyed; i++) {
+        res.write(`data: ${JSON.stringify(chunk({ content: 'tok ' }))}\n\n`);
+        await sleep(10);
+      }
+      res.end();
+    });
+    const before = await balance(gw.redis, gw.account);
+    const abort = new AbortController();
+    const stream = await gw.client.chat.completions.create({ model: 'm', messages, stream: true }, { signal: abort.signal });
+    let seen = 0;
+    try {
+      for await (const _ of stream) if (++seen === 5) abort.abort();
+    } catch {
+      // the client's own abort
+    }
+    expect(seen).toBeGreaterThanOrEqual(5);
+    await until(async () => (await events(gw.redis, gw.account)).some((e) => e.outcome === 'client_gone'));
+    expect(await balance(gw.redis, gw.account)).toEqual(before);
+  });
+
+  it('a stream the upstream breaks off', async () => {
+    upstream.setScript(async (_req, res) => {
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      res.write(`data: ${JSON.stringify(chunk({ role: 'assistant', content: 'half' }))}\n\n`);
+      await sleep(20);
+      res.destroy();
+    });
+    const before = await balance(gw.redis, gw.account);
+    const raw = await (await postChat(gw, { model: 'm', messages, stream: true })).text();
+    expect(raw).toContain('"type":"server_error"');
+    await until(async () => (await events(gw.redis, gw.account)).some((e) => e.outcome === 'broke_off'));
+    expect(await balance(gw.redis, gw.account)).toEqual(before);
+  });
+
+  it('an upstream that fails before answering', async () => {
+    upstream.setScript((_req, res) => {
+      res.writeHead(400, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({ error: { message: 'bad request', type: 'invalid_request_error' } }));
+    });
+    const before = await balance(gw.redis, gw.account);
+    expect((await postChat(gw, { model: 'm', messages })).status).toBe(400);
+    await until(async () => (await events(gw.redis, gw.account)).some((e) => e.outcome === 'failed'));
+    expect(await balance(gw.redis, gw.account)).toEqual(before);
+  });
+});
+
+describe('failover', () => {
+  it('a request whose first upstream failed before its first byte is served by the next and charged once', async () => {
+    const broken = await startFakeUpstream((_req, res) => {
+      res.writeHead(503);
+      res.end('overloaded');
+    });
+    const healthy = await startFakeUpstream(answering({ prompt_tokens: 1000, completion_tokens: 1000 }));
+    const gw = await startTestGateway({ models: [modelEntry('m', [{ kind: 'vllm', url: broken.url }, { kind: 'vllm', url: healthy.url }])] });
+    try {
+      const before = await balance(gw.redis, gw.account);
+      const reply = await gw.client.chat.completions.create({ model: 'm', messages });
+      expect(reply.choices[0].message.content).toBe('reply 0');
+      expect(broken.received).toHaveLength(1);
+      await until(async () => (await events(gw.redis, gw.account)).length > 0);
+      await sleep(100);
+      const all = await events(gw.redis, gw.account);
+      expect(all).toHaveLength(1);
+      // 1,000 prompt tokens × 1 + 1,000 output tokens × 2 per million.
+      expect(await balance(gw.redis, gw.account)).toEqual({ total: before.total - 3_000, held: 0 });
+    } finally {
+      await gw.close();
+      await broken.close();
+      await healthy.close();
+    }
+  });
+});
+
+describe('Redis restarted mid-run', () => {
+  let upstream: FakeUpstream;
+  let gw: TestGateway;
+  afterEach(async () => {
+    await gw?.close();
+    await upstream?.close();
+  });
+
+  it('fails closed with 503 while it is down, loses and doubles nothing, and serves again when it is back', async () => {
+    upstream = await startFakeUpstream(async (_req, res) => {
+      await sleep(300);
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(JSON.stringify(completionBody('x', { prompt_tokens: 1000, completion_tokens: 0 })));
+    });
+    gw = await startTestGateway({ models: [modelEntry('m', [{ kind: 'vllm', url: upstream.url }])] });
+    const start = await balance(gw.redis, gw.account);
+    // One request is in flight (holding credit) when Redis dies; it finishes while Redis is down.
+    const inFlight = postChat(gw, { model: 'm', messages });
+    await until(async () => (await balance(gw.redis, gw.account)).held > 0);
+    await gw.redis.kill();
+    const during = await postChat(gw, { model: 'm', messages });
+    expect(during.status).toBe(503);
+    expect((await during.json()).error.type).toBe('service_unavailable');
+    expect(during.headers.get('retry-after')).toBe('1');
+    expect((await inFlight).status).toBe(200);
+    await gw.redis.restart();
+    // The settlement owed for the in-flight reply lands once Redis is back, exactly once.
+    await until(async () => (await balance(gw.redis, gw.account).catch(() => start)).total !== start.total, 10_000);
+    expect(await balance(gw.redis, gw.account)).toEqual({ total: start.total - 1_000, held: 0 });
+    expect((await postChat(gw, { model: 'm', messages })).status).toBe(200);
+    await until(async () => (await balance(gw.redis, gw.account)).total === start.total - 2_000);
+    expect((await events(gw.redis, gw.account)).filter((e) => e.outcome === 'complete')).toHaveLength(2);
+  });
+});
+
+describe('rate limits', () => {
+  it('answers 429 rate_limit_exceeded with Retry-After and OpenAI\'s x-ratelimit headers', async () => {
+    const upstream = await startFakeUpstream(answering({ prompt_tokens: 5, completion_tokens: 5 }));
+    const gw = await startTestGateway({ rateLimits: { requestsPerMinute: 2 }, models: [modelEntry('m', [{ kind: 'vllm', url: upstream.url }])] });
+    try {
+      const first = await postChat(gw, { model: 'm', messages, max_tokens: 10 });
+      expect(first.status).toBe(200);
+      expect(first.headers.get('x-ratelimit-limit-requests')).toBe('2');
+      expect(first.headers.get('x-ratelimit-remaining-requests')).toBe('1');
+      expect(first.headers.get('x-ratelimit-limit-tokens')).toBe('2000000');
+      expect(first.headers.get('x-ratelimit-reset-requests')).toMatch(/^\d+s$/);
+      expect((await postChat(gw, { model: 'm', messages, max_tokens: 10 })).status).toBe(200);
+      const calls = upstream.received.length;
+      const limited = await postChat(gw, { model: 'm', messages, max_tokens: 10 });
+      expect(limited.status).toBe(429);
+      expect((await limited.json()).error).toMatchObject({ type: 'rate_limit_error', code: 'rate_limit_exceeded' });
+      expect(Number(limited.headers.get('retry-after'))).toBeGreaterThan(0);
+      expect(limited.headers.get('x-ratelimit-remaining-requests')).toBe('0');
+      expect(upstream.received.length).toBe(calls);
+    } finally {
+      await gw.close();
+      await upstream.close();
+    }
+  });
+
+  it('counts tokens per minute, with an account\'s own limit over the default', async () => {
+    const upstream = await startFakeUpstream(answering({ prompt_tokens: 5, completion_tokens: 5 }));
+    const gw = await startTestGateway({ models: [modelEntry('m', [{ kind: 'vllm', url: upstream.url }])] });
+    try {
+      const { setAccountLimits } = await import('../../src/accounts/accounts.js');
+      const team = await makeAccount(gw.redis, 1);
+      await setAccountLimits(gw.redis.client, team.account, { requestsPerMinute: null, tokensPerMinute: 500 });
+      const ask = () => postChat({ url: gw.url, apiKey: team.key }, { model: 'm', messages, max_tokens: 200 });
+      const first = await ask();
+      expect(first.status).toBe(200);
+      expect(first.headers.get('x-ratelimit-limit-tokens')).toBe('500');
+      expect((await ask()).status).toBe(200);
+      const third = await ask();
+      expect(third.status).toBe(429);
+      expect((await third.json()).error.message).toContain('500 tokens per minute');
+    } finally {
+      await gw.close();
+      await upstream.close();
+    }
+  });
+});

@@ -1,0 +1,67 @@
+// The credit scripts alone, against a real redis-server: holds, their
+// expiry, settlement at most once, deductions.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { changeCredit, holdCredit, readBalance, settleHold, type Settlement } from '../../src/billing/credit-ledger.js';
+import { tokenPrices } from '../../src/billing/prices.js';
+import { sleep } from '../support/fake-upstream.js';
+import { makeAccount } from '../support/gateway.js';
+import { startTestRedis, type TestRedis } from '../support/redis.js';
+
+const prices = tokenPrices({ inputCacheMiss: 1, inputCacheHit: 0.5, output: 2 });
+let redis: TestRedis;
+beforeAll(async () => {
+  redis = await startTestRedis();
+});
+afterAll(() => redis.stop());
+
+const settlement = (account: string, requestId: string, cost: number): Settlement => ({
+  account, keyId: 'k', requestId, model: 'm', endpoint: 'e', outcome: 'complete',
+  usage: { prompt_tokens: 10, completion_tokens: 10, cached_tokens: 0 }, cost,
+});
+
+describe('holds and settlement', () => {
+  it('holds the most a request can cost: prompt at the miss price plus n full replies', async () => {
+    const { account } = await makeAccount(redis, 1);
+    const hold = await holdCredit(redis.client, { account, requestId: 'h1', ttlMs: 60_000, prices, promptTokens: 1000, n: 3, maxReplyTokens: 500 });
+    expect(hold).toEqual({ kind: 'held', amount: 1000 + 3 * 500 * 2, maxReplyTokens: 500 });
+    expect((await readBalance(redis.client, account))!.held).toBe(4000);
+  });
+
+  it('settles a request id at most once', async () => {
+    const { account } = await makeAccount(redis, 1);
+    await holdCredit(redis.client, { account, requestId: 'once', ttlMs: 60_000, prices, promptTokens: 10, n: 1, maxReplyTokens: 10 });
+    expect(await settleHold(redis.client, settlement(account, 'once', 30))).toBe(30);
+    expect(await settleHold(redis.client, settlement(account, 'once', 30))).toBeUndefined();
+    expect(await readBalance(redis.client, account)).toEqual({ granted: 1_000_000 - 30, toppedUp: 0, held: 0 });
+  });
+
+  it('reclaims a hold whose replica stopped extending it', async () => {
+    const { account } = await makeAccount(redis, 1);
+    await holdCredit(redis.client, { account, requestId: 'orphan', ttlMs: 300, prices, promptTokens: 10, n: 1, maxReplyTokens: 10 });
+    expect((await readBalance(redis.client, account))!.held).toBe(30);
+    await sleep(400);
+    expect((await readBalance(redis.client, account))!.held).toBe(0);
+  });
+
+  it('never charges below zero, even for a reply whose hold expired', async () => {
+    const { account } = await makeAccount(redis, 0.00005); // 50 micro-units
+    await holdCredit(redis.client, { account, requestId: 'late', ttlMs: 100, prices, promptTokens: 10, n: 1, maxReplyTokens: 10 });
+    await sleep(200);
+    expect(await settleHold(redis.client, settlement(account, 'late', 80))).toBe(50);
+    expect(await readBalance(redis.client, account)).toEqual({ granted: 0, toppedUp: 0, held: 0 });
+  });
+
+  it('refuses a hold when open holds already take the whole balance', async () => {
+    const { account } = await makeAccount(redis, 0.0001); // 100 micro-units
+    expect((await holdCredit(redis.client, { account, requestId: 'a', ttlMs: 60_000, prices, promptTokens: 10, n: 1, maxReplyTokens: 45 })).kind).toBe('held');
+    expect(await holdCredit(redis.client, { account, requestId: 'b', ttlMs: 60_000, prices, promptTokens: 10, n: 1, maxReplyTokens: 45 })).toEqual({ kind: 'no_credit', available: 0 });
+  });
+
+  it('deducts granted credit first and never below zero', async () => {
+    const { account } = await makeAccount(redis, 1);
+    await changeCredit(redis.client, account, 'top_up', 2_000_000, 'code');
+    expect(await changeCredit(redis.client, account, 'deduct', 1_500_000, 'refund')).toBe(1_500_000);
+    expect(await readBalance(redis.client, account)).toEqual({ granted: 0, toppedUp: 1_500_000, held: 0 });
+    expect(await changeCredit(redis.client, account, 'deduct', 9_000_000, 'all')).toBe(0);
+  });
+});

@@ -1,0 +1,55 @@
+// `bin/parley.js` as its own process, for what only a process shows: its
+// printed output, a kill -9, an exit code.
+import { execFile, spawn, type ChildProcess } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+
+const BIN = fileURLToPath(new URL('../../bin/parley.js', import.meta.url));
+
+export interface ParleyProcess {
+  url: string;
+  child: ChildProcess;
+  output(): string;
+  /** Sends the signal and waits for the exit. */
+  stop(signal?: NodeJS.Signals): Promise<void>;
+}
+
+export async function startParleyServe(args: string[], env: Record<string, string> = {}): Promise<ParleyProcess> {
+  const child = spawn(process.execPath, [BIN, 'serve', '--host', '127.0.0.1', '--port', '0', ...args], {
+    env: { ...process.env, ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let output = '';
+  child.stdout!.on('data', (d) => (output += d));
+  child.stderr!.on('data', (d) => (output += d));
+  const url = await new Promise<string>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`parley serve did not start:\n${output}`)), 60_000);
+    const look = () => {
+      const m = /listening on (http:\/\/\S+)\/v1/.exec(output);
+      if (m) {
+        clearTimeout(timer);
+        // The demo key is printed right after; give the line a moment to arrive.
+        setTimeout(() => resolve(m[1]), 100);
+      }
+    };
+    child.stdout!.on('data', look);
+    child.once('exit', (code) => reject(new Error(`parley serve exited (${code}):\n${output}`)));
+  });
+  return {
+    url,
+    child,
+    output: () => output,
+    stop: (signal = 'SIGTERM') =>
+      new Promise<void>((resolve) => {
+        if (child.exitCode !== null || child.signalCode !== null) return resolve();
+        child.once('exit', () => resolve());
+        child.kill(signal);
+      }),
+  };
+}
+
+/** Runs an operator command to completion; rejects with its output on a non-zero exit. */
+export async function runParley(args: string[], env: Record<string, string> = {}): Promise<string> {
+  const { stdout } = await promisify(execFile)(process.execPath, [BIN, ...args], { env: { ...process.env, ...env } });
+  return stdout;
+}
