@@ -4,6 +4,7 @@
 import { existsSync, readdirSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { readBalance } from '../../src/billing/credit-ledger.js';
 import { modelEntry, postChat, startTestGateway, type TestGateway } from '../support/gateway.js';
 
 const SHARED_MODELS = resolve(__dirname, '../../../shared/models');
@@ -139,5 +140,22 @@ describe.each(MODELS)('local engine: $name', ({ local }) => {
     const cached = second.usage!.prompt_tokens_details!.cached_tokens!;
     expect(cached).toBeGreaterThan(first.usage!.prompt_tokens / 2);
     expect(cached).toBeLessThan(second.usage!.prompt_tokens);
+  });
+
+  it('charges the cached part of the prompt at the hit price, and all n replies', async () => {
+    await gw.client.chat.completions.create({ model, messages: user('warm the cache'), max_tokens: 2, n: 3 });
+    const before = (await readBalance(gw.redis.client, gw.account))!;
+    const r = await gw.client.chat.completions.create({ model, messages: user('billed turn'), max_tokens: 4, n: 3 });
+    const u = r.usage!;
+    const cached = u.prompt_tokens_details!.cached_tokens!;
+    expect(cached).toBeGreaterThan(0);
+    // modelEntry prices per million: miss 1, hit 0.1, output 2.
+    const expected = Math.ceil((u.prompt_tokens - cached) * 1 + cached * 0.1 + u.completion_tokens * 2);
+    let after = before;
+    for (let i = 0; i < 100 && after.granted === before.granted; i++) {
+      await new Promise((r) => setTimeout(r, 20));
+      after = (await readBalance(gw.redis.client, gw.account))!;
+    }
+    expect(before.granted - after.granted).toBe(expected);
   });
 });
