@@ -7,6 +7,7 @@ import { readFileSync, watch, type FSWatcher } from 'node:fs';
 import { basename, dirname, resolve } from 'node:path';
 import { LineCounter, parseDocument, isNode } from 'yaml';
 import { z } from 'zod';
+import { POLICY_NAMES } from './routing/policies/index.js';
 
 export const UPSTREAM_KINDS = ['openai', 'vllm', 'sglang', 'llamacpp', 'deepseek', 'parley-engine'] as const;
 export type UpstreamKind = (typeof UPSTREAM_KINDS)[number];
@@ -29,6 +30,13 @@ const endpoint = z
     apiKeyEnv: z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/).optional(),
     /** Instead of url: Parley starts and supervises a `parley engine` for this endpoint. */
     local: localEngine.optional(),
+    /** Lower is preferred: endpoints of the next priority serve only when all of this one cannot. */
+    priority: z.int().min(0).default(0),
+    /** Relative capacity among endpoints of one priority. */
+    weight: z.number().positive().default(1),
+    /** Requests at once (protects the GPUs); more wait in a queue of `maxQueue`. */
+    maxConcurrent: z.int().positive().default(256),
+    maxQueue: z.int().min(0).default(256),
   })
   .check((ctx) => {
     if ((ctx.value.url === undefined) === (ctx.value.local === undefined)) {
@@ -49,6 +57,13 @@ const model = z.strictObject({
   tokenizer: z.strictObject({ gguf: z.string() }).optional(),
   description: z.string().default(''),
   setup: z.string().default(''),
+  routing: z
+    .strictObject({
+      policy: z.enum(POLICY_NAMES).default('prefix-affinity'),
+      /** Prefix affinity spills to the least loaded endpoint when the prefix's home has this many more requests. */
+      maxImbalance: z.int().min(0).default(4),
+    })
+    .prefault({}),
   endpoints: z.array(endpoint).min(1),
 });
 
@@ -58,6 +73,28 @@ const gatewaySettings = z
     upstreamFirstByteTimeoutMs: z.int().min(10).default(60_000),
     upstreamIdleTimeoutMs: z.int().min(10).default(60_000),
     maxBodyBytes: z.int().min(1024).default(4 * 1024 * 1024),
+    failover: z
+      .strictObject({
+        /** Endpoints tried per request before its first byte. */
+        maxAttempts: z.int().min(1).default(3),
+        /** All attempts of one request, queueing included, end by this deadline. */
+        deadlineMs: z.int().min(10).default(60_000),
+        /** The longest a request waits for a slot on a full endpoint. */
+        queueTimeoutMs: z.int().min(0).default(10_000),
+      })
+      .prefault({}),
+    health: z
+      .strictObject({
+        /** Failures in a row that open an endpoint's circuit (a refused connection opens it at once). */
+        failureThreshold: z.int().min(1).default(3),
+        /** How long an open circuit stays open before one request or probe tests it. */
+        openMs: z.int().min(10).default(5_000),
+        /** Active check: GET <endpoint url><path> every intervalMs (0 turns it off). */
+        probe: z
+          .strictObject({ path: z.string().startsWith('/').default('/models'), intervalMs: z.int().min(0).default(5_000), timeoutMs: z.int().min(10).default(2_000) })
+          .prefault({}),
+      })
+      .prefault({}),
   })
   .prefault({});
 

@@ -3,6 +3,7 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { ApiError, internalError, routeNotFound } from '../protocol/errors.js';
 import { sendError, sendJson } from '../protocol/http-io.js';
+import { getEndpoints } from './admin-routes.js';
 import { getBalance } from './balance-route.js';
 import { handleChatCompletion } from './chat-completions.js';
 import type { GatewayContext } from './context.js';
@@ -14,6 +15,7 @@ export function createGatewayServer(ctx: GatewayContext): Server {
     const method = req.method ?? 'GET';
     if (method === 'POST' && path === '/v1/chat/completions') return handleChatCompletion(req, res, ctx);
     if (method === 'GET' && (path === '/healthz' || path === '/readyz')) return sendJson(res, 200, { status: 'ok' });
+    if (method === 'GET' && path === '/admin/endpoints') return getEndpoints(req, res, ctx);
     const authenticated = method === 'GET' && (path === '/v1/models' || path.startsWith('/v1/models/') || path === '/user/balance');
     if (!authenticated) throw routeNotFound(method, path);
     const caller = await ctx.keys.authenticate(req.headers.authorization);

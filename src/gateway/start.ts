@@ -12,6 +12,7 @@ import { loadRoutingFile, watchRoutingFile } from '../config.js';
 import { LocalEngines } from '../engine/supervisor.js';
 import { connectRedis } from '../redis/connection.js';
 import { startPrivateRedis, type PrivateRedis } from '../redis/private-server.js';
+import { Router } from '../routing/router.js';
 import { buildRoutingTable, type RoutingTable } from '../routing/routing-table.js';
 import type { GatewayContext } from './context.js';
 import { createGatewayServer } from './server.js';
@@ -51,7 +52,9 @@ export async function startGateway(opts: GatewayOptions): Promise<RunningGateway
 
   const engines = new LocalEngines(opts.dataDir);
   let table: RoutingTable = await buildRoutingTable(routingFile, engines);
-  const context: GatewayContext = { routing: () => table, redis, keys, settlements: new SettlementQueue(redis) };
+  const router = new Router();
+  router.apply(table);
+  const context: GatewayContext = { routing: () => table, router, redis, keys, settlements: new SettlementQueue(redis) };
   const server = createGatewayServer(context);
   // Streams can be long; Node's default request timeout would cut them.
   server.requestTimeout = 0;
@@ -62,6 +65,7 @@ export async function startGateway(opts: GatewayOptions): Promise<RunningGateway
     (file) => {
       buildRoutingTable(file, engines).then(
         (next) => {
+          router.apply(next);
           table = next;
           console.log(`parley: routing file reloaded: ${[...next.models.keys()].join(', ')}`);
         },
@@ -80,6 +84,7 @@ export async function startGateway(opts: GatewayOptions): Promise<RunningGateway
     context,
     close: async () => {
       watcher.close();
+      router.close();
       server.closeAllConnections();
       await new Promise<void>((resolve) => server.close(() => resolve()));
       const unsettled = await context.settlements.drain(SETTLE_ON_CLOSE_MS);

@@ -66,6 +66,9 @@ export const bodyTooLarge = (limitBytes: number) =>
 export const noHealthyUpstream = (model: string, retryAfterSeconds: number) =>
   new ApiError(503, 'service_unavailable', `No upstream for model \`${model}\` can take this request right now. Retry after ${retryAfterSeconds} s.`, 'upstream_unavailable', null, { 'retry-after': String(retryAfterSeconds) });
 
+export const upstreamsBusy = (model: string, retryAfterSeconds: number) =>
+  new ApiError(503, 'service_unavailable', `Every upstream for model \`${model}\` is at capacity and its queue is full. Retry after ${retryAfterSeconds} s.`, 'queue_full', null, { 'retry-after': String(retryAfterSeconds) });
+
 export const upstreamUnreachable = (detail: string) =>
   new ApiError(502, 'server_error', `The model's server could not be reached: ${detail}`, 'upstream_unreachable');
 

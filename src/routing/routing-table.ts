@@ -14,6 +14,10 @@ export interface RoutedEndpoint extends UpstreamEndpoint {
   name: string;
   kind: UpstreamKind;
   upstreamModel: string;
+  priority: number;
+  weight: number;
+  maxConcurrent: number;
+  maxQueue: number;
 }
 
 export interface RoutedModel {
@@ -56,7 +60,18 @@ export async function buildRoutingTable(file: RoutingFile, engines: LocalEngines
       }
       const apiKey = e.apiKeyEnv ? process.env[e.apiKeyEnv] : undefined;
       if (e.apiKeyEnv && !apiKey) console.warn(`parley: ${config.id}: environment variable ${e.apiKeyEnv} is not set; calling ${url} without a key`);
-      endpoints.push({ name: `${config.id} ${url}`, kind: e.kind, url: url!, upstreamModel: e.upstreamModel ?? config.id, apiKey, dialect: DIALECTS[e.kind] });
+      endpoints.push({
+        name: `${config.id} ${url}`,
+        kind: e.kind,
+        url: url!,
+        upstreamModel: e.upstreamModel ?? config.id,
+        apiKey,
+        dialect: DIALECTS[e.kind],
+        priority: e.priority,
+        weight: e.weight,
+        maxConcurrent: e.maxConcurrent,
+        maxQueue: e.maxQueue,
+      });
     }
     models.set(config.id, { config, prices: tokenPrices(config.pricesPerMillion), endpoints, countPromptTokens: tokenizer ? await promptCounter(tokenizer) : undefined });
   }

@@ -1,0 +1,110 @@
+// Sends a request upstream along the router's plan. An endpoint with a free
+// slot is tried at once; a failure before its first byte (refused or dropped
+// connection, 5xx, 429, first-byte timeout) moves on to the next, within the
+// attempt budget and the deadline. When every endpoint is at capacity the
+// request waits in the first queue with room. Once an upstream answers, its
+// reply is the reply: nothing after the first byte fails over.
+import type { ChatCompletionRequest } from '../protocol/chat-request.js';
+import { ApiError, noHealthyUpstream, upstreamsBusy } from '../protocol/errors.js';
+import { QueueTimeout } from '../routing/endpoint-state.js';
+import type { RoutePlan } from '../routing/router.js';
+import type { RoutedEndpoint, RoutedModel } from '../routing/routing-table.js';
+import { postChatCompletion, type UpstreamBody } from '../upstream/client.js';
+import type { GatewayContext } from './context.js';
+
+export interface UpstreamCall {
+  endpoint: RoutedEndpoint;
+  bodies: UpstreamBody[];
+  /** Frees the endpoint's slot; call when the reply has been relayed. */
+  release(): void;
+}
+
+/** One upstream body per call: all `n` choices in one, or one call per choice where the dialect needs it. */
+function upstreamBodies(endpoint: RoutedEndpoint, model: RoutedModel, request: ChatCompletionRequest): Record<string, unknown>[] {
+  const body = endpoint.dialect.requestBody(request, {
+    upstreamModel: endpoint.upstreamModel,
+    supportsTools: model.config.supports.tools,
+    supportsJsonOutput: model.config.supports.jsonOutput,
+  });
+  const n = request.n ?? 1;
+  if (n === 1 || endpoint.dialect.multipleChoices) return [body];
+  return Array.from({ length: n }, (_, i) => {
+    const { n: _n, ...single } = body;
+    return request.seed != null ? { ...single, seed: request.seed + i } : single;
+  });
+}
+
+/** A failure before the upstream's first byte that another endpoint may not share. */
+const isRetryable = (err: unknown) => err instanceof ApiError && (err.code === 'upstream_unreachable' || err.code === 'upstream_error');
+
+export async function callWithFailover(
+  ctx: GatewayContext,
+  model: RoutedModel,
+  request: ChatCompletionRequest,
+  plan: RoutePlan,
+  signal: AbortSignal,
+): Promise<UpstreamCall> {
+  const { settings } = ctx.routing();
+  const { maxAttempts, deadlineMs, queueTimeoutMs } = settings.failover;
+  const retryAfter = Math.max(1, Math.ceil(settings.health.openMs / 1000));
+  if (plan.endpoints.length === 0) throw noHealthyUpstream(request.model, retryAfter);
+  const deadline = Date.now() + deadlineMs;
+  let attempts = 0;
+  let lastError: unknown;
+
+  // Holds a slot on `endpoint`; resolves to the call, or to undefined after a failure worth moving on from.
+  const attempt = async (endpoint: RoutedEndpoint): Promise<UpstreamCall | undefined> => {
+    const state = ctx.router.state(endpoint);
+    if (!state.breaker.allowRequest()) {
+      state.release();
+      return undefined;
+    }
+    attempts++;
+    const started = Date.now();
+    const timeouts = { firstByteMs: Math.max(1, Math.min(settings.upstreamFirstByteTimeoutMs, deadline - started)), idleMs: settings.upstreamIdleTimeoutMs };
+    try {
+      const bodies = await Promise.all(upstreamBodies(endpoint, model, request).map((b) => postChatCompletion(endpoint, b, signal, timeouts)));
+      state.recordSuccess(Date.now() - started);
+      ctx.router.routed(model, endpoint, plan.request);
+      let released = false;
+      return { endpoint, bodies, release: () => void (released || ((released = true), state.release())) };
+    } catch (err) {
+      state.release();
+      if (signal.aborted || !isRetryable(err)) {
+        // The upstream answered (a 4xx is the request's fault, not the endpoint's).
+        if (err instanceof ApiError) state.breaker.onSuccess();
+        throw err;
+      }
+      state.recordFailure((err as ApiError).code === 'upstream_unreachable');
+      console.warn(`parley: ${endpoint.name}: ${(err as Error).message}; trying the next endpoint`);
+      lastError = err;
+      return undefined;
+    }
+  };
+
+  const busy: RoutedEndpoint[] = [];
+  for (const endpoint of plan.endpoints) {
+    if (attempts >= maxAttempts || Date.now() >= deadline) break;
+    if (!ctx.router.state(endpoint).tryAcquire()) {
+      busy.push(endpoint);
+      continue;
+    }
+    const call = await attempt(endpoint);
+    if (call) return call;
+  }
+  for (const endpoint of busy) {
+    const state = ctx.router.state(endpoint);
+    if (attempts >= maxAttempts || !state.hasQueueRoom()) continue;
+    const wait = Math.min(queueTimeoutMs, deadline - Date.now());
+    if (wait <= 0) break;
+    try {
+      await state.acquireQueued(wait, signal);
+    } catch (err) {
+      if (err instanceof QueueTimeout) throw upstreamsBusy(request.model, retryAfter);
+      throw err;
+    }
+    const call = await attempt(endpoint);
+    if (call) return call;
+  }
+  throw lastError ?? upstreamsBusy(request.model, retryAfter);
+}

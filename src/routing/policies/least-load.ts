@@ -1,0 +1,16 @@
+// Least outstanding requests (in flight plus queued) relative to weight.
+// Among equally loaded endpoints it rotates, so that an idle pool still
+// spreads requests instead of sending every one to the first.
+import { byLoad, type Candidate, type RoutingPolicy } from './policy.js';
+
+export class LeastLoadPolicy implements RoutingPolicy {
+  private turn = 0;
+
+  order<C extends Candidate>(candidates: C[]): C[] {
+    if (candidates.length === 0) return [];
+    const start = this.turn++ % candidates.length;
+    return byLoad([...candidates.slice(start), ...candidates.slice(0, start)]);
+  }
+
+  onRouted(): void {}
+}

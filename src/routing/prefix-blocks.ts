@@ -1,0 +1,26 @@
+// The request's leading content as chained block hashes, for prefix
+// affinity. Blocks are fixed-size runs of the conversation's text in order
+// (roles included), so two requests share block hash i exactly when their
+// first i+1 blocks are the same, as an engine's prefix cache sees it.
+import { createHash } from 'node:crypto';
+import { messageText, type ChatMessage } from '../protocol/chat-request.js';
+
+export const BLOCK_CHARS = 128;
+const MAX_BLOCKS = 64;
+
+export function prefixBlocks(messages: ChatMessage[]): string[] {
+  let text = '';
+  for (const m of messages) {
+    text += `${m.role}\n${messageText(m)}\n\n`;
+    if (text.length >= BLOCK_CHARS * MAX_BLOCKS) break;
+  }
+  const count = Math.min(MAX_BLOCKS, Math.max(1, Math.floor(text.length / BLOCK_CHARS)));
+  const blocks: string[] = [];
+  let chain = '';
+  for (let i = 0; i < count; i++) {
+    const block = count === 1 && text.length < BLOCK_CHARS ? text : text.slice(i * BLOCK_CHARS, (i + 1) * BLOCK_CHARS);
+    chain = createHash('sha1').update(chain).update(block).digest('base64url').slice(0, 16);
+    blocks.push(chain);
+  }
+  return blocks;
+}

@@ -1,0 +1,118 @@
+// Chooses where a request goes. Endpoints are grouped by priority; within a
+// group the model's policy orders those whose circuit lets traffic through;
+// the plan is that order, group after group, for failover to walk. The
+// router also owns each endpoint's live state and its active probe, and
+// keeps both across routing-file reloads.
+import { request as httpRequest } from 'undici';
+import type { GatewaySettings } from '../config.js';
+import type { ChatMessage } from '../protocol/chat-request.js';
+import { EndpointState, type EndpointSnapshot } from './endpoint-state.js';
+import { createPolicy } from './policies/index.js';
+import type { RoutingPolicy, RoutingRequest } from './policies/policy.js';
+import { prefixBlocks } from './prefix-blocks.js';
+import type { RoutedEndpoint, RoutedModel, RoutingTable } from './routing-table.js';
+
+export interface RoutePlan {
+  /** Endpoints in the order to try them. */
+  endpoints: RoutedEndpoint[];
+  request: RoutingRequest;
+}
+
+export class Router {
+  private readonly states = new Map<string, EndpointState>();
+  private readonly policies = new Map<string, { key: string; policy: RoutingPolicy }>();
+  private readonly probes = new Map<string, NodeJS.Timeout>();
+  private table: RoutingTable | undefined;
+
+  /** Takes a new routing table: new endpoints get state and a probe, removed ones lose theirs. */
+  apply(table: RoutingTable): void {
+    this.table = table;
+    const { health } = table.settings;
+    const live = new Set<string>();
+    for (const model of table.models.values()) {
+      const { policy, maxImbalance } = model.config.routing;
+      const key = `${policy}/${maxImbalance}`;
+      if (this.policies.get(model.config.id)?.key !== key) this.policies.set(model.config.id, { key, policy: createPolicy(policy, { maxImbalance }) });
+      for (const e of model.endpoints) {
+        live.add(e.name);
+        const limits = { maxConcurrent: e.maxConcurrent, maxQueue: e.maxQueue };
+        const state = this.states.get(e.name);
+        if (state) state.limits = limits;
+        else this.states.set(e.name, new EndpointState(e.name, limits, health));
+        this.startProbe(e, table.settings);
+      }
+    }
+    for (const id of this.policies.keys()) if (!table.models.has(id)) this.policies.delete(id);
+    for (const name of [...this.states.keys()]) {
+      if (live.has(name)) continue;
+      this.states.delete(name);
+      clearInterval(this.probes.get(name));
+      this.probes.delete(name);
+    }
+  }
+
+  plan(model: RoutedModel, messages: ChatMessage[]): RoutePlan {
+    const entry = this.policies.get(model.config.id)!;
+    const request: RoutingRequest = { prefixBlocks: model.endpoints.length > 1 && model.config.routing.policy === 'prefix-affinity' ? prefixBlocks(messages) : [] };
+    const priorities = [...new Set(model.endpoints.map((e) => e.priority))].sort((a, b) => a - b);
+    const endpoints: RoutedEndpoint[] = [];
+    for (const priority of priorities) {
+      const group = model.endpoints
+        .filter((e) => e.priority === priority && this.state(e).breaker.isAvailable())
+        .map((e) => ({ endpoint: e, name: e.name, load: this.state(e).load, weight: e.weight }));
+      endpoints.push(...entry.policy.order(group, request).map((c) => c.endpoint));
+    }
+    return { endpoints, request };
+  }
+
+  /** The request went to `endpoint`: prefix affinity remembers the new home. */
+  routed(model: RoutedModel, endpoint: RoutedEndpoint, request: RoutingRequest): void {
+    this.policies.get(model.config.id)?.policy.onRouted(endpoint.name, request);
+  }
+
+  /** The endpoint's live state; a request still on a table a reload replaced may ask for a removed one. */
+  state(endpoint: RoutedEndpoint): EndpointState {
+    let state = this.states.get(endpoint.name);
+    if (!state) {
+      state = new EndpointState(endpoint.name, { maxConcurrent: endpoint.maxConcurrent, maxQueue: endpoint.maxQueue }, this.table!.settings.health);
+      this.states.set(endpoint.name, state);
+    }
+    return state;
+  }
+
+  /** For operators: every model's endpoints with health, circuit, load, cache share and latency. */
+  snapshot(): { model: string; policy: string; endpoints: (EndpointSnapshot & { url: string; priority: number; weight: number })[] }[] {
+    if (!this.table) return [];
+    return [...this.table.models.values()].map((m) => ({
+      model: m.config.id,
+      policy: m.config.routing.policy,
+      endpoints: m.endpoints.map((e) => ({ ...this.state(e).snapshot(), url: e.url, priority: e.priority, weight: e.weight })),
+    }));
+  }
+
+  close(): void {
+    for (const timer of this.probes.values()) clearInterval(timer);
+    this.probes.clear();
+  }
+
+  private startProbe(endpoint: RoutedEndpoint, settings: GatewaySettings): void {
+    const { probe } = settings.health;
+    clearInterval(this.probes.get(endpoint.name));
+    if (probe.intervalMs === 0) return void this.probes.delete(endpoint.name);
+    const headers: Record<string, string> = endpoint.apiKey ? { authorization: `Bearer ${endpoint.apiKey}` } : {};
+    const timer = setInterval(async () => {
+      const state = this.states.get(endpoint.name);
+      if (!state) return;
+      try {
+        const res = await httpRequest(`${endpoint.url}${probe.path}`, { headers, headersTimeout: probe.timeoutMs, bodyTimeout: probe.timeoutMs });
+        await res.body.dump();
+        if (res.statusCode < 500) state.breaker.onSuccess();
+        else state.breaker.onFailure();
+      } catch (err) {
+        state.breaker.onFailure((err as { code?: string }).code === 'ECONNREFUSED');
+      }
+    }, probe.intervalMs);
+    timer.unref();
+    this.probes.set(endpoint.name, timer);
+  }
+}

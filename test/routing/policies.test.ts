@@ -1,0 +1,154 @@
+// The routing policies alone, on plain data.
+import { describe, expect, it } from 'vitest';
+import { CircuitBreaker } from '../../src/routing/circuit-breaker.js';
+import { EndpointState, QueueTimeout } from '../../src/routing/endpoint-state.js';
+import { LeastLoadPolicy } from '../../src/routing/policies/least-load.js';
+import type { Candidate } from '../../src/routing/policies/policy.js';
+import { PrefixAffinityPolicy } from '../../src/routing/policies/prefix-affinity.js';
+import { RoundRobinPolicy } from '../../src/routing/policies/round-robin.js';
+import { BLOCK_CHARS, prefixBlocks } from '../../src/routing/prefix-blocks.js';
+
+const pool = (...loads: number[]): Candidate[] => loads.map((load, i) => ({ name: `e${i}`, load, weight: 1 }));
+const names = (cs: Candidate[]) => cs.map((c) => c.name);
+const system = (tenant: number) => ({ role: 'system' as const, content: `Tenant ${tenant} instructions. `.repeat(60) });
+const conversation = (tenant: number, question: string) => [system(tenant), { role: 'user' as const, content: question }];
+
+describe('least-load', () => {
+  it('puts the least loaded first, relative to weight', () => {
+    const policy = new LeastLoadPolicy();
+    expect(names(policy.order(pool(3, 1, 2), { prefixBlocks: [] }))).toEqual(['e1', 'e2', 'e0']);
+    const weighted = [{ name: 'big', load: 4, weight: 4 }, { name: 'small', load: 2, weight: 1 }];
+    expect(policy.order(weighted, { prefixBlocks: [] })[0].name).toBe('big');
+  });
+
+  it('rotates among equally loaded endpoints', () => {
+    const policy = new LeastLoadPolicy();
+    const firsts = Array.from({ length: 6 }, () => policy.order(pool(0, 0, 0), { prefixBlocks: [] })[0].name);
+    expect(new Set(firsts)).toEqual(new Set(['e0', 'e1', 'e2']));
+  });
+});
+
+describe('round-robin', () => {
+  it('gives each endpoint its weight\'s share, interleaved', () => {
+    const policy = new RoundRobinPolicy();
+    const candidates = [{ name: 'a', load: 0, weight: 3 }, { name: 'b', load: 0, weight: 1 }];
+    const picks = Array.from({ length: 8 }, () => policy.order(candidates, { prefixBlocks: [] })[0].name);
+    expect(picks.filter((p) => p === 'a')).toHaveLength(6);
+    expect(picks.join('')).not.toContain('aaaa');
+  });
+});
+
+describe('prefix blocks', () => {
+  it('share their leading hashes exactly as far as two conversations share their text', () => {
+    const a = prefixBlocks(conversation(1, 'What is a token?'));
+    const b = prefixBlocks(conversation(1, 'How do caches work?'));
+    const c = prefixBlocks(conversation(2, 'What is a token?'));
+    // "system\n" + the system prompt + "\n\nuser\n" is the text both share.
+    const sharedChars = `system\n${system(1).content}\n\nuser\n`.length;
+    expect(a.findIndex((h, i) => h !== b[i])).toBe(Math.floor(sharedChars / BLOCK_CHARS));
+    expect(a[0]).not.toBe(c[0]);
+  });
+
+  it('hash a short conversation as one block', () => {
+    expect(prefixBlocks([{ role: 'user', content: 'hi' }])).toHaveLength(1);
+  });
+});
+
+describe('prefix affinity', () => {
+  it('sends a tenant\'s requests to the endpoint that served its prefix', () => {
+    const policy = new PrefixAffinityPolicy({ maxImbalance: 4 });
+    const first = prefixBlocks(conversation(1, 'first question'));
+    const chosen = policy.order(pool(0, 0, 0), { prefixBlocks: first })[0];
+    policy.onRouted(chosen.name, { prefixBlocks: first });
+    for (const question of ['second', 'third', 'fourth']) {
+      const loads = pool(1, 1, 1);
+      expect(policy.order(loads, { prefixBlocks: prefixBlocks(conversation(1, question)) })[0].name).toBe(chosen.name);
+    }
+  });
+
+  it('spreads tenants it has not seen over the pool, the same way every time', () => {
+    const a = new PrefixAffinityPolicy({ maxImbalance: 4 });
+    const b = new PrefixAffinityPolicy({ maxImbalance: 4 });
+    const homes = Array.from({ length: 12 }, (_, t) => a.order(pool(0, 0, 0), { prefixBlocks: prefixBlocks(conversation(t, 'q')) })[0].name);
+    expect(new Set(homes).size).toBe(3);
+    const again = Array.from({ length: 12 }, (_, t) => b.order(pool(0, 0, 0), { prefixBlocks: prefixBlocks(conversation(t, 'q')) })[0].name);
+    expect(again).toEqual(homes);
+  });
+
+  it('spills to the least loaded when the home is busier by more than maxImbalance, and remembers the new home', () => {
+    const policy = new PrefixAffinityPolicy({ maxImbalance: 2 });
+    const blocks = { prefixBlocks: prefixBlocks(conversation(1, 'q')) };
+    policy.onRouted('e0', blocks);
+    expect(policy.order(pool(2, 0, 1), blocks)[0].name).toBe('e0');
+    const spilled = policy.order(pool(3, 0, 1), blocks)[0].name;
+    expect(spilled).toBe('e1');
+    policy.onRouted(spilled, blocks);
+    expect(policy.order(pool(0, 1, 0), blocks)[0].name).toBe('e1');
+  });
+
+  it('prefers the endpoint holding the longest matching prefix', () => {
+    const policy = new PrefixAffinityPolicy({ maxImbalance: 4 });
+    const turn1 = conversation(1, 'q1');
+    const turn2 = [...turn1, { role: 'assistant' as const, content: 'a1 '.repeat(100) }, { role: 'user' as const, content: 'q2' }];
+    policy.onRouted('e0', { prefixBlocks: prefixBlocks([system(1)]) });
+    policy.onRouted('e2', { prefixBlocks: prefixBlocks(turn2) });
+    const turn3 = [...turn2, { role: 'assistant' as const, content: 'a2' }, { role: 'user' as const, content: 'q3' }];
+    expect(policy.order(pool(0, 0, 0), { prefixBlocks: prefixBlocks(turn3) })[0].name).toBe('e2');
+  });
+});
+
+describe('circuit breaker', () => {
+  it('opens after failures in a row, half-opens for one trial, and closes on success', () => {
+    let now = 0;
+    const breaker = new CircuitBreaker({ failureThreshold: 3, openMs: 1000 }, () => now);
+    breaker.onFailure();
+    breaker.onFailure();
+    expect(breaker.state).toBe('closed');
+    breaker.onFailure();
+    expect(breaker.state).toBe('open');
+    expect(breaker.allowRequest()).toBe(false);
+    now = 1000;
+    expect(breaker.state).toBe('half_open');
+    expect(breaker.allowRequest()).toBe(true);
+    expect(breaker.allowRequest()).toBe(false);
+    breaker.onSuccess();
+    expect(breaker.state).toBe('closed');
+  });
+
+  it('opens at once on a refused connection, and again after a failed trial', () => {
+    let now = 0;
+    const breaker = new CircuitBreaker({ failureThreshold: 3, openMs: 1000 }, () => now);
+    breaker.onFailure(true);
+    expect(breaker.state).toBe('open');
+    now = 1500;
+    expect(breaker.allowRequest()).toBe(true);
+    breaker.onFailure();
+    expect(breaker.state).toBe('open');
+  });
+});
+
+describe('endpoint concurrency', () => {
+  it('admits up to maxConcurrent, queues the next in order, and hands a released slot to the first waiter', async () => {
+    const state = new EndpointState('e', { maxConcurrent: 1, maxQueue: 2 }, { failureThreshold: 3, openMs: 1000 });
+    expect(state.tryAcquire()).toBe(true);
+    expect(state.tryAcquire()).toBe(false);
+    const order: string[] = [];
+    const a = state.acquireQueued(1000, new AbortController().signal).then(() => order.push('a'));
+    const b = state.acquireQueued(1000, new AbortController().signal).then(() => order.push('b'));
+    expect(state.load).toBe(3);
+    expect(state.hasQueueRoom()).toBe(false);
+    state.release();
+    await a;
+    state.release();
+    await b;
+    expect(order).toEqual(['a', 'b']);
+    expect(state.inFlight).toBe(1);
+  });
+
+  it('gives up waiting after the queue timeout', async () => {
+    const state = new EndpointState('e', { maxConcurrent: 1, maxQueue: 1 }, { failureThreshold: 3, openMs: 1000 });
+    state.tryAcquire();
+    await expect(state.acquireQueued(30, new AbortController().signal)).rejects.toBeInstanceOf(QueueTimeout);
+    expect(state.queued).toBe(0);
+  });
+});
