@@ -5,56 +5,26 @@
 //
 //   npm run build && node bench/gateway-throughput.mjs [seconds per run, default 10]
 import { fork, spawn } from 'node:child_process';
-import { mkdtempSync, writeFileSync, existsSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { existsSync } from 'node:fs';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import autocannon from 'autocannon';
+import { ROOT, startParley, stopAll, track, waitForPort } from './support.mjs';
 
-const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const SECONDS = Number(process.argv[2] ?? 10);
-const children = [];
 
 function forked(script, args) {
   return new Promise((resolve, reject) => {
-    const child = fork(join(ROOT, script), args, { stdio: ['ignore', 'ignore', 'inherit', 'ipc'] });
-    children.push(child);
+    const child = track(fork(join(ROOT, script), args, { stdio: ['ignore', 'ignore', 'inherit', 'ipc'] }));
     child.once('message', (m) => resolve(m.port));
     child.once('exit', (code) => reject(new Error(`${script} exited ${code}`)));
   });
-}
-
-async function waitForPort(url) {
-  for (let i = 0; i < 200; i++) {
-    try {
-      await fetch(url);
-      return;
-    } catch {
-      await new Promise((r) => setTimeout(r, 100));
-    }
-  }
-  throw new Error(`nothing answers at ${url}`);
-}
-
-async function startParley(upstreamUrl) {
-  const dir = mkdtempSync(join(tmpdir(), 'parley-bench-'));
-  const config = join(dir, 'routing.json');
-  writeFileSync(config, JSON.stringify({
-    models: [{ id: 'bench', contextWindow: 32768, pricesPerMillion: { inputCacheMiss: 1, inputCacheHit: 0.1, output: 2 }, endpoints: [{ kind: 'vllm', url: upstreamUrl }] }],
-  }));
-  const port = 18000 + Math.floor(Math.random() * 1000);
-  const child = spawn(process.execPath, [join(ROOT, 'bin/parley.js'), 'serve', '--config', config, '--port', String(port), '--host', '127.0.0.1', '--data-dir', dir], { stdio: ['ignore', 'ignore', 'inherit'] });
-  children.push(child);
-  await waitForPort(`http://127.0.0.1:${port}/healthz`);
-  return port;
 }
 
 async function startPortkey() {
   const bin = join(ROOT, 'node_modules/@portkey-ai/gateway/build/start-server.js');
   if (!existsSync(bin)) return undefined;
   const port = 8787;
-  const child = spawn(process.execPath, [bin, `--port=${port}`], { stdio: ['ignore', 'ignore', 'ignore'] });
-  children.push(child);
+  track(spawn(process.execPath, [bin, `--port=${port}`], { stdio: ['ignore', 'ignore', 'ignore'] }));
   await waitForPort(`http://127.0.0.1:${port}/`);
   return port;
 }
@@ -70,12 +40,14 @@ try {
   const upstreamPort = await forked('bench/fast-upstream.mjs', ['0']);
   const upstream = `http://127.0.0.1:${upstreamPort}`;
   const proxyPort = await forked('bench/bare-proxy.mjs', [upstream, '0']);
-  const parleyPort = await startParley(`${upstream}/v1`);
+  const parley = await startParley([
+    { id: 'bench', contextWindow: 32768, pricesPerMillion: { inputCacheMiss: 1, inputCacheHit: 0.1, output: 2 }, endpoints: [{ kind: 'vllm', url: `${upstream}/v1` }] },
+  ]);
   const portkeyPort = await startPortkey();
   const targets = [
     ['direct', `${upstream}/v1/chat/completions`, {}],
     ['bare http-proxy-3', `http://127.0.0.1:${proxyPort}/v1/chat/completions`, {}],
-    ['parley', `http://127.0.0.1:${parleyPort}/v1/chat/completions`, {}],
+    ['parley', `${parley.url}/v1/chat/completions`, { authorization: `Bearer ${parley.key}` }],
     ...(portkeyPort ? [['portkey', `http://127.0.0.1:${portkeyPort}/v1/chat/completions`, { 'x-portkey-provider': 'openai', 'x-portkey-custom-host': `${upstream}/v1`, authorization: 'Bearer x' }]] : []),
   ];
   const rows = [];
@@ -92,5 +64,5 @@ try {
     console.log(`${mode}: parley / bare pass-through = ${(parley / bare).toFixed(2)}`);
   }
 } finally {
-  for (const c of children) c.kill();
+  stopAll();
 }

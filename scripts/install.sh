@@ -17,6 +17,7 @@ fi
 # OS packages Parley runs with: redis-server holds keys and credit when no
 # REDIS_URL is given (and the tests start their own).
 install_os_package() {
+  echo "parley: installing $1"
   if command -v apt-get >/dev/null 2>&1; then
     sudo_cmd=""
     [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
@@ -30,8 +31,11 @@ install_os_package() {
   fi
 }
 if ! command -v redis-server >/dev/null 2>&1; then
-  echo "parley: installing redis-server"
   install_os_package redis-server redis
+fi
+# The platform's browser tests drive Debian's Chromium (never a downloaded browser build).
+if [ "${PARLEY_INSTALL_TEST_TOOLS:-0}" = 1 ] && [ ! -x /usr/bin/chromium ]; then
+  install_os_package chromium chromium
 fi
 
 # Dependencies from the lock file (npm ci refuses this lock file: npm 11 leaves

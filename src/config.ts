@@ -118,8 +118,15 @@ const rateLimitSettings = z
   })
   .prefault({});
 
+const platformSettings = z
+  .strictObject({
+    /** Whether anyone may sign up; otherwise an operator makes accounts (`parley accounts create --password`). */
+    signup: z.boolean().default(true),
+  })
+  .prefault({});
+
 const routingFile = z
-  .strictObject({ gateway: gatewaySettings, billing: billingSettings, rateLimits: rateLimitSettings, models: z.array(model).min(1) })
+  .strictObject({ gateway: gatewaySettings, billing: billingSettings, rateLimits: rateLimitSettings, platform: platformSettings, models: z.array(model).min(1) })
   .check((ctx) => {
     const seen = new Set<string>();
     ctx.value.models.forEach((m, i) => {
@@ -135,6 +142,7 @@ export type LocalEngineConfig = z.infer<typeof localEngine>;
 export type GatewaySettings = z.infer<typeof gatewaySettings>;
 export type BillingSettings = z.infer<typeof billingSettings>;
 export type RateLimitSettings = z.infer<typeof rateLimitSettings>;
+export type PlatformSettings = z.infer<typeof platformSettings>;
 
 export class ConfigError extends Error {}
 

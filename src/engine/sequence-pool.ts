@@ -1,6 +1,9 @@
 // The engine's context sequences, lent out per reply. A request gets the
-// free sequences whose evaluated tokens share the longest prefix with its
-// prompt, so a repeated prefix is read from the KV cache, not recomputed.
+// free sequences that serve it best: the longest prefix shared with its
+// prompt (read from the KV cache, not recomputed), weighed against the cached
+// tokens of another conversation it would overwrite, so that a new tenant
+// takes an empty or stale sequence rather than a busy tenant's cache. Ties go
+// to the sequence released longest ago.
 import type { LlamaContext, LlamaContextSequence, Token } from 'node-llama-cpp';
 
 interface Waiter {
@@ -36,8 +39,12 @@ export class SequencePool {
 
   private take(tokens: Token[], count: number): LlamaContextSequence[] {
     const ranked = this.free
-      .map((seq) => ({ seq, shared: seq.compareContextTokens(tokens).firstDifferentIndex }))
-      .sort((a, b) => b.shared - a.shared)
+      .map((seq) => {
+        const shared = seq.compareContextTokens(tokens).firstDifferentIndex;
+        const overwritten = seq.contextTokens.length - shared;
+        return { seq, score: shared - overwritten / 2 };
+      })
+      .sort((a, b) => b.score - a.score)
       .slice(0, count)
       .map((r) => r.seq);
     for (const seq of ranked) this.free.splice(this.free.indexOf(seq), 1);

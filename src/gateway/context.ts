@@ -12,4 +12,6 @@ export interface GatewayContext {
   redis: Redis;
   keys: KeyAuthenticator;
   settlements: SettlementQueue;
+  /** The secret API keys are hashed with, for keys made on the platform. */
+  keySecret: string;
 }

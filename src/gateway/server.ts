@@ -8,14 +8,16 @@ import { getBalance } from './balance-route.js';
 import { handleChatCompletion } from './chat-completions.js';
 import type { GatewayContext } from './context.js';
 import { getModel, listModels } from './models-routes.js';
+import { handlePlatform } from '../platform/routes.js';
 
 export function createGatewayServer(ctx: GatewayContext): Server {
   const route = async (req: IncomingMessage, res: ServerResponse) => {
-    const path = (req.url ?? '/').split('?')[0];
+    const [path, search] = (req.url ?? '/').split('?', 2);
     const method = req.method ?? 'GET';
     if (method === 'POST' && path === '/v1/chat/completions') return handleChatCompletion(req, res, ctx);
     if (method === 'GET' && (path === '/healthz' || path === '/readyz')) return sendJson(res, 200, { status: 'ok' });
     if (method === 'GET' && path === '/admin/endpoints') return getEndpoints(req, res, ctx);
+    if (await handlePlatform(req, res, ctx, path, new URLSearchParams(search ?? ''))) return;
     const authenticated = method === 'GET' && (path === '/v1/models' || path.startsWith('/v1/models/') || path === '/user/balance');
     if (!authenticated) throw routeNotFound(method, path);
     const caller = await ctx.keys.authenticate(req.headers.authorization);

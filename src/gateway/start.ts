@@ -54,7 +54,7 @@ export async function startGateway(opts: GatewayOptions): Promise<RunningGateway
   let table: RoutingTable = await buildRoutingTable(routingFile, engines);
   const router = new Router();
   router.apply(table);
-  const context: GatewayContext = { routing: () => table, router, redis, keys, settlements: new SettlementQueue(redis) };
+  const context: GatewayContext = { routing: () => table, router, redis, keys, settlements: new SettlementQueue(redis), keySecret: secret };
   const server = createGatewayServer(context);
   // Streams can be long; Node's default request timeout would cut them.
   server.requestTimeout = 0;

@@ -7,6 +7,7 @@ import type { Redis } from 'ioredis';
 import { createAccount, listAccounts, resolveAccount, setAccountLimits, type Account } from '../accounts/accounts.js';
 import { createApiKey, listApiKeys, maskedKey, revokeApiKey } from '../accounts/api-keys.js';
 import { resolveKeySecret } from '../accounts/server-secret.js';
+import { createCreditCode } from '../billing/credit-codes.js';
 import { changeCredit, readBalance, type CreditChange } from '../billing/credit-ledger.js';
 import { formatMicros, parseAmount } from '../billing/prices.js';
 import { readUsageEvents, usageCsv } from '../billing/usage-events.js';
@@ -24,6 +25,7 @@ export const OPERATOR_USAGE = `
   keys create --account A --name N    print a new key (shown this once)
   keys list --account A
   keys revoke KEY_ID
+  credit-codes create --amount 5 [--count N]   codes a team redeems on the platform's top-up page
   usage export [--account A] [--since YYYY-MM-DD] [--until YYYY-MM-DD] [--out FILE.csv]
                (A is an account id or a member's email; all take --data-dir DIR)
 `;
@@ -50,7 +52,7 @@ function day(text: string | undefined, endOfDay: boolean): number | undefined {
 const OPTIONS = {
   email: { type: 'string' }, name: { type: 'string' }, password: { type: 'string' }, credit: { type: 'string' },
   account: { type: 'string' }, amount: { type: 'string' }, note: { type: 'string' }, rpm: { type: 'string' }, tpm: { type: 'string' },
-  since: { type: 'string' }, until: { type: 'string' }, out: { type: 'string' }, 'data-dir': { type: 'string' },
+  since: { type: 'string' }, count: { type: 'string' }, until: { type: 'string' }, out: { type: 'string' }, 'data-dir': { type: 'string' },
 } as const;
 
 type Values = ReturnType<typeof parseArgs<{ options: typeof OPTIONS; allowPositionals: true }>>['values'];
@@ -99,6 +101,13 @@ const ACTIONS: Record<string, (op: Operator, v: Values, positionals: string[]) =
     if (!id) throw new ConfigError('keys revoke needs a key id (see keys list)');
     if (!(await revokeApiKey(op.redis, id))) throw new ConfigError(`no key ${id}`);
     console.log(`revoked ${id}`);
+  },
+  async 'credit-codes create'(op, v) {
+    if (!v.amount) throw new ConfigError('--amount is required');
+    const amount = parseAmount(v.amount);
+    const count = v.count ? Number.parseInt(v.count, 10) : 1;
+    if (!(count >= 1 && count <= 1000)) throw new ConfigError('--count is 1 to 1000');
+    for (let i = 0; i < count; i++) console.log(await createCreditCode(op.redis, amount));
   },
   async 'usage export'(op, v) {
     const events = readUsageEvents(op.redis, {

@@ -33,6 +33,10 @@ export const redisKeys = {
   rateWindow: (keyId: string, minute: number) => `${P}ratelimit:${keyId}:${minute}`,
   /** Hash: a credit code's amount and who redeemed it. */
   creditCode: (hash: string) => `${P}credit-code:${hash}`,
+  /** Hash: a platform login session's account and member email; expires. */
+  session: (id: string) => `${P}session:${id}`,
+  /** Counter of login attempts per client address in a window. */
+  loginAttempts: (client: string) => `${P}login-attempts:${client}`,
   /** Set when the demo account was made, so it is made once per Redis. */
   demoAccount: `${P}demo-account`,
 } as const;

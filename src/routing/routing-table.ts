@@ -1,7 +1,7 @@
 // The routing file made ready to serve: each model id with its endpoints
 // resolved (URL, key, dialect) and, where a tokenizer is known, a prompt
 // counter. A table is immutable; a reload builds a new one and swaps it in.
-import { type BillingSettings, type GatewaySettings, type ModelConfig, type RateLimitSettings, type RoutingFile, type UpstreamKind } from '../config.js';
+import { type BillingSettings, type GatewaySettings, type ModelConfig, type PlatformSettings, type RateLimitSettings, type RoutingFile, type UpstreamKind } from '../config.js';
 import { tokenPrices, type TokenPrices } from '../billing/prices.js';
 import { loadPromptCounter } from '../engine/chat-prompt.js';
 import type { LocalEngines } from '../engine/supervisor.js';
@@ -31,6 +31,7 @@ export interface RoutingTable {
   settings: GatewaySettings;
   billing: BillingSettings;
   rateLimits: RateLimitSettings;
+  platform: PlatformSettings;
   models: Map<string, RoutedModel>;
 }
 
@@ -75,5 +76,5 @@ export async function buildRoutingTable(file: RoutingFile, engines: LocalEngines
     }
     models.set(config.id, { config, prices: tokenPrices(config.pricesPerMillion), endpoints, countPromptTokens: tokenizer ? await promptCounter(tokenizer) : undefined });
   }
-  return { settings: file.gateway, billing: file.billing, rateLimits: file.rateLimits, models };
+  return { settings: file.gateway, billing: file.billing, rateLimits: file.rateLimits, platform: file.platform, models };
 }

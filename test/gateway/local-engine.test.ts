@@ -142,6 +142,14 @@ describe.each(MODELS)('local engine: $name', ({ local }) => {
     expect(cached).toBeLessThan(second.usage!.prompt_tokens);
   });
 
+  it('keeps one conversation\'s cache when another arrives, using a free sequence instead', async () => {
+    const tenant = (name: string, q: string) => [{ role: 'system' as const, content: `${name}: ${SYSTEM}` }, { role: 'user' as const, content: q }];
+    await gw.client.chat.completions.create({ model, messages: tenant('alpha', 'one'), max_tokens: 1 });
+    await gw.client.chat.completions.create({ model, messages: tenant('beta', 'one'), max_tokens: 1 });
+    const again = await gw.client.chat.completions.create({ model, messages: tenant('alpha', 'two'), max_tokens: 1 });
+    expect(again.usage!.prompt_tokens_details!.cached_tokens).toBeGreaterThan(again.usage!.prompt_tokens / 2);
+  });
+
   it('charges the cached part of the prompt at the hit price, and all n replies', async () => {
     await gw.client.chat.completions.create({ model, messages: user('warm the cache'), max_tokens: 2, n: 3 });
     const before = (await readBalance(gw.redis.client, gw.account))!;

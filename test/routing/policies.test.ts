@@ -66,13 +66,17 @@ describe('prefix affinity', () => {
     }
   });
 
-  it('spreads tenants it has not seen over the pool, the same way every time', () => {
-    const a = new PrefixAffinityPolicy({ maxImbalance: 4 });
-    const b = new PrefixAffinityPolicy({ maxImbalance: 4 });
-    const homes = Array.from({ length: 12 }, (_, t) => a.order(pool(0, 0, 0), { prefixBlocks: prefixBlocks(conversation(t, 'q')) })[0].name);
-    expect(new Set(homes).size).toBe(3);
-    const again = Array.from({ length: 12 }, (_, t) => b.order(pool(0, 0, 0), { prefixBlocks: prefixBlocks(conversation(t, 'q')) })[0].name);
-    expect(again).toEqual(homes);
+  it('spreads new tenants evenly over the pool, the same way every time', () => {
+    const place = (policy: PrefixAffinityPolicy) =>
+      Array.from({ length: 12 }, (_, t) => {
+        const request = { prefixBlocks: prefixBlocks(conversation(t, 'q')) };
+        const home = policy.order(pool(0, 0, 0), request)[0].name;
+        policy.onRouted(home, request);
+        return home;
+      });
+    const homes = place(new PrefixAffinityPolicy({ maxImbalance: 4 }));
+    for (const e of ['e0', 'e1', 'e2']) expect(homes.filter((h) => h === e)).toHaveLength(4);
+    expect(place(new PrefixAffinityPolicy({ maxImbalance: 4 }))).toEqual(homes);
   });
 
   it('spills to the least loaded when the home is busier by more than maxImbalance, and remembers the new home', () => {

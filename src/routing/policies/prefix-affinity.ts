@@ -5,7 +5,10 @@
 // endpoint each block chain last went to and prefers the one holding the
 // longest matching chain. If that endpoint is busier than the least loaded
 // by more than `maxImbalance` requests, the request spills to the least loaded
-// and the prefix's home moves there.
+// and the prefix's home moves there. A prefix never seen goes, among the
+// endpoints not busier than that, to the one that is home to the fewest
+// prefixes (as SGLang's router sends new text to its smallest tree), so that
+// tenants spread evenly over the caches.
 import { LRUCache } from 'lru-cache';
 import { byLoad, type Candidate, type RoutingPolicy, type RoutingRequest } from './policy.js';
 
@@ -18,9 +21,14 @@ export interface PrefixAffinitySettings {
 
 export class PrefixAffinityPolicy implements RoutingPolicy {
   private readonly homes: LRUCache<string, string>;
+  /** Leading blocks (one per distinct prefix) each endpoint is home to. */
+  private readonly homeCounts = new Map<string, number>();
+  private readonly leadingBlocks: LRUCache<string, string>;
 
   constructor(private readonly settings: PrefixAffinitySettings) {
-    this.homes = new LRUCache({ max: settings.maxEntries ?? 200_000 });
+    const max = settings.maxEntries ?? 200_000;
+    this.homes = new LRUCache({ max });
+    this.leadingBlocks = new LRUCache({ max, dispose: (endpoint) => this.countHome(endpoint, -1) });
   }
 
   order<C extends Candidate>(candidates: C[], request: RoutingRequest): C[] {
@@ -34,6 +42,15 @@ export class PrefixAffinityPolicy implements RoutingPolicy {
 
   onRouted(endpoint: string, request: RoutingRequest): void {
     for (const block of request.prefixBlocks) this.homes.set(block, endpoint);
+    const leading = request.prefixBlocks[0];
+    if (leading && this.leadingBlocks.peek(leading) !== endpoint) {
+      this.leadingBlocks.set(leading, endpoint);
+      this.countHome(endpoint, 1);
+    }
+  }
+
+  private countHome(endpoint: string, delta: number): void {
+    this.homeCounts.set(endpoint, (this.homeCounts.get(endpoint) ?? 0) + delta);
   }
 
   /** The candidate that served the longest chain of this request's blocks. */
@@ -47,20 +64,19 @@ export class PrefixAffinityPolicy implements RoutingPolicy {
   }
 
   /**
-   * A prefix never seen: pick by the first block's hash (rendezvous hashing)
-   * among the least loaded, so that concurrent first requests of one tenant,
-   * and every replica of Parley, agree on its home.
+   * A prefix never seen: the endpoint home to the fewest prefixes (relative
+   * to weight) among those not too busy; ties go by the first block's hash
+   * (rendezvous hashing), so that the choice does not depend on list order.
    */
   private firstHome<C extends Candidate>(ranked: C[], request: RoutingRequest): C | undefined {
     const first = request.prefixBlocks[0];
     if (!first) return undefined;
     const leastLoad = ranked[0].load / ranked[0].weight;
     const eligible = ranked.filter((c) => c.load / c.weight - leastLoad <= this.settings.maxImbalance);
+    const homes = (c: C) => (this.homeCounts.get(c.name) ?? 0) / c.weight;
     let best = eligible[0];
-    let bestScore = -1;
     for (const c of eligible) {
-      const score = rendezvousScore(first, c.name);
-      if (score > bestScore) [best, bestScore] = [c, score];
+      if (homes(c) < homes(best) || (homes(c) === homes(best) && rendezvousScore(first, c.name) > rendezvousScore(first, best.name))) best = c;
     }
     return best;
   }

@@ -1,0 +1,79 @@
+// What the benchmark scripts share: child processes that die with the
+// script, waiting for a port, and a `parley serve` on its own data folder
+// with a demo key that has credit and rate limits enough for a benchmark.
+import { spawn } from 'node:child_process';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+export const ROOT = fileURLToPath(new URL('..', import.meta.url));
+const children = new Set();
+
+export function track(child) {
+  children.add(child);
+  child.once('exit', () => children.delete(child));
+  return child;
+}
+
+export function stopAll() {
+  for (const c of children) c.kill('SIGTERM');
+}
+process.once('exit', stopAll);
+for (const signal of ['SIGINT', 'SIGTERM']) {
+  process.once(signal, () => {
+    stopAll();
+    process.exit(130);
+  });
+}
+
+export async function waitForPort(url, timeoutMs = 60_000) {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    try {
+      await fetch(url);
+      return;
+    } catch {
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  }
+  throw new Error(`nothing answers at ${url}`);
+}
+
+export const freePort = () => 20000 + Math.floor(Math.random() * 20000);
+
+/** `parley serve` on a routing file made of `models` (and `gateway` settings); resolves to its URL and demo key. */
+export async function startParley(models, gateway = {}) {
+  const dir = mkdtempSync(join(tmpdir(), 'parley-bench-'));
+  const config = join(dir, 'routing.json');
+  writeFileSync(config, JSON.stringify({
+    gateway,
+    billing: { demoCredit: 1_000_000 },
+    rateLimits: { requestsPerMinute: 100_000_000, tokensPerMinute: 2_000_000_000 },
+    models,
+  }));
+  const port = freePort();
+  const child = track(spawn(process.execPath, [join(ROOT, 'bin/parley.js'), 'serve', '--config', config, '--port', String(port), '--host', '127.0.0.1', '--data-dir', dir], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+    env: { ...process.env, REDIS_URL: '' },
+  }));
+  let output = '';
+  const key = await new Promise((resolve, reject) => {
+    child.stdout.on('data', (d) => {
+      output += d;
+      const m = /(sk-parley-\S+)/.exec(output);
+      if (m) resolve(m[1]);
+    });
+    child.once('exit', (code) => reject(new Error(`parley serve exited ${code}: ${output}`)));
+  });
+  return { url: `http://127.0.0.1:${port}`, key, child };
+}
+
+/** A `parley engine` on `port` serving Parley's own model. */
+export async function startEngine(port, { parallel = 4, contextSize = 4096, dataDir } = {}) {
+  const child = track(spawn(process.execPath, [join(ROOT, 'bin/parley.js'), 'engine', '--port', String(port), '--parallel', String(parallel), '--context-size', String(contextSize), '--data-dir', dataDir], {
+    stdio: ['ignore', 'ignore', 'inherit'],
+  }));
+  await waitForPort(`http://127.0.0.1:${port}/health`);
+  return child;
+}

@@ -1,0 +1,118 @@
+// The signed-in pages about the account itself: the overview (balance,
+// held, this month's spend, the 30-day chart), API keys (created and shown
+// once, masked afterwards, revoked with a confirmation) and top-up.
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { createApiKey, listApiKeys, maskedKey, revokeApiKey } from '../accounts/api-keys.js';
+import { redeemCreditCode } from '../billing/credit-codes.js';
+import { readBalance } from '../billing/credit-ledger.js';
+import { formatMicros } from '../billing/prices.js';
+import type { GatewayContext } from '../gateway/context.js';
+import { html, type Html } from './html.js';
+import { page, redirect, sendPage } from './layout.js';
+import { csrfToken, type Session } from './sessions.js';
+import { usageChart } from './usage-chart.js';
+import { dailyTotals, lastDays } from './usage-data.js';
+
+const when = (ms: number | null) => (ms ? new Date(ms).toISOString().replace('T', ' ').slice(0, 16) + ' UTC' : 'never');
+
+async function balanceOf(ctx: GatewayContext, account: string) {
+  const b = (await readBalance(ctx.redis, account)) ?? { granted: 0, toppedUp: 0, held: 0 };
+  const total = b.granted + b.toppedUp;
+  return { total, held: b.held, available: Math.max(0, total - b.held), granted: b.granted, toppedUp: b.toppedUp };
+}
+
+export async function showOverview(req: IncomingMessage, res: ServerResponse, ctx: GatewayContext, session: Session): Promise<void> {
+  const currency = ctx.routing().billing.currency;
+  const balance = await balanceOf(ctx, session.account);
+  const days = await dailyTotals(ctx.redis, session.account, lastDays(30));
+  const month = new Date().toISOString().slice(0, 7);
+  const monthDays = await dailyTotals(ctx.redis, session.account, lastDays(31).filter((d) => d.startsWith(month)));
+  const monthSpend = monthDays.reduce((sum, d) => sum + d.cost, 0);
+  const body = html`<h1>Overview</h1>
+    <div class="cards">
+      <div class="card"><div class="label">Available balance</div><div class="value" data-testid="available-balance">${formatMicros(balance.available)} ${currency}</div></div>
+      <div class="card"><div class="label">Held by requests in flight</div><div class="value" data-testid="held-balance">${formatMicros(balance.held)} ${currency}</div></div>
+      <div class="card"><div class="label">Spent this month</div><div class="value" data-testid="month-spend">${formatMicros(monthSpend)} ${currency}</div></div>
+    </div>
+    ${balance.available <= 0 ? html`<p class="notice warning">Your balance is empty: requests are refused with 402 until you <a href="/platform/top-up">top up</a>.</p>` : ''}
+    <h2>Last 30 days</h2>
+    <div class="chart">${usageChart(days, currency)}</div>`;
+  sendPage(res, 200, page({ title: 'Overview', email: session.email, csrf: csrfToken(req, res), active: 'overview' }, body));
+}
+
+export async function showApiKeys(req: IncomingMessage, res: ServerResponse, ctx: GatewayContext, session: Session, created?: { key: string; name: string }, status = 200, error?: string): Promise<void> {
+  const csrf = csrfToken(req, res);
+  const keys = await listApiKeys(ctx.redis, session.account);
+  const fresh: Html | '' = created
+    ? html`<section class="notice warning" role="status">
+        <p><strong>Your new key "${created.name}".</strong> Copy it now: it is shown this once and cannot be shown again.</p>
+        <div class="secret"><code id="new-key" data-testid="new-key">${created.key}</code><button type="button" class="secondary" data-copy="new-key">Copy</button></div>
+      </section>`
+    : '';
+  const rows = keys.map(
+    (k) => html`<tr>
+      <td>${k.name}</td><td><code>${maskedKey(k.suffix)}</code></td><td>${when(k.created)}</td><td>${when(k.lastUsed)}</td>
+      <td>${k.revoked ? html`<span class="tag off">revoked</span>` : html`<form method="post" action="/platform/api-keys/${k.id}/revoke" class="inline" data-confirm="Revoke the key ${k.name}? Requests with it fail at once.">
+        <input type="hidden" name="_csrf" value="${csrf}"><button type="submit" class="danger">Revoke</button></form>`}</td>
+    </tr>`,
+  );
+  const body = html`<h1>API keys</h1>
+    ${error ? html`<p class="notice error" role="alert">${error}</p>` : ''}
+    ${fresh}
+    <form method="post" action="/platform/api-keys" class="filters">
+      <input type="hidden" name="_csrf" value="${csrf}">
+      <div><label for="name">Name</label><input id="name" name="name" type="text" maxlength="64" required placeholder="e.g. search-backend"></div>
+      <div><button type="submit">Create key</button></div>
+    </form>
+    ${keys.length
+      ? html`<table><thead><tr><th>Name</th><th>Key</th><th>Created</th><th>Last used</th><th></th></tr></thead><tbody>${rows}</tbody></table>`
+      : html`<p class="muted">No keys yet.</p>`}`;
+  sendPage(res, status, page({ title: 'API keys', email: session.email, csrf, active: 'keys' }, body));
+}
+
+export async function createKey(req: IncomingMessage, res: ServerResponse, ctx: GatewayContext, session: Session, form: URLSearchParams, secret: string): Promise<void> {
+  const name = (form.get('name') ?? '').trim();
+  if (!name || name.length > 64) return showApiKeys(req, res, ctx, session, undefined, 400, 'Give the key a name of 1 to 64 characters.');
+  const { key } = await createApiKey(ctx.redis, secret, session.account, name);
+  await showApiKeys(req, res, ctx, session, { key, name });
+}
+
+export async function revokeKey(res: ServerResponse, ctx: GatewayContext, session: Session, keyId: string): Promise<void> {
+  await revokeApiKey(ctx.redis, keyId, session.account);
+  redirect(res, '/platform/api-keys');
+}
+
+export async function showTopUp(req: IncomingMessage, res: ServerResponse, ctx: GatewayContext, session: Session, status = 200, notice?: { kind: 'error' | 'success'; text: string }): Promise<void> {
+  const currency = ctx.routing().billing.currency;
+  const b = await balanceOf(ctx, session.account);
+  const csrf = csrfToken(req, res);
+  const body = html`<h1>Top up</h1>
+    ${notice ? html`<p class="notice ${notice.kind}" role="${notice.kind === 'error' ? 'alert' : 'status'}">${notice.text}</p>` : ''}
+    <div class="cards">
+      <div class="card"><div class="label">Balance</div><div class="value" data-testid="balance">${formatMicros(b.total)} ${currency}</div></div>
+      <div class="card"><div class="label">Granted by your operator</div><div class="value">${formatMicros(b.granted)}</div></div>
+      <div class="card"><div class="label">Topped up</div><div class="value">${formatMicros(b.toppedUp)}</div></div>
+    </div>
+    <h2>Redeem a credit code</h2>
+    <form method="post" action="/platform/top-up" class="filters">
+      <input type="hidden" name="_csrf" value="${csrf}">
+      <div><label for="code">Credit code</label><input id="code" name="code" type="text" required placeholder="PARLEY-XXXX-XXXX-XXXX-XXXX" autocomplete="off"></div>
+      <div><button type="submit">Redeem</button></div>
+    </form>
+    <h2>How credit is added</h2>
+    <p>Your operator adds credit in two ways: a grant to your account (<code>parley credit grant</code>), or a credit code
+    (<code>parley credit-codes create</code>) that you redeem here, once. Requests hold their most possible cost while they run
+    and are charged what they used when they finish; an interrupted reply costs nothing.</p>`;
+  sendPage(res, status, page({ title: 'Top up', email: session.email, csrf, active: 'top-up' }, body));
+}
+
+export async function redeemCode(req: IncomingMessage, res: ServerResponse, ctx: GatewayContext, session: Session, form: URLSearchParams): Promise<void> {
+  const code = (form.get('code') ?? '').trim();
+  if (!/^PARLEY(-[A-Z0-9]{4}){4}$/i.test(code)) return showTopUp(req, res, ctx, session, 400, { kind: 'error', text: 'That is not a credit code; codes look like PARLEY-XXXX-XXXX-XXXX-XXXX.' });
+  const result = await redeemCreditCode(ctx.redis, session.account, code);
+  if (result.kind === 'credited') {
+    return showTopUp(req, res, ctx, session, 200, { kind: 'success', text: `Credited ${formatMicros(result.amount)} ${ctx.routing().billing.currency}.` });
+  }
+  const text = result.kind === 'already_redeemed' ? 'This code has already been redeemed.' : 'This code is not valid. Check it and try again.';
+  await showTopUp(req, res, ctx, session, 400, { kind: 'error', text });
+}

@@ -1,0 +1,62 @@
+// The models list and a page per model from the routing file: context
+// window, prices, what it is set up for, the operator's set-up text, and
+// copy-ready examples with this server's own base URL.
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { GatewayContext } from '../gateway/context.js';
+import type { RoutedModel } from '../routing/routing-table.js';
+import { html } from './html.js';
+import { page, sendPage } from './layout.js';
+import { csrfToken, type Session } from './sessions.js';
+
+function baseUrl(req: IncomingMessage): string {
+  const proto = req.headers['x-forwarded-proto'] === 'https' || (req.socket as { encrypted?: boolean }).encrypted ? 'https' : 'http';
+  const host = /^[\w.:[\]-]+$/.test(req.headers.host ?? '') ? req.headers.host : 'localhost';
+  return `${proto}://${host}/v1`;
+}
+
+const price = (perMillion: number) => `${perMillion}`;
+
+export function showModels(req: IncomingMessage, res: ServerResponse, ctx: GatewayContext, session: Session): void {
+  const table = ctx.routing();
+  const currency = table.billing.currency;
+  const body = html`<h1>Models</h1>
+    <table><thead><tr><th>Model</th><th class="num">Context window</th><th class="num">Input, cache hit</th><th class="num">Input, cache miss</th><th class="num">Output</th></tr></thead><tbody>
+    ${[...table.models.values()].map((m) => html`<tr><td><a href="/platform/models/${encodeURIComponent(m.config.id)}">${m.config.id}</a><br><span class="muted">${m.config.description}</span></td>
+      <td class="num">${m.config.contextWindow.toLocaleString('en-US')}</td><td class="num">${price(m.config.pricesPerMillion.inputCacheHit)}</td>
+      <td class="num">${price(m.config.pricesPerMillion.inputCacheMiss)}</td><td class="num">${price(m.config.pricesPerMillion.output)}</td></tr>`)}
+    </tbody></table><p class="muted">Prices in ${currency} per million tokens.</p>`;
+  sendPage(res, 200, page({ title: 'Models', email: session.email, csrf: csrfToken(req, res), active: 'models' }, body));
+}
+
+function examples(model: RoutedModel, base: string) {
+  const id = model.config.id;
+  return {
+    curl: `curl ${base}/chat/completions \\\n  -H "Authorization: Bearer $PARLEY_API_KEY" \\\n  -H "Content-Type: application/json" \\\n  -d '{"model": "${id}", "messages": [{"role": "user", "content": "Hello"}]}'`,
+    python: `import os\nfrom openai import OpenAI\n\nclient = OpenAI(base_url="${base}", api_key=os.environ["PARLEY_API_KEY"])\nreply = client.chat.completions.create(\n    model="${id}",\n    messages=[{"role": "user", "content": "Hello"}],\n)\nprint(reply.choices[0].message.content)`,
+    node: `import OpenAI from 'openai';\n\nconst client = new OpenAI({ baseURL: '${base}', apiKey: process.env.PARLEY_API_KEY });\nconst reply = await client.chat.completions.create({\n  model: '${id}',\n  messages: [{ role: 'user', content: 'Hello' }],\n});\nconsole.log(reply.choices[0].message.content);`,
+  };
+}
+
+export function showModel(req: IncomingMessage, res: ServerResponse, ctx: GatewayContext, session: Session, id: string): boolean {
+  const model = ctx.routing().models.get(id);
+  if (!model) return false;
+  const c = model.config;
+  const ex = examples(model, baseUrl(req));
+  const currency = ctx.routing().billing.currency;
+  const body = html`<p><a href="/platform/models">← Models</a></p><h1>${c.id}</h1>
+    ${c.description ? html`<p>${c.description}</p>` : ''}
+    <div class="cards">
+      <div class="card"><div class="label">Context window</div><div class="value" data-testid="context-window">${c.contextWindow.toLocaleString('en-US')} tokens</div></div>
+      <div class="card"><div class="label">Input, cache hit</div><div class="value">${price(c.pricesPerMillion.inputCacheHit)}</div><div class="muted">${currency} per million tokens</div></div>
+      <div class="card"><div class="label">Input, cache miss</div><div class="value">${price(c.pricesPerMillion.inputCacheMiss)}</div><div class="muted">${currency} per million tokens</div></div>
+      <div class="card"><div class="label">Output</div><div class="value">${price(c.pricesPerMillion.output)}</div><div class="muted">${currency} per million tokens</div></div>
+    </div>
+    <h2>Set up for</h2>
+    <p><span class="tag${c.supports.tools ? '' : ' off'}">tools ${c.supports.tools ? 'yes' : 'no'}</span><span class="tag${c.supports.jsonOutput ? '' : ' off'}">JSON output ${c.supports.jsonOutput ? 'yes' : 'no'}</span></p>
+    ${c.setup ? html`<h2>Set-up</h2><pre>${c.setup}</pre>` : ''}
+    <h2>Try it</h2>
+    ${(['curl', 'python', 'node'] as const).map((lang) => html`<h3>${lang === 'curl' ? 'curl' : lang === 'python' ? 'Python' : 'Node'}</h3>
+      <pre id="example-${lang}">${ex[lang]}</pre><button type="button" class="secondary" data-copy="example-${lang}">Copy</button>`)}`;
+  sendPage(res, 200, page({ title: c.id, email: session.email, csrf: csrfToken(req, res), active: 'models' }, body));
+  return true;
+}

@@ -1,0 +1,80 @@
+// The platform's routes under /platform, served by Parley itself on the
+// API's origin. Pages that need a member redirect to the log-in page; every
+// POST must carry the visitor's CSRF token.
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { GatewayContext } from '../gateway/context.js';
+import { ApiError, routeNotFound } from '../protocol/errors.js';
+import { createKey, redeemCode, revokeKey, showApiKeys, showOverview, showTopUp } from './account-pages.js';
+import { logIn, logOut, showAuth, signUp } from './auth-pages.js';
+import { html } from './html.js';
+import { page, PLATFORM_JS, redirect, sendPage, STYLE_CSS } from './layout.js';
+import { showModel, showModels } from './model-pages.js';
+import { csrfToken, csrfValid, currentSession } from './sessions.js';
+import { downloadUsageCsv, showUsage } from './usage-page.js';
+
+const FORM_LIMIT_BYTES = 16 * 1024;
+
+async function readForm(req: IncomingMessage): Promise<URLSearchParams> {
+  const type = req.headers['content-type'] ?? '';
+  if (!type.startsWith('application/x-www-form-urlencoded')) throw new ApiError(415, 'invalid_request_error', 'Forms are sent as application/x-www-form-urlencoded.', 'invalid_content_type');
+  let text = '';
+  for await (const chunk of req as AsyncIterable<Buffer>) {
+    text += chunk.toString('utf8');
+    if (text.length > FORM_LIMIT_BYTES) throw new ApiError(413, 'invalid_request_error', 'The form is too large.', 'request_too_large');
+  }
+  return new URLSearchParams(text);
+}
+
+function sendStatic(res: ServerResponse, type: string, body: string): void {
+  res.writeHead(200, { 'content-type': `${type}; charset=utf-8`, 'cache-control': 'public, max-age=3600', 'x-content-type-options': 'nosniff' });
+  res.end(body);
+}
+
+function forbidden(req: IncomingMessage, res: ServerResponse): void {
+  const body = html`<section class="auth card"><h1>This form has expired</h1><p class="notice error" role="alert">The request was refused because its security token is missing or wrong. Go back, reload the page and try again.</p></section>`;
+  sendPage(res, 403, page({ title: 'Refused', csrf: csrfToken(req, res) }, body));
+}
+
+/** Serves `path` if it is a platform route; returns false otherwise. */
+export async function handlePlatform(req: IncomingMessage, res: ServerResponse, ctx: GatewayContext, path: string, query: URLSearchParams): Promise<boolean> {
+  const method = req.method ?? 'GET';
+  if (path === '/') return redirect(res, '/platform'), true;
+  if (path !== '/platform' && !path.startsWith('/platform/')) return false;
+  if (method === 'GET' && path === '/platform/static/style.css') return sendStatic(res, 'text/css', STYLE_CSS), true;
+  if (method === 'GET' && path === '/platform/static/platform.js') return sendStatic(res, 'text/javascript', PLATFORM_JS), true;
+
+  let form: URLSearchParams | undefined;
+  if (method === 'POST') {
+    form = await readForm(req);
+    if (!csrfValid(req, form.get('_csrf') ?? undefined)) return forbidden(req, res), true;
+  }
+  if (path === '/platform/login') {
+    if (form) await logIn(req, res, ctx, form);
+    else showAuth(req, res, ctx, 'login');
+    return true;
+  }
+  if (path === '/platform/signup') {
+    if (form) await signUp(req, res, ctx, form);
+    else showAuth(req, res, ctx, 'signup');
+    return true;
+  }
+
+  const session = await currentSession(ctx.redis, req);
+  if (!session) return redirect(res, '/platform/login'), true;
+  const keyRevoke = /^\/platform\/api-keys\/(key_[0-9a-f]+)\/revoke$/.exec(path);
+  if (form && path === '/platform/logout') await logOut(req, res, ctx, session);
+  else if (form && path === '/platform/api-keys') await createKey(req, res, ctx, session, form, ctx.keySecret);
+  else if (form && keyRevoke) await revokeKey(res, ctx, session, keyRevoke[1]);
+  else if (form && path === '/platform/top-up') await redeemCode(req, res, ctx, session, form);
+  else if (form) throw routeNotFound(method, path);
+  else if (path === '/platform') await showOverview(req, res, ctx, session);
+  else if (path === '/platform/api-keys') await showApiKeys(req, res, ctx, session);
+  else if (path === '/platform/usage') await showUsage(req, res, ctx, session, query);
+  else if (path === '/platform/usage.csv') await downloadUsageCsv(res, ctx, session, query);
+  else if (path === '/platform/models') showModels(req, res, ctx, session);
+  else if (path === '/platform/top-up') await showTopUp(req, res, ctx, session);
+  else if (!(path.startsWith('/platform/models/') && showModel(req, res, ctx, session, decodeURIComponent(path.slice('/platform/models/'.length))))) {
+    throw routeNotFound(method, path);
+  }
+  return true;
+}

@@ -1,0 +1,178 @@
+// The platform in a real browser: playwright-core driving Debian's Chromium
+// against a running Parley with a real Redis and a scripted upstream that
+// reports cached tokens. Screenshots of every page go to test-artifacts/.
+import { existsSync, mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import OpenAI from 'openai';
+import { chromium, type Browser, type Page } from 'playwright-core';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createCreditCode } from '../../src/billing/credit-codes.js';
+import { completionBody, startFakeUpstream, type FakeUpstream } from '../support/fake-upstream.js';
+import { modelEntry, startTestGateway, type TestGateway } from '../support/gateway.js';
+
+const CHROMIUM = '/usr/bin/chromium';
+const ARTIFACTS = fileURLToPath(new URL('../../test-artifacts/platform', import.meta.url));
+
+let upstream: FakeUpstream;
+let gw: TestGateway;
+let browser: Browser;
+
+beforeAll(async () => {
+  mkdirSync(ARTIFACTS, { recursive: true });
+  upstream = await startFakeUpstream((_req, res) => {
+    res.writeHead(200, { 'content-type': 'application/json' });
+    res.end(JSON.stringify(completionBody('Hello from the model', { prompt_tokens: 1200, completion_tokens: 300, prompt_tokens_details: { cached_tokens: 1024 } })));
+  });
+  gw = await startTestGateway({
+    models: [
+      modelEntry('team-model', [{ kind: 'vllm', url: upstream.url }], {
+        contextWindow: 32768,
+        pricesPerMillion: { inputCacheMiss: 0.5, inputCacheHit: 0.05, output: 1.5 },
+        supports: { tools: true, jsonOutput: false },
+        description: 'The team model.',
+        setup: 'vLLM with prefix caching, 2 replicas.',
+      }),
+    ],
+  });
+  browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox', '--disable-background-networking'] });
+});
+
+afterAll(async () => {
+  await browser?.close();
+  await gw?.close();
+  await upstream?.close();
+});
+
+const shot = (page: Page, name: string) => page.screenshot({ path: join(ARTIFACTS, `${name}.png`), fullPage: true });
+
+async function signUp(page: Page, email: string, password = 'correct horse battery') {
+  await page.goto(`${gw.url}/platform/signup`);
+  await page.fill('#email', email);
+  await page.fill('#password', password);
+  await page.click('button[type=submit]');
+}
+
+describe('the platform in a browser', () => {
+  it('one journey: sign up, redeem credit, create a key, call the API, find it in usage, revoke the key', async () => {
+    const context = await browser.newContext({ viewport: { width: 1200, height: 900 } });
+    const page = await context.newPage();
+    await signUp(page, 'journey@team.example');
+    await expect.poll(() => page.url()).toBe(`${gw.url}/platform`);
+    expect(await page.textContent('[data-testid=available-balance]')).toContain('0.00 USD');
+    await shot(page, '01-overview-empty');
+
+    const code = await createCreditCode(gw.redis.client, 5_000_000);
+    await page.click('text=Top up');
+    await page.fill('#code', code);
+    await page.click('button:has-text("Redeem")');
+    expect(await page.textContent('.notice.success')).toContain('Credited 5.00 USD');
+    expect(await page.textContent('[data-testid=balance]')).toContain('5.00 USD');
+    await shot(page, '02-top-up');
+    await page.fill('#code', code);
+    await page.click('button:has-text("Redeem")');
+    expect(await page.textContent('.notice.error')).toContain('already been redeemed');
+
+    await page.click('nav >> text=API keys');
+    await page.fill('#name', 'search-backend');
+    await page.click('button:has-text("Create key")');
+    const key = (await page.textContent('[data-testid=new-key]'))!.trim();
+    expect(key).toMatch(/^sk-parley-/);
+    expect(await page.textContent('main')).toContain('shown this once');
+    await shot(page, '03-api-key-created');
+    await page.reload();
+    expect(await page.textContent('main')).not.toContain(key);
+    expect(await page.textContent('main')).toContain(`sk-parley-...${key.slice(-4)}`);
+
+    const client = new OpenAI({ baseURL: `${gw.url}/v1`, apiKey: key, maxRetries: 0 });
+    const reply = await client.chat.completions.create({ model: 'team-model', messages: [{ role: 'user', content: 'hi' }] });
+    expect(reply.usage?.prompt_tokens_details?.cached_tokens).toBe(1024);
+
+    // 176 uncached × 0.5 + 1024 cached × 0.05 + 300 output × 1.5 = 589.2 micro-units, charged 590.
+    await expect.poll(async () => {
+      await page.goto(`${gw.url}/platform/usage`);
+      return page.textContent('main');
+    }).toContain('team-model');
+    const row = await page.textContent('[data-testid=usage-table] tbody tr');
+    expect(row).toContain('1200');
+    expect(row).toContain('1024');
+    expect(row).toContain('300');
+    expect(row).toContain('0.00059');
+    await shot(page, '04-usage');
+    const csv = await (await page.request.get(`${gw.url}/platform/usage.csv`)).text();
+    expect(csv.split('\n')[1]).toContain(',team-model,');
+
+    await page.goto(`${gw.url}/platform`);
+    expect(await page.textContent('[data-testid=available-balance]')).toContain('4.99941');
+    expect(await page.textContent('[data-testid=month-spend]')).toContain('0.00059');
+    expect(await page.locator('.chart svg rect').count()).toBeGreaterThan(0);
+    await shot(page, '05-overview');
+
+    await page.goto(`${gw.url}/platform/models`);
+    await shot(page, '06-models');
+    await page.click('text=team-model');
+    expect(await page.textContent('[data-testid=context-window]')).toContain('32,768');
+    expect(await page.textContent('#example-python')).toContain(`base_url="${gw.url}/v1"`);
+    expect(await page.textContent('main')).toContain('vLLM with prefix caching');
+    await shot(page, '07-model-page');
+
+    await page.goto(`${gw.url}/platform/api-keys`);
+    page.once('dialog', (d) => d.accept());
+    await page.click('button:has-text("Revoke")');
+    await expect.poll(() => page.textContent('main')).toContain('revoked');
+    await shot(page, '08-api-key-revoked');
+    await expect(client.chat.completions.create({ model: 'team-model', messages: [{ role: 'user', content: 'hi' }] })).rejects.toMatchObject({ status: 401 });
+    await context.close();
+  });
+
+  it('refuses a taken email, a weak password and a wrong password with clear messages', async () => {
+    const page = await browser.newPage();
+    await signUp(page, 'taken@team.example');
+    await page.click('button:has-text("Log out")');
+    await signUp(page, 'taken@team.example');
+    expect(await page.textContent('.notice.error')).toContain('already exists');
+    await shot(page, '09-signup-taken');
+    await signUp(page, 'weak@team.example', 'short');
+    expect(await page.textContent('.notice.error')).toContain('at least 10 characters');
+    await page.goto(`${gw.url}/platform/login`);
+    await page.fill('#email', 'taken@team.example');
+    await page.fill('#password', 'not the password');
+    await page.click('button[type=submit]');
+    expect(await page.textContent('.notice.error')).toContain('Wrong email or password');
+    await shot(page, '10-login-wrong-password');
+    await page.close();
+  });
+
+  it('refuses a post without the CSRF token', async () => {
+    const page = await browser.newPage();
+    await signUp(page, 'csrf@team.example');
+    const res = await page.request.post(`${gw.url}/platform/api-keys`, { form: { name: 'sneaky' } });
+    expect(res.status()).toBe(403);
+    await page.goto(`${gw.url}/platform/api-keys`);
+    expect(await page.textContent('main')).not.toContain('sneaky');
+    await page.close();
+  });
+
+  it('sets the session cookie HttpOnly and SameSite=Lax', async () => {
+    const context = await browser.newContext();
+    const page = await context.newPage();
+    await signUp(page, 'cookie@team.example');
+    const session = (await context.cookies()).find((c) => c.name === 'parley_session')!;
+    expect(session).toMatchObject({ httpOnly: true, sameSite: 'Lax' });
+    await context.close();
+  });
+
+  it('sends to the log-in page without a session', async () => {
+    const page = await browser.newPage();
+    await page.goto(`${gw.url}/platform/usage`);
+    expect(page.url()).toBe(`${gw.url}/platform/login`);
+    await shot(page, '00-login');
+    await page.close();
+  });
+});
+
+describe.runIf(!existsSync(CHROMIUM))('without Chromium', () => {
+  it('fails, because the platform must be tested in a browser', () => {
+    expect(existsSync(CHROMIUM), 'install the chromium package (scripts/test.sh does)').toBe(true);
+  });
+});
