@@ -70,8 +70,9 @@ export async function startParley(models, gateway = {}) {
 }
 
 /** A `parley engine` on `port` serving Parley's own model. */
-export async function startEngine(port, { parallel = 4, contextSize = 4096, dataDir } = {}) {
-  const child = track(spawn(process.execPath, [join(ROOT, 'bin/parley.js'), 'engine', '--port', String(port), '--parallel', String(parallel), '--context-size', String(contextSize), '--data-dir', dataDir], {
+// One thread each: several engines spinning on every core of a small machine slow each other down.
+export async function startEngine(port, { parallel = 4, contextSize = 4096, dataDir, threads = 1 } = {}) {
+  const child = track(spawn(process.execPath, [join(ROOT, 'bin/parley.js'), 'engine', '--port', String(port), '--parallel', String(parallel), '--context-size', String(contextSize), '--threads', String(threads), '--data-dir', dataDir], {
     stdio: ['ignore', 'ignore', 'inherit'],
   }));
   await waitForPort(`http://127.0.0.1:${port}/health`);

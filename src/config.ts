@@ -73,6 +73,8 @@ const gatewaySettings = z
     upstreamFirstByteTimeoutMs: z.int().min(10).default(60_000),
     upstreamIdleTimeoutMs: z.int().min(10).default(60_000),
     maxBodyBytes: z.int().min(1024).default(4 * 1024 * 1024),
+    /** On SIGTERM, how long requests in flight may run on; keep it under the pod's termination grace period. */
+    shutdownGraceMs: z.int().min(0).default(25_000),
     failover: z
       .strictObject({
         /** Endpoints tried per request before its first byte. */

@@ -25,7 +25,7 @@ const USAGE = `usage: parley <command> [options]
   engine       serve a GGUF model behind the OpenAI API
                --model FILE.gguf (default: Parley's own model, made on first start)
                --model-id ID  --port N (8081)  --host H (127.0.0.1)
-               --context-size N (${DEFAULT_MODEL_CONTEXT})  --parallel N (4)  --data-dir DIR
+               --context-size N (${DEFAULT_MODEL_CONTEXT})  --parallel N (4)  --threads N (all cores)  --data-dir DIR
   make-model   write Parley's own model: --out FILE
 ${OPERATOR_USAGE}`;
 
@@ -65,7 +65,7 @@ async function engine(argv: string[]): Promise<void> {
     args: argv,
     options: {
       model: { type: 'string' }, 'model-id': { type: 'string' }, port: { type: 'string' }, host: { type: 'string' },
-      'context-size': { type: 'string' }, parallel: { type: 'string' }, 'data-dir': { type: 'string' },
+      'context-size': { type: 'string' }, parallel: { type: 'string' }, threads: { type: 'string' }, 'data-dir': { type: 'string' },
     },
   });
   const modelPath = values.model ? resolve(values.model) : ensureDefaultModel(join(dataDir(values['data-dir']), 'models', DEFAULT_MODEL_FILE));
@@ -74,6 +74,7 @@ async function engine(argv: string[]): Promise<void> {
     modelId: values['model-id'] ?? 'parley-tiny',
     contextSize: Number(values['context-size'] ?? DEFAULT_MODEL_CONTEXT),
     parallel: Number(values.parallel ?? 4),
+    threads: values.threads ? Number(values.threads) : undefined,
     host: values.host ?? '127.0.0.1',
     port: Number(values.port ?? 8081),
   });

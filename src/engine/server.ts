@@ -21,6 +21,8 @@ export interface EngineOptions {
   contextSize: number;
   /** Sequences evaluated side by side: concurrent replies, `n` included. */
   parallel: number;
+  /** CPU threads for evaluation; several engines on one machine should split its cores. */
+  threads?: number;
   host: string;
   port: number;
 }
@@ -36,7 +38,7 @@ const MAX_BODY_BYTES = 16 * 1024 * 1024;
 export async function startEngine(opts: EngineOptions): Promise<RunningEngine> {
   const llama = await localLlama();
   const model = await llama.loadModel({ modelPath: opts.modelPath });
-  const context = await model.createContext({ sequences: opts.parallel, contextSize: opts.contextSize });
+  const context = await model.createContext({ sequences: opts.parallel, contextSize: opts.contextSize, ...(opts.threads ? { threads: opts.threads } : {}) });
   const pool = new SequencePool(context);
   const prompt = new ChatPrompt(model);
   const vocabSize = model.fileInfo.metadata.tokenizer.ggml.tokens.length;

@@ -6,7 +6,7 @@ import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { messageText, parseChatCompletionRequest, requestedMaxTokens, type ChatCompletionRequest } from '../protocol/chat-request.js';
 import { renderCompletion, type ReplyIdentity, type Usage } from '../protocol/chat-response.js';
-import { ApiError, checkContextWindow, modelNotFound, stateUnavailable } from '../protocol/errors.js';
+import { ApiError, checkContextWindow, modelNotFound, shuttingDown, stateUnavailable } from '../protocol/errors.js';
 import { readJsonBody, sendJson } from '../protocol/http-io.js';
 import { admitRequest } from '../ratelimit/rate-limiter.js';
 import type { RoutedModel } from '../routing/routing-table.js';
@@ -68,6 +68,8 @@ export async function handleChatCompletion(req: IncomingMessage, res: ServerResp
   res.once('close', () => {
     if (!res.writableFinished) clientGone.abort();
   });
+  // The upstream call ends when the client leaves or when shutdown's grace period is over.
+  const upstreamSignal = AbortSignal.any([clientGone.signal, ctx.lifecycle.stopSignal]);
   const relay = request.stream
     ? new StreamRelay(res, {
         identity,
@@ -85,7 +87,7 @@ export async function handleChatCompletion(req: IncomingMessage, res: ServerResp
   };
   let call: UpstreamCall | undefined;
   try {
-    call = await callWithFailover(ctx, model, request, ctx.router.plan(model, request.messages), clientGone.signal);
+    call = await callWithFailover(ctx, model, request, ctx.router.plan(model, request.messages), upstreamSignal);
     const { endpoint } = call;
     if (!relay) {
       const parts = await Promise.all(call.bodies.map((b) => readCompletion(endpoint, b)));
@@ -104,8 +106,9 @@ export async function handleChatCompletion(req: IncomingMessage, res: ServerResp
     }
   } catch (err) {
     meter.settle(clientGone.signal.aborted ? 'client_gone' : 'failed', call?.endpoint.name ?? '', undefined, (err as Error).message);
-    if (err instanceof ApiError && relay?.failBeforeStart(err)) return;
-    throw err;
+    const failure = ctx.lifecycle.stopSignal.aborted && !(err instanceof ApiError) ? shuttingDown() : err;
+    if (failure instanceof ApiError && relay?.failBeforeStart(failure)) return;
+    throw failure;
   } finally {
     call?.release();
   }

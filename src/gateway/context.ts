@@ -4,11 +4,13 @@ import type { Redis } from 'ioredis';
 import type { KeyAuthenticator } from '../accounts/key-authenticator.js';
 import type { SettlementQueue } from '../billing/settlement-queue.js';
 import type { Router } from '../routing/router.js';
+import type { Lifecycle } from './lifecycle.js';
 import type { RoutingTable } from '../routing/routing-table.js';
 
 export interface GatewayContext {
   routing(): RoutingTable;
   router: Router;
+  lifecycle: Lifecycle;
   redis: Redis;
   keys: KeyAuthenticator;
   settlements: SettlementQueue;

@@ -1,7 +1,7 @@
 // The gateway's HTTP server: routes each request to its handler and turns
 // every failure into OpenAI's error body.
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import { ApiError, internalError, routeNotFound } from '../protocol/errors.js';
+import { ApiError, internalError, routeNotFound, shuttingDown } from '../protocol/errors.js';
 import { sendError, sendJson } from '../protocol/http-io.js';
 import { getEndpoints } from './admin-routes.js';
 import { getBalance } from './balance-route.js';
@@ -10,12 +10,26 @@ import type { GatewayContext } from './context.js';
 import { getModel, listModels } from './models-routes.js';
 import { handlePlatform } from '../platform/routes.js';
 
+/** Ready: not shutting down, and Redis answers (without it every request would fail closed). */
+async function readiness(res: ServerResponse, ctx: GatewayContext): Promise<void> {
+  if (ctx.lifecycle.draining) return sendJson(res, 503, { status: 'shutting down' });
+  try {
+    await ctx.redis.ping();
+  } catch {
+    return sendJson(res, 503, { status: 'redis unreachable' });
+  }
+  sendJson(res, 200, { status: 'ready' });
+}
+
 export function createGatewayServer(ctx: GatewayContext): Server {
   const route = async (req: IncomingMessage, res: ServerResponse) => {
     const [path, search] = (req.url ?? '/').split('?', 2);
     const method = req.method ?? 'GET';
+    if (method === 'GET' && path === '/healthz') return sendJson(res, 200, { status: 'ok' });
+    if (method === 'GET' && path === '/readyz') return readiness(res, ctx);
+    if (ctx.lifecycle.draining) throw shuttingDown();
+    ctx.lifecycle.track(res);
     if (method === 'POST' && path === '/v1/chat/completions') return handleChatCompletion(req, res, ctx);
-    if (method === 'GET' && (path === '/healthz' || path === '/readyz')) return sendJson(res, 200, { status: 'ok' });
     if (method === 'GET' && path === '/admin/endpoints') return getEndpoints(req, res, ctx);
     if (await handlePlatform(req, res, ctx, path, new URLSearchParams(search ?? ''))) return;
     const authenticated = method === 'GET' && (path === '/v1/models' || path.startsWith('/v1/models/') || path === '/user/balance');

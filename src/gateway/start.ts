@@ -15,6 +15,7 @@ import { startPrivateRedis, type PrivateRedis } from '../redis/private-server.js
 import { Router } from '../routing/router.js';
 import { buildRoutingTable, type RoutingTable } from '../routing/routing-table.js';
 import type { GatewayContext } from './context.js';
+import { Lifecycle } from './lifecycle.js';
 import { createGatewayServer } from './server.js';
 
 export interface GatewayOptions {
@@ -33,7 +34,8 @@ export interface RunningGateway {
   /** The demo account's key, on the first start with a private Redis; shown this once. */
   demoKey?: string;
   context: GatewayContext;
-  close(): Promise<void>;
+  /** Drains (requests in flight get `graceMs`, by default the routing file's shutdownGraceMs), then stops. */
+  close(graceMs?: number): Promise<void>;
 }
 
 const SETTLE_ON_CLOSE_MS = 5_000;
@@ -54,7 +56,8 @@ export async function startGateway(opts: GatewayOptions): Promise<RunningGateway
   let table: RoutingTable = await buildRoutingTable(routingFile, engines);
   const router = new Router();
   router.apply(table);
-  const context: GatewayContext = { routing: () => table, router, redis, keys, settlements: new SettlementQueue(redis), keySecret: secret };
+  const lifecycle = new Lifecycle();
+  const context: GatewayContext = { routing: () => table, router, lifecycle, redis, keys, settlements: new SettlementQueue(redis), keySecret: secret };
   const server = createGatewayServer(context);
   // Streams can be long; Node's default request timeout would cut them.
   server.requestTimeout = 0;
@@ -82,11 +85,15 @@ export async function startGateway(opts: GatewayOptions): Promise<RunningGateway
     url: `http://${host}:${port}`,
     demoKey,
     context,
-    close: async () => {
+    close: async (graceMs?: number) => {
       watcher.close();
-      router.close();
+      // Still listening while draining: a request that arrives before Kubernetes has taken this
+      // replica out of the Service gets a clear 503 to retry, not a refused connection.
+      await lifecycle.drain(graceMs ?? table.settings.shutdownGraceMs);
+      const closed = new Promise<void>((resolve) => server.close(() => resolve()));
       server.closeAllConnections();
-      await new Promise<void>((resolve) => server.close(() => resolve()));
+      await closed;
+      router.close();
       const unsettled = await context.settlements.drain(SETTLE_ON_CLOSE_MS);
       if (unsettled > 0) console.warn(`parley: ${unsettled} settlements still pending at shutdown; their holds expire on their own`);
       await engines.stopAll();

@@ -115,5 +115,8 @@ export const rateLimitExceeded = (what: 'requests' | 'tokens', limit: number, re
 export const stateUnavailable = () =>
   new ApiError(503, 'service_unavailable', 'Parley cannot reach its account store right now. Nothing was charged; retry after 1 s.', 'service_unavailable', null, { 'retry-after': '1' });
 
+export const shuttingDown = () =>
+  new ApiError(503, 'service_unavailable', 'This gateway replica is shutting down; retry and another replica will answer.', 'shutting_down', null, { 'retry-after': '1', connection: 'close' });
+
 export const internalError = () =>
   new ApiError(500, 'server_error', 'The gateway failed to handle this request. It has been logged; please retry.');

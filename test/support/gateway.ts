@@ -68,8 +68,9 @@ export async function startTestGateway(config: unknown, opts: TestGatewayOptions
     configPath,
     dataDir: data,
     writeConfig,
-    close: async () => {
-      await gateway.close();
+    // Tests end with requests still hanging on scripted upstreams: no grace unless a test asks for it.
+    close: async (graceMs = 0) => {
+      await gateway.close(graceMs);
       if (!opts.redis) await redis.stop();
     },
   };

@@ -1,0 +1,52 @@
+// Graceful shutdown. On SIGTERM the gateway stops being ready (Kubernetes
+// takes it out of the Service), refuses new requests with a 503, and lets the
+// requests in flight finish up to the grace period; then it stops the rest:
+// their streams end with the error event, their holds are released unpaid.
+import type { ServerResponse } from 'node:http';
+
+const AFTER_STOP_MS = 2_000;
+
+export class Lifecycle {
+  private inFlight = 0;
+  private idle: (() => void) | undefined;
+  private readonly stopping = new AbortController();
+  draining = false;
+
+  /** Aborted when the grace period is over: requests still running end now. */
+  get stopSignal(): AbortSignal {
+    return this.stopping.signal;
+  }
+
+  get requestsInFlight(): number {
+    return this.inFlight;
+  }
+
+  track(res: ServerResponse): void {
+    this.inFlight++;
+    res.once('close', () => {
+      this.inFlight--;
+      if (this.inFlight === 0) this.idle?.();
+    });
+  }
+
+  /** Stops taking requests and waits for those in flight, stopping any still running after `graceMs`. */
+  async drain(graceMs: number): Promise<void> {
+    this.draining = true;
+    if (!(await this.waitIdle(graceMs))) {
+      console.warn(`parley: ${this.inFlight} requests still running after the ${graceMs} ms grace period; ending them`);
+      this.stopping.abort(new Error('the gateway is shutting down'));
+      await this.waitIdle(AFTER_STOP_MS);
+    }
+  }
+
+  private waitIdle(ms: number): Promise<boolean> {
+    if (this.inFlight === 0) return Promise.resolve(true);
+    return new Promise((resolve) => {
+      const timer = setTimeout(() => resolve(false), ms);
+      this.idle = () => {
+        clearTimeout(timer);
+        resolve(true);
+      };
+    });
+  }
+}
