@@ -4,6 +4,7 @@
 // first byte) → render (stream or whole) → settle.
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Span } from '@opentelemetry/api';
 import { messageText, parseChatCompletionRequest, requestedMaxTokens, type ChatCompletionRequest } from '../protocol/chat-request.js';
 import { renderCompletion, type ReplyIdentity, type Usage } from '../protocol/chat-response.js';
 import { ApiError, checkContextWindow, modelNotFound, shuttingDown, stateUnavailable } from '../protocol/errors.js';
@@ -36,7 +37,8 @@ function requestId(req: IncomingMessage): string {
   return typeof given === 'string' && /^[\w.:-]{1,128}$/.test(given) ? given : randomUUID();
 }
 
-export async function handleChatCompletion(req: IncomingMessage, res: ServerResponse, ctx: GatewayContext): Promise<void> {
+export async function handleChatCompletion(req: IncomingMessage, res: ServerResponse, ctx: GatewayContext, span: Span): Promise<void> {
+  const started = performance.now();
   const caller = await ctx.keys.authenticate(req.headers.authorization);
   const table = ctx.routing();
   const { settings } = table;
@@ -44,6 +46,7 @@ export async function handleChatCompletion(req: IncomingMessage, res: ServerResp
   if (parsed instanceof ApiError) throw parsed;
   const model = table.models.get(parsed.model);
   if (!model) throw modelNotFound(parsed.model);
+  span.setAttribute('parley.model', model.config.id);
   const prompt = promptTokens(model, parsed);
   const requestedReply = requestedMaxTokens(parsed);
   if (prompt.exact) checkContextWindow(model.config.contextWindow, prompt.tokens, requestedReply ?? 1);
@@ -56,12 +59,13 @@ export async function handleChatCompletion(req: IncomingMessage, res: ServerResp
   } catch (err) {
     throw err instanceof ApiError ? err : stateUnavailable();
   }
-  const meter = await Meter.open(ctx, { caller, model, settlementId: randomUUID(), promptTokens: prompt.tokens, n, maxReplyTokens });
+  const meter = await Meter.open(ctx, span, { caller, model, settlementId: randomUUID(), promptTokens: prompt.tokens, n, maxReplyTokens });
   // A balance that pays for fewer reply tokens than asked lowers the limit sent upstream.
   const request: ChatCompletionRequest =
     meter.maxReplyTokens < maxReplyTokens ? { ...parsed, max_tokens: meter.maxReplyTokens, max_completion_tokens: meter.maxReplyTokens } : parsed;
 
   const id = requestId(req);
+  span.setAttribute('parley.request_id', id);
   const headers = { 'x-request-id': id, ...limitHeaders };
   const identity: ReplyIdentity = { id: `chatcmpl-${id}`, created: Math.floor(Date.now() / 1000), model: request.model };
   const clientGone = new AbortController();
@@ -78,16 +82,18 @@ export async function handleChatCompletion(req: IncomingMessage, res: ServerResp
         headers,
         countedPromptTokens: prompt.exact ? prompt.tokens : 0,
         clientGone: clientGone.signal,
+        onFirstChunk: () => ctx.telemetry.recordFirstToken(model.config.id, (performance.now() - started) / 1000),
       })
     : undefined;
 
   const complete = (done: UpstreamCall, usage: Usage) => {
     ctx.router.state(done.endpoint).recordUsage(usage.prompt_tokens, usage.cached_tokens);
+    ctx.telemetry.recordUsage(model.config.id, usage);
     meter.settle('complete', done.endpoint.name, usage);
   };
   let call: UpstreamCall | undefined;
   try {
-    call = await callWithFailover(ctx, model, request, ctx.router.plan(model, request.messages), upstreamSignal);
+    call = await callWithFailover(ctx, span, model, request, ctx.router.plan(model, request.messages), upstreamSignal);
     const { endpoint } = call;
     if (!relay) {
       const parts = await Promise.all(call.bodies.map((b) => readCompletion(endpoint, b)));

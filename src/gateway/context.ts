@@ -4,6 +4,7 @@ import type { Redis } from 'ioredis';
 import type { KeyAuthenticator } from '../accounts/key-authenticator.js';
 import type { SettlementQueue } from '../billing/settlement-queue.js';
 import type { Router } from '../routing/router.js';
+import type { Telemetry } from '../telemetry/telemetry.js';
 import type { Lifecycle } from './lifecycle.js';
 import type { RoutingTable } from '../routing/routing-table.js';
 
@@ -11,6 +12,7 @@ export interface GatewayContext {
   routing(): RoutingTable;
   router: Router;
   lifecycle: Lifecycle;
+  telemetry: Telemetry;
   redis: Redis;
   keys: KeyAuthenticator;
   settlements: SettlementQueue;

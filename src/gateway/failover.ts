@@ -4,6 +4,7 @@
 // attempt budget and the deadline. When every endpoint is at capacity the
 // request waits in the first queue with room. Once an upstream answers, its
 // reply is the reply: nothing after the first byte fails over.
+import { SpanStatusCode, type Span } from '@opentelemetry/api';
 import type { ChatCompletionRequest } from '../protocol/chat-request.js';
 import { ApiError, noHealthyUpstream, upstreamsBusy } from '../protocol/errors.js';
 import { QueueTimeout } from '../routing/endpoint-state.js';
@@ -39,6 +40,7 @@ const isRetryable = (err: unknown) => err instanceof ApiError && (err.code === '
 
 export async function callWithFailover(
   ctx: GatewayContext,
+  span: Span,
   model: RoutedModel,
   request: ChatCompletionRequest,
   plan: RoutePlan,
@@ -61,15 +63,19 @@ export async function callWithFailover(
     }
     attempts++;
     const started = Date.now();
+    const attemptSpan = ctx.telemetry.child(span, 'upstream attempt', { 'parley.endpoint': endpoint.url, 'parley.attempt': attempts });
     const timeouts = { firstByteMs: Math.max(1, Math.min(settings.upstreamFirstByteTimeoutMs, deadline - started)), idleMs: settings.upstreamIdleTimeoutMs };
     try {
       const bodies = await Promise.all(upstreamBodies(endpoint, model, request).map((b) => postChatCompletion(endpoint, b, signal, timeouts)));
       state.recordSuccess(Date.now() - started);
       ctx.router.routed(model, endpoint, plan.request);
+      attemptSpan.end();
       let released = false;
       return { endpoint, bodies, release: () => void (released || ((released = true), state.release())) };
     } catch (err) {
       state.release();
+      attemptSpan.setStatus({ code: SpanStatusCode.ERROR, message: err instanceof ApiError ? (err.code ?? err.type) : 'aborted' });
+      attemptSpan.end();
       if (signal.aborted || !isRetryable(err)) {
         // The upstream answered (a 4xx is the request's fault, not the endpoint's).
         if (err instanceof ApiError) state.breaker.onSuccess();

@@ -1,6 +1,7 @@
 // Credit for one request: hold the most it can cost before any upstream
 // call, keep the hold alive while the request is served, and settle it once
 // at the end: charged for a complete reply, released for anything else.
+import type { Span } from '@opentelemetry/api';
 import type { Caller } from '../accounts/key-authenticator.js';
 import { extendHold, holdCredit, type SettleOutcome } from '../billing/credit-ledger.js';
 import { replyCost } from '../billing/prices.js';
@@ -27,6 +28,7 @@ export class Meter {
 
   private constructor(
     private readonly ctx: GatewayContext,
+    private readonly span: Span,
     private readonly m: MeterRequest,
     /** Reply tokens per choice the balance pays for: the request's own limit or fewer. */
     readonly maxReplyTokens: number,
@@ -39,7 +41,7 @@ export class Meter {
   }
 
   /** Holds credit for the request; 402 when the available balance pays for none of it, 503 when Redis is unreachable. */
-  static async open(ctx: GatewayContext, m: MeterRequest): Promise<Meter> {
+  static async open(ctx: GatewayContext, span: Span, m: MeterRequest): Promise<Meter> {
     let hold;
     try {
       hold = await holdCredit(ctx.redis, {
@@ -55,7 +57,8 @@ export class Meter {
       throw stateUnavailable();
     }
     if (hold.kind !== 'held') throw insufficientBalance();
-    return new Meter(ctx, m, hold.maxReplyTokens);
+    ctx.telemetry.holdOpened();
+    return new Meter(ctx, span, m, hold.maxReplyTokens);
   }
 
   /** Settles once; later calls are ignored. Only a complete reply is charged. */
@@ -63,6 +66,10 @@ export class Meter {
     if (this.settled) return;
     this.settled = true;
     clearInterval(this.heartbeat);
+    this.ctx.telemetry.holdClosed();
+    this.ctx.telemetry
+      .child(this.span, 'settle', { 'parley.outcome': outcome, 'parley.prompt_tokens': usage.prompt_tokens, 'parley.cached_tokens': usage.cached_tokens, 'parley.completion_tokens': usage.completion_tokens })
+      .end();
     this.ctx.settlements.settle({
       account: this.m.caller.account,
       keyId: this.m.caller.keyId,

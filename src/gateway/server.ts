@@ -1,5 +1,6 @@
 // The gateway's HTTP server: routes each request to its handler and turns
 // every failure into OpenAI's error body.
+import type { Span } from '@opentelemetry/api';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { ApiError, internalError, routeNotFound, shuttingDown } from '../protocol/errors.js';
 import { sendError, sendJson } from '../protocol/http-io.js';
@@ -21,15 +22,24 @@ async function readiness(res: ServerResponse, ctx: GatewayContext): Promise<void
   sendJson(res, 200, { status: 'ready' });
 }
 
+/** The route's name for spans and metrics: the path, but never a model id or key id from it. */
+function routeName(method: string, path: string): string {
+  if (path.startsWith('/v1/models/')) return `${method} /v1/models/{id}`;
+  if (path.startsWith('/platform/models/')) return `${method} /platform/models/{id}`;
+  if (path.startsWith('/platform/api-keys/')) return `${method} /platform/api-keys/{id}/revoke`;
+  return `${method} ${path}`;
+}
+
 export function createGatewayServer(ctx: GatewayContext): Server {
-  const route = async (req: IncomingMessage, res: ServerResponse) => {
+  const route = async (req: IncomingMessage, res: ServerResponse, span: Span) => {
     const [path, search] = (req.url ?? '/').split('?', 2);
     const method = req.method ?? 'GET';
     if (method === 'GET' && path === '/healthz') return sendJson(res, 200, { status: 'ok' });
     if (method === 'GET' && path === '/readyz') return readiness(res, ctx);
+    if (method === 'GET' && path === '/metrics') return ctx.telemetry.serveMetrics(req, res);
     if (ctx.lifecycle.draining) throw shuttingDown();
     ctx.lifecycle.track(res);
-    if (method === 'POST' && path === '/v1/chat/completions') return handleChatCompletion(req, res, ctx);
+    if (method === 'POST' && path === '/v1/chat/completions') return handleChatCompletion(req, res, ctx, span);
     if (method === 'GET' && path === '/admin/endpoints') return getEndpoints(req, res, ctx);
     if (await handlePlatform(req, res, ctx, path, new URLSearchParams(search ?? ''))) return;
     const authenticated = method === 'GET' && (path === '/v1/models' || path.startsWith('/v1/models/') || path === '/user/balance');
@@ -40,12 +50,24 @@ export function createGatewayServer(ctx: GatewayContext): Server {
     return getModel(res, ctx.routing(), decodeURIComponent(path.slice('/v1/models/'.length)));
   };
   return createServer((req, res) => {
-    route(req, res).catch((err) => {
+    const started = performance.now();
+    const name = routeName(req.method ?? 'GET', (req.url ?? '/').split('?')[0]);
+    const span = ctx.telemetry.tracer.startSpan(name, { attributes: { 'http.request.method': req.method ?? 'GET', 'http.route': name } });
+    let errorCode: string | null = null;
+    res.once('close', () => {
+      span.setAttribute('http.response.status_code', res.statusCode);
+      if (errorCode) span.setAttribute('parley.error_code', errorCode);
+      span.end();
+      if (name !== 'GET /metrics') ctx.telemetry.recordRequest(name, res.statusCode, errorCode, (performance.now() - started) / 1000);
+    });
+    route(req, res, span).catch((err) => {
       if (!(err instanceof ApiError)) {
         if ((err as Error)?.name === 'AbortError') return void res.destroy();
         console.error('parley:', err);
       }
-      sendError(res, err instanceof ApiError ? err : internalError());
+      const failure = err instanceof ApiError ? err : internalError();
+      errorCode = failure.code;
+      sendError(res, failure);
     });
   });
 }

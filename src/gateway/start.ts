@@ -15,6 +15,7 @@ import { startPrivateRedis, type PrivateRedis } from '../redis/private-server.js
 import { Router } from '../routing/router.js';
 import { buildRoutingTable, type RoutingTable } from '../routing/routing-table.js';
 import type { GatewayContext } from './context.js';
+import { Telemetry } from '../telemetry/telemetry.js';
 import { Lifecycle } from './lifecycle.js';
 import { createGatewayServer } from './server.js';
 
@@ -57,7 +58,8 @@ export async function startGateway(opts: GatewayOptions): Promise<RunningGateway
   const router = new Router();
   router.apply(table);
   const lifecycle = new Lifecycle();
-  const context: GatewayContext = { routing: () => table, router, lifecycle, redis, keys, settlements: new SettlementQueue(redis), keySecret: secret };
+  const telemetry = new Telemetry(router);
+  const context: GatewayContext = { routing: () => table, router, lifecycle, telemetry, redis, keys, settlements: new SettlementQueue(redis), keySecret: secret };
   const server = createGatewayServer(context);
   // Streams can be long; Node's default request timeout would cut them.
   server.requestTimeout = 0;
@@ -100,6 +102,7 @@ export async function startGateway(opts: GatewayOptions): Promise<RunningGateway
       await keys.close();
       redis.disconnect();
       await privateRedis?.stop();
+      await telemetry.shutdown();
     },
   };
 }

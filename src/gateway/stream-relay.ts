@@ -20,6 +20,8 @@ export interface RelayOptions {
   /** Prompt tokens counted by the gateway, for an upstream that reports no usage. */
   countedPromptTokens: number;
   clientGone: AbortSignal;
+  /** Called once, when the first content reaches the client. */
+  onFirstChunk?: () => void;
 }
 
 export class StreamRelay {
@@ -50,6 +52,7 @@ export class StreamRelay {
     const renderer = new ChunkRenderer(this.opts.identity, this.opts.includeUsage);
     let usage: Usage | undefined;
     let contentDeltas = 0;
+    let firstSent = false;
     try {
       this.write('');
       for await (const batch of events) {
@@ -61,7 +64,13 @@ export class StreamRelay {
           }
           if (event.usage) usage = event.usage;
         }
-        if (out) this.write(out);
+        if (out) {
+          if (contentDeltas > 0 && !firstSent) {
+            firstSent = true;
+            this.opts.onFirstChunk?.();
+          }
+          this.write(out);
+        }
         this.keepAlive.refresh();
       }
       // Metering needs usage; an upstream that sent none is measured by what it streamed.

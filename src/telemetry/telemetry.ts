@@ -1,0 +1,92 @@
+// OpenTelemetry for the gateway: a trace per request (the request, each
+// upstream attempt, the settlement) exported over OTLP when
+// OTEL_EXPORTER_OTLP_ENDPOINT is set, and metrics both scrapeable as
+// Prometheus text at /metrics and, with that variable, pushed over OTLP.
+// Spans and metrics carry model ids, endpoints, statuses and token counts,
+// never an API key or any prompt or reply text.
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { context, trace, type Span, type Tracer } from '@opentelemetry/api';
+import { OTLPMetricExporter } from '@opentelemetry/exporter-metrics-otlp-http';
+import { PrometheusExporter } from '@opentelemetry/exporter-prometheus';
+import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-http';
+import { resourceFromAttributes } from '@opentelemetry/resources';
+import { MeterProvider, PeriodicExportingMetricReader, type MetricReader } from '@opentelemetry/sdk-metrics';
+import { BasicTracerProvider, BatchSpanProcessor } from '@opentelemetry/sdk-trace-base';
+import type { Usage } from '../protocol/chat-response.js';
+import type { Router } from '../routing/router.js';
+
+const SECONDS_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120];
+
+export class Telemetry {
+  readonly tracer: Tracer;
+  private readonly prometheus = new PrometheusExporter({ preventServerStart: true });
+  private readonly meterProvider: MeterProvider;
+  private readonly tracerProvider: BasicTracerProvider | undefined;
+  private readonly requests;
+  private readonly duration;
+  private readonly firstToken;
+  private readonly tokens;
+  private readonly holdsOpen;
+
+  constructor(router: Router) {
+    const resource = resourceFromAttributes({ 'service.name': process.env.OTEL_SERVICE_NAME ?? 'parley' });
+    const otlp = Boolean(process.env.OTEL_EXPORTER_OTLP_ENDPOINT);
+    const readers: MetricReader[] = [this.prometheus];
+    if (otlp) readers.push(new PeriodicExportingMetricReader({ exporter: new OTLPMetricExporter(), exportIntervalMillis: 15_000 }));
+    this.meterProvider = new MeterProvider({ resource, readers });
+    this.tracerProvider = otlp ? new BasicTracerProvider({ resource, spanProcessors: [new BatchSpanProcessor(new OTLPTraceExporter(), { scheduledDelayMillis: 500 })] }) : undefined;
+    this.tracer = (this.tracerProvider ?? trace.getTracerProvider()).getTracer('parley');
+
+    const meter = this.meterProvider.getMeter('parley');
+    this.requests = meter.createCounter('parley_requests', { description: 'Requests answered, by route, status and error code' });
+    this.duration = meter.createHistogram('parley_request_duration_seconds', { unit: 's', advice: { explicitBucketBoundaries: SECONDS_BUCKETS } });
+    this.firstToken = meter.createHistogram('parley_time_to_first_token_seconds', { unit: 's', advice: { explicitBucketBoundaries: SECONDS_BUCKETS } });
+    this.tokens = meter.createCounter('parley_tokens', { description: 'Tokens metered, by model and kind (prompt, cached, completion)' });
+    this.holdsOpen = meter.createUpDownCounter('parley_holds_open', { description: 'Credit holds this replica has open' });
+    meter.createObservableGauge('parley_upstream_healthy', { description: '1 when the endpoint\'s circuit is closed' }).addCallback((result) => {
+      for (const model of router.snapshot()) {
+        for (const e of model.endpoints) result.observe(e.circuit === 'closed' ? 1 : 0, { model: model.model, endpoint: e.url });
+      }
+    });
+    meter.createObservableGauge('parley_upstream_in_flight').addCallback((result) => {
+      for (const model of router.snapshot()) for (const e of model.endpoints) result.observe(e.inFlight, { model: model.model, endpoint: e.url });
+    });
+  }
+
+  recordRequest(route: string, status: number, code: string | null, seconds: number): void {
+    const attributes = { route, status: String(status), code: code ?? '' };
+    this.requests.add(1, attributes);
+    this.duration.record(seconds, { route, status: String(status) });
+  }
+
+  recordFirstToken(model: string, seconds: number): void {
+    this.firstToken.record(seconds, { model });
+  }
+
+  recordUsage(model: string, usage: Usage): void {
+    this.tokens.add(usage.prompt_tokens, { model, kind: 'prompt' });
+    this.tokens.add(usage.cached_tokens, { model, kind: 'cached' });
+    this.tokens.add(usage.completion_tokens, { model, kind: 'completion' });
+  }
+
+  holdOpened(): void {
+    this.holdsOpen.add(1);
+  }
+
+  holdClosed(): void {
+    this.holdsOpen.add(-1);
+  }
+
+  /** A child span of `parent` (the request's span). */
+  child(parent: Span, name: string, attributes: Record<string, string | number>): Span {
+    return this.tracer.startSpan(name, { attributes }, trace.setSpan(context.active(), parent));
+  }
+
+  serveMetrics(req: IncomingMessage, res: ServerResponse): void {
+    this.prometheus.getMetricsRequestHandler(req, res);
+  }
+
+  async shutdown(): Promise<void> {
+    await Promise.allSettled([this.meterProvider.shutdown(), this.tracerProvider?.shutdown()]);
+  }
+}

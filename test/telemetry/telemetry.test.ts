@@ -1,0 +1,91 @@
+// Metrics as Prometheus text at /metrics, and traces exported over OTLP to a
+// collector, with no API key or prompt text in either.
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { chunk, completionBody, sleep, startFakeUpstream, writeEvents, type FakeUpstream } from '../support/fake-upstream.js';
+import { modelEntry, postChat, startTestGateway, type TestGateway } from '../support/gateway.js';
+
+const SECRET_PROMPT = 'the launch code is tangerine-4417';
+const messages = [{ role: 'user' as const, content: SECRET_PROMPT }];
+
+let upstream: FakeUpstream;
+beforeAll(async () => {
+  upstream = await startFakeUpstream((req, res) => {
+    const usage = { prompt_tokens: 100, completion_tokens: 5, total_tokens: 105, prompt_tokens_details: { cached_tokens: 64 } };
+    if (req.body.stream) return writeEvents(res, [chunk({ role: 'assistant', content: 'hi' }), { ...chunk({}, 'stop'), usage }]);
+    res.writeHead(200, { 'content-type': 'application/json' });
+    res.end(JSON.stringify(completionBody('hi', usage)));
+  });
+});
+afterAll(() => upstream.close());
+
+describe('metrics', () => {
+  let gw: TestGateway;
+  beforeAll(async () => {
+    gw = await startTestGateway({ models: [modelEntry('m', [{ kind: 'vllm', url: upstream.url }])] });
+  });
+  afterAll(() => gw.close());
+
+  it('are scrapeable as Prometheus text: requests by code, latency, first token, tokens, upstream health, holds', async () => {
+    await gw.client.chat.completions.create({ model: 'm', messages });
+    await (await postChat(gw, { model: 'm', messages, stream: true })).text();
+    await postChat(gw, { model: 'nope', messages });
+    const res = await fetch(`${gw.url}/metrics`);
+    expect(res.status).toBe(200);
+    const text = await res.text();
+    // The value of the series whose line holds every one of `parts`.
+    const value = (...parts: string[]) => Number(text.split('\n').find((l) => !l.startsWith('#') && parts.every((p) => l.includes(p)))?.split(' ').at(-1));
+    expect(value('parley_requests_total{', 'route="POST /v1/chat/completions"', 'status="200"')).toBe(2);
+    expect(value('parley_requests_total{', 'status="404"', 'code="model_not_found"')).toBe(1);
+    expect(value('parley_request_duration_seconds_count{', 'status="200"')).toBe(2);
+    expect(value('parley_time_to_first_token_seconds_count{', 'model="m"')).toBe(1);
+    expect(value('parley_tokens_total{', 'kind="cached"')).toBe(128);
+    expect(value('parley_tokens_total{', 'kind="completion"')).toBe(10);
+    expect(value('parley_upstream_healthy{', 'model="m"')).toBe(1);
+    expect(value('parley_holds_open')).toBe(0);
+    expect(text).not.toContain(gw.apiKey);
+    expect(text).not.toContain('tangerine');
+  });
+});
+
+describe('traces over OTLP', () => {
+  let collector: Server;
+  const received: string[] = [];
+  let gw: TestGateway;
+  beforeAll(async () => {
+    collector = createServer((req, res) => {
+      let body = '';
+      req.on('data', (c) => (body += c));
+      req.on('end', () => {
+        received.push(`${req.url} ${body}`);
+        res.writeHead(200, { 'content-type': 'application/json' });
+        res.end('{}');
+      });
+    });
+    await new Promise<void>((r) => collector.listen(0, '127.0.0.1', r));
+    process.env.OTEL_EXPORTER_OTLP_ENDPOINT = `http://127.0.0.1:${(collector.address() as AddressInfo).port}`;
+    try {
+      gw = await startTestGateway({ models: [modelEntry('m', [{ kind: 'vllm', url: upstream.url }])] });
+    } finally {
+      delete process.env.OTEL_EXPORTER_OTLP_ENDPOINT;
+    }
+  });
+  afterAll(async () => {
+    await gw.close();
+    collector.close();
+  });
+
+  it('export a trace per request with its upstream attempt and settlement, and no key or prompt text', async () => {
+    await gw.client.chat.completions.create({ model: 'm', messages });
+    let traces = '';
+    for (let i = 0; i < 50 && !traces.includes('settle'); i++) {
+      await sleep(100);
+      traces = received.filter((r) => r.startsWith('/v1/traces')).join('\n');
+    }
+    for (const name of ['POST /v1/chat/completions', 'upstream attempt', 'settle']) expect(traces).toContain(name);
+    expect(traces).toContain('parley.model');
+    expect(traces).not.toContain(gw.apiKey);
+    expect(traces).not.toContain('tangerine');
+  });
+});
