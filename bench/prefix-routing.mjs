@@ -44,7 +44,7 @@ async function runPolicy(run, policy, endpoints, count) {
   );
   const prompts = Array.from({ length: TENANTS }, (_, t) => systemPrompt(count, run, t));
   let seed = 12345;
-  const tenantOf = Array.from({ length: REQUESTS }, (_, i) => (ORDER === 'shuffled' ? (seed = (Math.imul(seed, 1664525) + 1013904223) >>> 0) % TENANTS : i % TENANTS));
+  const tenantOf = Array.from({ length: REQUESTS }, (_, i) => (ORDER === 'shuffled' ? ((seed = (Math.imul(seed, 1664525) + 1013904223) >>> 0) >>> 16) % TENANTS : i % TENANTS));
   let next = 0;
   let prompt = 0;
   let cached = 0;

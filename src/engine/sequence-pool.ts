@@ -1,9 +1,9 @@
-// The engine's context sequences, lent out per reply. A request gets the
-// free sequences that serve it best: the longest prefix shared with its
-// prompt (read from the KV cache, not recomputed), weighed against the cached
-// tokens of another conversation it would overwrite, so that a new tenant
-// takes an empty or stale sequence rather than a busy tenant's cache. Ties go
-// to the sequence released longest ago.
+// The engine's context sequences, lent out per reply. A request takes the
+// free sequence that already holds the longest part of its prompt (read from
+// the KV cache, not recomputed), as long as that keeps more of the
+// sequence's content than it overwrites. Otherwise it takes an empty
+// sequence, or the one released longest ago, so that a new conversation does
+// not evict the cache of one that is still going on.
 import type { LlamaContext, LlamaContextSequence, Token } from 'node-llama-cpp';
 
 interface Waiter {
@@ -38,13 +38,14 @@ export class SequencePool {
   }
 
   private take(tokens: Token[], count: number): LlamaContextSequence[] {
+    // `free` is in release order: index 0 was released longest ago.
     const ranked = this.free
-      .map((seq) => {
+      .map((seq, released) => {
         const shared = seq.compareContextTokens(tokens).firstDifferentIndex;
-        const overwritten = seq.contextTokens.length - shared;
-        return { seq, score: shared - overwritten / 2 };
+        const held = seq.contextTokens.length;
+        return { seq, released, shared: shared > 0 && shared >= held - shared ? shared : 0, empty: held === 0 };
       })
-      .sort((a, b) => b.score - a.score)
+      .sort((a, b) => b.shared - a.shared || Number(b.empty) - Number(a.empty) || a.released - b.released)
       .slice(0, count)
       .map((r) => r.seq);
     for (const seq of ranked) this.free.splice(this.free.indexOf(seq), 1);
