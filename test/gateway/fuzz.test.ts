@@ -1,0 +1,104 @@
+// Hostile input, generated: malformed, oversized, deeply nested and
+// wrong-typed bodies, unicode edge cases, odd headers. Never a 5xx, never a
+// crash, never a charge or an upstream call for a refused request; a normal
+// request succeeds afterwards.
+import { request } from 'node:http';
+import fc from 'fast-check';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { readBalance } from '../../src/billing/credit-ledger.js';
+import { completionBody, startFakeUpstream, type FakeUpstream } from '../support/fake-upstream.js';
+import { modelEntry, startTestGateway, type TestGateway } from '../support/gateway.js';
+
+let upstream: FakeUpstream;
+let gw: TestGateway;
+
+beforeAll(async () => {
+  upstream = await startFakeUpstream((_req, res) => {
+    res.writeHead(200, { 'content-type': 'application/json' });
+    res.end(JSON.stringify(completionBody('ok', { prompt_tokens: 3, completion_tokens: 1 })));
+  });
+  gw = await startTestGateway({ gateway: { maxBodyBytes: 64 * 1024 }, models: [modelEntry('m', [{ kind: 'vllm', url: upstream.url }])] });
+});
+afterAll(async () => {
+  await gw.close();
+  await upstream.close();
+});
+
+/** Sends raw bytes with raw headers, as no well-behaved client would. */
+function rawPost(body: Buffer | string, headers: Record<string, string>): Promise<{ status: number; body: string }> {
+  return new Promise((resolve, reject) => {
+    const url = new URL(`${gw.url}/v1/chat/completions`);
+    const req = request({ host: url.hostname, port: url.port, path: url.pathname, method: 'POST', headers }, (res) => {
+      let text = '';
+      res.on('data', (c) => (text += c));
+      res.on('end', () => resolve({ status: res.statusCode!, body: text }));
+    });
+    req.on('error', reject);
+    req.end(body);
+  });
+}
+
+const role = fc.oneof(fc.constantFrom('system', 'developer', 'user', 'assistant', 'tool', 'root', ''), fc.string());
+const unicode = fc.oneof(fc.string({ unit: 'grapheme' }), fc.string({ unit: 'binary' }), fc.constantFrom('\u0000', '\ud800', '\uffff', '𝕏'.repeat(50), 'é\u0301', '\u202e'));
+const message = fc.record({ role, content: fc.oneof(unicode, fc.array(fc.record({ type: fc.constantFrom('text', 'image_url'), text: unicode }), { maxLength: 3 }), fc.anything()) }, { requiredKeys: [] });
+const nested = fc.nat({ max: 5000 }).map((depth) => '['.repeat(depth) + ']'.repeat(depth));
+const chatBody = fc.record(
+  {
+    model: fc.oneof(fc.constant('m'), fc.string(), fc.anything()),
+    messages: fc.oneof(fc.array(message, { maxLength: 4 }), fc.anything()),
+    n: fc.oneof(fc.integer({ min: -10, max: 10 }), fc.anything()),
+    temperature: fc.oneof(fc.double(), fc.anything()),
+    top_p: fc.double(),
+    max_tokens: fc.oneof(fc.integer(), fc.double(), fc.string()),
+    stop: fc.oneof(fc.array(unicode, { maxLength: 6 }), unicode, fc.anything()),
+    logit_bias: fc.dictionary(fc.string(), fc.oneof(fc.double(), fc.anything())),
+    stream: fc.oneof(fc.boolean(), fc.anything()),
+    stream_options: fc.anything(),
+    some_unknown_field: fc.anything(),
+  },
+  { requiredKeys: [] },
+);
+
+describe('hostile input', () => {
+  it('bodies of every shape: never a 5xx, and a refused one costs nothing and calls no upstream', async () => {
+    const start = (await readBalance(gw.redis.client, gw.account))!;
+    let charged = 0;
+    await fc.assert(
+      fc.asyncProperty(fc.oneof(chatBody.map((b) => JSON.stringify(b)), fc.json(), nested, unicode, fc.uint8Array({ maxLength: 512 }).map((a) => Buffer.from(a))), async (body) => {
+        const calls = upstream.received.length;
+        const before = (await readBalance(gw.redis.client, gw.account))!;
+        const res = await rawPost(body, { 'content-type': 'application/json', authorization: `Bearer ${gw.apiKey}` });
+        expect(res.status, res.body).toBeLessThan(500);
+        if (res.status !== 200) {
+          expect(JSON.parse(res.body).error.type).toBeTypeOf('string');
+          expect(upstream.received.length).toBe(calls);
+          expect((await readBalance(gw.redis.client, gw.account))!.granted).toBe(before.granted);
+        } else charged++;
+      }),
+      { numRuns: 250 },
+    );
+    expect(charged).toBeLessThan(250);
+    expect((await readBalance(gw.redis.client, gw.account))!.held).toBe(0);
+    expect(start.granted).toBeGreaterThanOrEqual((await readBalance(gw.redis.client, gw.account))!.granted);
+  });
+
+  it('headers of every kind: never a 5xx', async () => {
+    const headerValue = fc.string({ maxLength: 300 }).filter((s) => /^[\t\x20-\x7e]*$/.test(s));
+    await fc.assert(
+      fc.asyncProperty(headerValue, headerValue, headerValue, async (authorization, contentType, requestId) => {
+        const res = await rawPost(JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'x' }] }), {
+          authorization, 'content-type': contentType, 'x-request-id': requestId,
+        });
+        expect(res.status, res.body).toBeLessThan(500);
+      }),
+      { numRuns: 150 },
+    );
+  });
+
+  it('an oversized body is a 413, and the gateway serves normally afterwards', async () => {
+    const res = await rawPost(JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'x'.repeat(200_000) }] }), { 'content-type': 'application/json', authorization: `Bearer ${gw.apiKey}` });
+    expect(res.status).toBe(413);
+    const reply = await gw.client.chat.completions.create({ model: 'm', messages: [{ role: 'user', content: 'still here?' }] });
+    expect(reply.choices[0].message.content).toBe('ok');
+  });
+});
