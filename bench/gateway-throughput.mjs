@@ -3,14 +3,22 @@
 // (and Portkey's gateway when `@portkey-ai/gateway` is installed), whole and
 // streamed 256-token replies, autocannon with 32 connections.
 //
-//   npm run build && node bench/gateway-throughput.mjs [seconds per run, default 10]
-import { fork, spawn } from 'node:child_process';
-import { existsSync } from 'node:fs';
+// Parley runs its full path: API key, validation, credit hold in Redis,
+// forward, stream rewriting, settlement. Then it is driven above capacity
+// (512 connections against an endpoint limited to 64 at once plus a queue of
+// 64) for OVERLOAD_SECONDS: served, 503/429, other errors, peak RSS; and
+// afterwards the books: open holds, and grants − charges = balance, exactly.
+//
+//   npm run build && node bench/gateway-throughput.mjs [seconds per run, default 10] [overload seconds, default 60]
+import { execFileSync, fork, spawn } from 'node:child_process';
+import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import autocannon from 'autocannon';
 import { ROOT, startParley, stopAll, track, waitForPort } from './support.mjs';
 
 const SECONDS = Number(process.argv[2] ?? 10);
+const OVERLOAD_SECONDS = Number(process.argv[3] ?? 60);
+const DEMO_CREDIT_MICROS = 1_000_000 * 1_000_000;
 
 function forked(script, args) {
   return new Promise((resolve, reject) => {
@@ -29,11 +37,32 @@ async function startPortkey() {
   return port;
 }
 
-function load(url, headers, stream) {
+function load(url, headers, stream, connections = 32, duration = SECONDS) {
   const body = JSON.stringify({ model: 'bench', messages: [{ role: 'system', content: 'You are a benchmark.' }, { role: 'user', content: 'Say 256 tokens.' }], max_tokens: 256, stream });
   return new Promise((resolve, reject) => {
-    autocannon({ url, method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body, connections: 32, duration: SECONDS }, (err, r) => (err ? reject(err) : resolve(r)));
+    autocannon({ url, method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body, connections, duration }, (err, r) => (err ? reject(err) : resolve(r)));
   });
+}
+
+/** Peak resident memory of a process, from /proc. */
+const peakRssMiB = (pid) => Number(/VmHWM:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))[1]) / 1024;
+
+async function overload(parley) {
+  const r = await load(`${parley.url}/v1/chat/completions`, { authorization: `Bearer ${parley.key}` }, false, 512, OVERLOAD_SECONDS);
+  const byStatus = r.statusCodeStats ?? {};
+  const count = (code) => byStatus[code]?.count ?? 0;
+  // The books, through the gateway's own balance endpoint and the operator's usage export.
+  await new Promise((res) => setTimeout(res, 1000));
+  const balance = (await (await fetch(`${parley.url}/user/balance`, { headers: { authorization: `Bearer ${parley.key}` } })).json()).balance_infos[0];
+  const csv = execFileSync(process.execPath, [join(ROOT, 'bin/parley.js'), 'usage', 'export', '--data-dir', parley.dataDir], { maxBuffer: 1 << 30, env: { ...process.env, REDIS_URL: '' } }).toString();
+  const micros = (text) => Math.round(Number(text) * 1_000_000);
+  const charges = csv.trim().split('\n').slice(1).reduce((sum, line) => sum + micros(line.split(',').at(-1)), 0);
+  console.table([{
+    seconds: OVERLOAD_SECONDS, connections: 512, served: count(200), '503': count(503), '429': count(429),
+    'other errors': r.errors + Object.entries(byStatus).filter(([code]) => !['200', '503', '429'].includes(code)).reduce((n, [, v]) => n + v.count, 0),
+    'p99 ms': r.latency.p99, 'peak RSS MiB': Math.round(peakRssMiB(parley.child.pid)),
+    'open holds': balance.held_balance, 'grants - charges - balance (micro-units)': DEMO_CREDIT_MICROS - charges - micros(balance.total_balance),
+  }]);
 }
 
 try {
@@ -41,8 +70,8 @@ try {
   const upstream = `http://127.0.0.1:${upstreamPort}`;
   const proxyPort = await forked('bench/bare-proxy.mjs', [upstream, '0']);
   const parley = await startParley([
-    { id: 'bench', contextWindow: 32768, pricesPerMillion: { inputCacheMiss: 1, inputCacheHit: 0.1, output: 2 }, endpoints: [{ kind: 'vllm', url: `${upstream}/v1` }] },
-  ]);
+    { id: 'bench', contextWindow: 32768, pricesPerMillion: { inputCacheMiss: 1, inputCacheHit: 0.1, output: 2 }, endpoints: [{ kind: 'vllm', url: `${upstream}/v1`, maxConcurrent: 64, maxQueue: 64 }] },
+  ], { failover: { queueTimeoutMs: 200 } });
   const portkeyPort = await startPortkey();
   const targets = [
     ['direct', `${upstream}/v1/chat/completions`, {}],
@@ -61,8 +90,10 @@ try {
   for (const mode of ['whole', 'streamed']) {
     const bare = rows.find((r) => r.mode === mode && r.target === 'bare http-proxy-3')['req/s'];
     const parley = rows.find((r) => r.mode === mode && r.target === 'parley')['req/s'];
-    console.log(`${mode}: parley / bare pass-through = ${(parley / bare).toFixed(2)}`);
+    const portkey = rows.find((r) => r.mode === mode && r.target === 'portkey');
+    console.log(`${mode}: parley / bare pass-through = ${(parley / bare).toFixed(2)}${portkey && mode === 'whole' ? `, parley / portkey = ${(parley / portkey['req/s']).toFixed(2)}` : ''}`);
   }
+  if (OVERLOAD_SECONDS > 0) await overload(parley);
 } finally {
   stopAll();
 }

@@ -66,7 +66,7 @@ export async function startParley(models, gateway = {}) {
     });
     child.once('exit', (code) => reject(new Error(`parley serve exited ${code}: ${output}`)));
   });
-  return { url: `http://127.0.0.1:${port}`, key, child };
+  return { url: `http://127.0.0.1:${port}`, key, child, dataDir: dir };
 }
 
 /** A `parley engine` on `port` serving Parley's own model. */
