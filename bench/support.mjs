@@ -42,8 +42,8 @@ export async function waitForPort(url, timeoutMs = 60_000) {
 
 export const freePort = () => 20000 + Math.floor(Math.random() * 20000);
 
-/** `parley serve` on a routing file made of `models` (and `gateway` settings); resolves to its URL and demo key. */
-export async function startParley(models, gateway = {}) {
+/** `parley serve` on a routing file made of `models` (and `gateway` settings; `nodeArgs` such as --cpu-prof); resolves to its URL and demo key. */
+export async function startParley(models, gateway = {}, nodeArgs = []) {
   const dir = mkdtempSync(join(tmpdir(), 'parley-bench-'));
   const config = join(dir, 'routing.json');
   writeFileSync(config, JSON.stringify({
@@ -53,7 +53,7 @@ export async function startParley(models, gateway = {}) {
     models,
   }));
   const port = freePort();
-  const child = track(spawn(process.execPath, [join(ROOT, 'bin/parley.js'), 'serve', '--config', config, '--port', String(port), '--host', '127.0.0.1', '--data-dir', dir], {
+  const child = track(spawn(process.execPath, [...nodeArgs, join(ROOT, 'bin/parley.js'), 'serve', '--config', config, '--port', String(port), '--host', '127.0.0.1', '--data-dir', dir], {
     stdio: ['ignore', 'pipe', 'inherit'],
     env: { ...process.env, REDIS_URL: '' },
   }));

@@ -28,6 +28,8 @@ const LAST_USED_EVERY_MS = 60_000;
 export class KeyAuthenticator {
   private readonly cache = new LRUCache<string, KnownKey | 'unknown'>({ max: 100_000, ttl: CACHE_TTL_MS });
   private readonly lastTouched = new LRUCache<string, number>({ max: 100_000 });
+  // The HMAC of a key costs more than the rest of authentication; keys seen lately skip it.
+  private readonly hashes = new LRUCache<string, string>({ max: 10_000 });
 
   private constructor(private readonly redis: Redis, private readonly subscriber: Redis, private readonly secret: string) {}
 
@@ -55,7 +57,11 @@ export class KeyAuthenticator {
     }
     const key = match[1];
     if (!isWellFormedKey(key)) throw invalidApiKey('This is not a Parley API key. Keys look like sk-parley-... and are created on the platform.');
-    const hash = hashApiKey(this.secret, key);
+    let hash = this.hashes.get(key);
+    if (!hash) {
+      hash = hashApiKey(this.secret, key);
+      this.hashes.set(key, hash);
+    }
     const known = await this.lookup(hash);
     if (known === 'unknown') throw invalidApiKey(`Incorrect API key provided: ${maskedKey(key.slice(-4))}. Create a key on the platform's API keys page.`);
     const { record, limits } = known;

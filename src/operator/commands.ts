@@ -139,7 +139,7 @@ export async function runOperatorCommand(group: string, argv: string[], dataDir:
   const action = ACTIONS[`${group} ${verb}`];
   if (!action) throw new ConfigError(`unknown command: parley ${group} ${verb ?? ''}\n${OPERATOR_USAGE}`);
   const dir = dataDir(values['data-dir']);
-  const redisUrl = process.env.REDIS_URL;
+  const redisUrl = process.env.REDIS_URL || undefined;
   const secret = resolveKeySecret(dir, redisUrl !== undefined);
   const privateRedis = redisUrl ? undefined : await startPrivateRedis(dir);
   const redis = await connectRedis(redisUrl ?? privateRedis!.target, 'parley-operator');

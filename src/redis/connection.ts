@@ -14,6 +14,8 @@ export async function connectRedis(target: string, name = 'parley'): Promise<Red
     connectTimeout: 2_000,
     lazyConnect: true,
     retryStrategy: (attempt) => Math.min(attempt * 100, 1_000),
+    // Commands issued in the same tick by concurrent requests go out in one write.
+    enableAutoPipelining: true,
   });
   // Reconnection is ioredis's job; an error event without a listener would crash the process.
   redis.on('error', () => {});
