@@ -53,16 +53,27 @@ export class StreamRelay {
     let usage: Usage | undefined;
     let contentDeltas = 0;
     let firstSent = false;
+    let finished: Usage | undefined;
+    const finish = () => {
+      // Metering needs usage; an upstream that sent none is measured by what it streamed.
+      finished = usage ?? { prompt_tokens: this.opts.countedPromptTokens, completion_tokens: contentDeltas, cached_tokens: 0 };
+      clearTimeout(this.keepAlive);
+      this.res.end(renderer.end(finished));
+    };
     try {
       this.write('');
       for await (const batch of events) {
+        // The client has its [DONE]; the upstream's last bytes are only being read off its connection.
+        if (finished) continue;
         let out = '';
+        let done = false;
         for (const event of batch) {
           if (event.choices) {
             for (const c of event.choices) if (c.delta.content) contentDeltas++;
             out += renderer.deltas(event.choices);
           }
           if (event.usage) usage = event.usage;
+          done ||= event.done === true;
         }
         if (out) {
           if (contentDeltas > 0 && !firstSent) {
@@ -71,13 +82,13 @@ export class StreamRelay {
           }
           this.write(out);
         }
-        this.keepAlive.refresh();
+        if (done) finish();
+        else this.keepAlive.refresh();
       }
-      // Metering needs usage; an upstream that sent none is measured by what it streamed.
-      usage ??= { prompt_tokens: this.opts.countedPromptTokens, completion_tokens: contentDeltas, cached_tokens: 0 };
-      this.res.end(renderer.end(usage));
-      return { kind: 'complete', usage };
+      if (!finished) finish();
+      return { kind: 'complete', usage: finished! };
     } catch (err) {
+      if (finished) return { kind: 'complete', usage: finished };
       if (this.opts.clientGone.aborted) {
         this.res.destroy();
         return { kind: 'client_gone' };

@@ -108,18 +108,22 @@ export async function* readStream(endpoint: UpstreamEndpoint, body: UpstreamBody
     if (failure) throw failure;
     return events.some((e) => e.done);
   };
+  // After [DONE] the rest of the body is read and dropped rather than the body destroyed:
+  // destroying it would close the connection, and the next request would pay for a new one.
+  let done = false;
   try {
     body.setEncoding('utf8');
     for await (const text of body as AsyncIterable<string>) {
-      if (yield* deliver(normalize(parser.push(text)))) return;
+      if (!done) done = yield* deliver(normalize(parser.push(text)));
     }
-    if (yield* deliver(normalize(parser.end()))) return;
+    if (!done) done = yield* deliver(normalize(parser.end()));
   } catch (err) {
+    if (done) return;
     if (err instanceof UpstreamBrokeOff || err instanceof ApiError) throw err;
     throw new UpstreamBrokeOff(describeFailure(err));
   }
   // Some servers close without [DONE]; the reply is whole if every choice finished.
-  if (!sawChoice || open.size > 0) throw new UpstreamBrokeOff('the upstream closed the stream before the reply was complete');
+  if (!done && (!sawChoice || open.size > 0)) throw new UpstreamBrokeOff('the upstream closed the stream before the reply was complete');
 }
 
 function describeFailure(err: unknown): string {
