@@ -162,6 +162,53 @@ describe('the platform in a browser', () => {
     await context.close();
   });
 
+  it('filters usage by key', async () => {
+    const context = await browser.newContext();
+    const page = await context.newPage();
+    await signUp(page, 'filter@team.example');
+    const code = await createCreditCode(gw.redis.client, 1_000_000);
+    await page.goto(`${gw.url}/platform/top-up`);
+    await page.fill('#code', code);
+    await page.click('button:has-text("Redeem")');
+    const keys: string[] = [];
+    for (const name of ['used', 'idle']) {
+      await page.goto(`${gw.url}/platform/api-keys`);
+      await page.fill('#name', name);
+      await page.click('button:has-text("Create key")');
+      keys.push((await page.textContent('[data-testid=new-key]'))!.trim());
+    }
+    const client = new OpenAI({ baseURL: `${gw.url}/v1`, apiKey: keys[0], maxRetries: 0 });
+    await client.chat.completions.create({ model: 'team-model', messages: [{ role: 'user', content: 'hi' }] });
+    await page.goto(`${gw.url}/platform/usage`);
+    await expect.poll(async () => (await page.reload(), page.textContent('main'))).toContain('team-model');
+    await page.selectOption('#key', { label: `idle (sk-parley-...${keys[1].slice(-4)})` });
+    await page.click('button:has-text("Show")');
+    expect(await page.textContent('main')).toContain('No charged requests');
+    await page.selectOption('#key', { label: `used (sk-parley-...${keys[0].slice(-4)})` });
+    await page.click('button:has-text("Show")');
+    expect(await page.textContent('[data-testid=usage-table]')).toContain('team-model');
+    await context.close();
+  });
+
+  it('limits log-in attempts', async () => {
+    const page = await browser.newPage();
+    await signUp(page, 'limited@team.example');
+    await page.click('button:has-text("Log out")');
+    let status = 0;
+    for (let i = 0; i < 12 && status !== 429; i++) {
+      await page.goto(`${gw.url}/platform/login`);
+      const csrf = await page.getAttribute('input[name=_csrf]', 'value');
+      status = (await page.request.post(`${gw.url}/platform/login`, { form: { _csrf: csrf!, email: 'limited@team.example', password: `wrong ${i}` } })).status();
+    }
+    expect(status).toBe(429);
+    await page.goto(`${gw.url}/platform/login`);
+    await page.fill('#email', 'limited@team.example');
+    await page.fill('#password', 'correct horse battery');
+    await page.click('button[type=submit]');
+    expect(await page.textContent('.notice.error')).toContain('Too many attempts');
+    await page.close();
+  });
+
   it('sends to the log-in page without a session', async () => {
     const page = await browser.newPage();
     await page.goto(`${gw.url}/platform/usage`);
