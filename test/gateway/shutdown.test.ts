@@ -21,16 +21,25 @@ const streaming = (count: number, everyMs: number) =>
     res.end('data: [DONE]\n\n');
   });
 
+/** A gateway with one stream in flight on an upstream that streams `count` chunks, one every `everyMs`. */
+async function streamInFlight(count: number, everyMs: number) {
+  const upstream = await streaming(count, everyMs);
+  const redis = await startTestRedis();
+  const gw = await startTestGateway({ models: [modelEntry('m', [{ kind: 'vllm', url: upstream.url }])] }, { redis });
+  const before = (await readBalance(gw.redis.client, gw.account))!;
+  const body = (await postChat(gw, { model: 'm', messages, stream: true })).text();
+  await sleep(100);
+  const after = async () => {
+    const h = await redis.client.hgetall(`parley:account:${gw.account}`);
+    return { granted: Number(h.granted), held: Number(h.held) };
+  };
+  return { gw, before, body, after, cleanup: () => Promise.all([redis.stop(), upstream.close()]) };
+}
+
 describe('graceful shutdown', () => {
   it('finishes a stream within the grace period and charges it, while refusing new work', async () => {
-    const upstream = await streaming(10, 50);
-    const redis = await startTestRedis();
-    const gw = await startTestGateway({ models: [modelEntry('m', [{ kind: 'vllm', url: upstream.url }])] }, { redis });
+    const { gw, before, body, after, cleanup } = await streamInFlight(10, 50);
     try {
-      const before = (await readBalance(gw.redis.client, gw.account))!;
-      const res = await postChat(gw, { model: 'm', messages, stream: true });
-      const body = res.text();
-      await sleep(100);
       const closing = gw.close(5_000);
       await sleep(50);
       expect((await fetch(`${gw.url}/readyz`)).status).toBe(503);
@@ -39,36 +48,25 @@ describe('graceful shutdown', () => {
       expect((await refused.json()).error.code).toBe('shutting_down');
       expect(await body).toContain('data: [DONE]');
       await closing;
-      const after = (await gw.redis.client.hgetall(`parley:account:${gw.account}`));
       // 1,000 prompt tokens × 1 + 10 completion tokens × 2 per million.
-      expect(Number(after.granted)).toBe(before.granted - 1_020);
-      expect(Number(after.held)).toBe(0);
+      expect(await after()).toEqual({ granted: before.granted - 1_020, held: 0 });
     } finally {
-      await redis.stop();
-      await upstream.close();
+      await cleanup();
     }
   });
 
   it('ends a stream still running after the grace period with the error event, unpaid', async () => {
-    const upstream = await streaming(1_000, 20);
-    const redis = await startTestRedis();
-    const gw = await startTestGateway({ models: [modelEntry('m', [{ kind: 'vllm', url: upstream.url }])] }, { redis });
+    const { gw, before, body, after, cleanup } = await streamInFlight(1_000, 20);
     try {
-      const before = (await readBalance(gw.redis.client, gw.account))!;
-      const res = await postChat(gw, { model: 'm', messages, stream: true });
-      const body = res.text();
-      await sleep(100);
       const started = Date.now();
       await gw.close(300);
       expect(Date.now() - started).toBeLessThan(3_000);
       const text = await body;
       expect(text).toContain('"type":"server_error"');
       expect(text).not.toContain('[DONE]');
-      const after = await gw.redis.client.hgetall(`parley:account:${gw.account}`);
-      expect({ granted: Number(after.granted), held: Number(after.held) }).toEqual({ granted: before.granted, held: 0 });
+      expect(await after()).toEqual({ granted: before.granted, held: 0 });
     } finally {
-      await redis.stop();
-      await upstream.close();
+      await cleanup();
     }
   });
 });
