@@ -285,7 +285,7 @@ describe('failover', () => {
       res.end('overloaded');
     });
     const healthy = await startFakeUpstream(answering({ prompt_tokens: 1000, completion_tokens: 1000 }));
-    const gw = await startTestGateway({ models: [modelEntry('m', [{ kind: 'vllm', url: broken.url }, { kind: 'vllm', url: healthy.url }])] });
+    const gw = await startTestGateway({ models: [modelEntry('m', [{ kind: 'vllm', url: broken.url }, { kind: 'vllm', url: healthy.url, priority: 1 }])] });
     try {
       const before = await balance(gw.redis, gw.account);
       const reply = await gw.client.chat.completions.create({ model: 'm', messages });
