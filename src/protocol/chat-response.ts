@@ -107,14 +107,15 @@ export class ChunkRenderer {
         const opening: ChoiceDelta = { index: c.index, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null };
         out += sseData(this.prefix + JSON.stringify([opening]) + this.suffix);
       }
+      if (c.logprobs === null && c.finish_reason === null && c.delta.role === undefined && typeof c.delta.content === 'string' && Object.keys(c.delta).length === 1) {
+        // The common chunk, a piece of text, without copying the delta to drop a role it does not have.
+        out += sseData(`${this.prefix}[{"index":${c.index},"delta":{"content":${JSON.stringify(c.delta.content)}},"logprobs":null,"finish_reason":null}]${this.suffix}`);
+        continue;
+      }
       // The role went out in the opening chunk; a delta left empty by removing it is not sent.
       const { role: _role, ...delta } = c.delta;
-      const keys = Object.keys(delta).length;
-      if (keys === 0 && c.finish_reason === null && c.logprobs === null) continue;
-      const plain = keys === 1 && typeof delta.content === 'string' && c.logprobs === null && c.finish_reason === null;
-      const choice = plain
-        ? `[{"index":${c.index},"delta":{"content":${JSON.stringify(delta.content)}},"logprobs":null,"finish_reason":null}]`
-        : JSON.stringify([{ ...c, delta }]);
+      if (Object.keys(delta).length === 0 && c.finish_reason === null && c.logprobs === null) continue;
+      const choice = JSON.stringify([{ ...c, delta }]);
       out += sseData(this.prefix + choice + this.suffix);
     }
     return out;

@@ -51,11 +51,15 @@ const PLAIN_CONTENT_CHUNK =
 function plainContentChunk(data: string): StreamEvent | undefined {
   const m = PLAIN_CONTENT_CHUNK.exec(data);
   if (!m) return undefined;
+  // A literal without escapes is its own text between the quotes.
   let content: string;
-  try {
-    content = JSON.parse(m[2]);
-  } catch {
-    return undefined;
+  if (!m[2].includes('\\')) content = m[2].slice(1, -1);
+  else {
+    try {
+      content = JSON.parse(m[2]);
+    } catch {
+      return undefined;
+    }
   }
   return { choices: [{ index: Number(m[1]), delta: { content }, logprobs: null, finish_reason: null }] };
 }

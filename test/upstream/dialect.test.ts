@@ -15,6 +15,13 @@ describe('reading stream events', () => {
     expect(reordered).toEqual(quick);
   });
 
+  it('reads content without escapes, raw unicode included, the same as JSON.parse would', () => {
+    for (const content of [' tok', 'é 𝕏 日本', '', "it's < & >"]) {
+      const e = vllm.streamEvent(event({ ...plain, choices: [{ ...plain.choices[0], delta: { content } }] }));
+      expect(e.choices![0].delta.content).toBe(content);
+    }
+  });
+
   it('still refuses a plain-looking chunk whose content is not valid JSON', () => {
     const broken = JSON.stringify(plain).replace('\\n', '\\x');
     expect(() => vllm.streamEvent(event(broken))).toThrow(UpstreamBrokeOff);
