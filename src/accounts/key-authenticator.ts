@@ -5,9 +5,10 @@
 import { LRUCache } from 'lru-cache';
 import type { Redis } from 'ioredis';
 import type { RateLimits } from '../ratelimit/rate-limiter.js';
-import { invalidApiKey, stateUnavailable } from '../protocol/errors.js';
-import { subscriberFor } from '../redis/connection.js';
+import { invalidApiKey } from '../protocol/errors.js';
+import { failClosed, subscriberFor } from '../redis/connection.js';
 import { redisKeys } from '../redis/keys.js';
+import { getAccount } from './accounts.js';
 import { findApiKeyByHash, hashApiKey, isWellFormedKey, maskedKey, touchApiKey, type ApiKeyRecord } from './api-keys.js';
 
 export interface Caller {
@@ -77,18 +78,16 @@ export class KeyAuthenticator {
   private async lookup(hash: string): Promise<KnownKey | 'unknown'> {
     const cached = this.cache.get(hash);
     if (cached) return cached;
-    let known: KnownKey | 'unknown' = 'unknown';
-    try {
-      const record = await findApiKeyByHash(this.redis, hash);
-      if (record) {
-        const [rpm, tpm] = await this.redis.hmget(redisKeys.account(record.account), 'rpm', 'tpm');
-        known = { record, limits: { ...(rpm ? { requestsPerMinute: Number(rpm) } : {}), ...(tpm ? { tokensPerMinute: Number(tpm) } : {}) } };
-      }
-    } catch {
-      throw stateUnavailable();
-    }
+    const known = await failClosed(this.fetch(hash));
     this.cache.set(hash, known);
     return known;
+  }
+
+  private async fetch(hash: string): Promise<KnownKey | 'unknown'> {
+    const record = await findApiKeyByHash(this.redis, hash);
+    if (!record) return 'unknown';
+    const account = await getAccount(this.redis, record.account);
+    return { record, limits: { requestsPerMinute: account?.requestsPerMinute, tokensPerMinute: account?.tokensPerMinute } };
   }
 
   private noteUse(hash: string): void {

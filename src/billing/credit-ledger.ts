@@ -167,7 +167,8 @@ export interface Settlement {
   cost: number;
 }
 
-const utcDay = (ms: number) => new Date(ms).toISOString().slice(0, 10);
+/** The UTC day (YYYY-MM-DD) daily usage totals are filed under. */
+export const utcDay = (ms: number) => new Date(ms).toISOString().slice(0, 10);
 
 /**
  * Releases the hold and, for a complete reply, charges it; appends the usage
@@ -198,6 +199,20 @@ export interface Balance {
 export async function readBalance(redis: Redis, account: string): Promise<Balance | undefined> {
   const [exists, granted, toppedUp, held] = (await BALANCE.run(redis, accountKeys(account), [])) as number[];
   return exists ? { granted, toppedUp, held } : undefined;
+}
+
+export interface BalanceSummary extends Balance {
+  /** granted + topped up */
+  total: number;
+  /** total less what open holds take, never below zero */
+  available: number;
+}
+
+/** An account's balance with its total and available amounts; zeros for no such account. */
+export async function balanceSummary(redis: Redis, account: string): Promise<BalanceSummary> {
+  const b = (await readBalance(redis, account)) ?? { granted: 0, toppedUp: 0, held: 0 };
+  const total = b.granted + b.toppedUp;
+  return { ...b, total, available: Math.max(0, total - b.held) };
 }
 
 export type CreditChange = 'grant' | 'top_up' | 'deduct';

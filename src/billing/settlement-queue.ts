@@ -13,10 +13,11 @@ export class SettlementQueue {
 
   constructor(private readonly redis: Redis) {}
 
-  /** Settles now if Redis answers, otherwise keeps trying in the background. */
-  settle(s: Settlement): void {
+  /** Settles now if Redis answers, otherwise keeps trying in the background; resolves once it has landed. */
+  settle(s: Settlement): Promise<void> {
     const attempt = this.run(s).finally(() => this.pending.delete(attempt));
     this.pending.add(attempt);
+    return attempt;
   }
 
   get size(): number {

@@ -7,9 +7,10 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Span } from '@opentelemetry/api';
 import { messageText, parseChatCompletionRequest, requestedMaxTokens, type ChatCompletionRequest } from '../protocol/chat-request.js';
 import { renderCompletion, type ReplyIdentity, type Usage } from '../protocol/chat-response.js';
-import { ApiError, checkContextWindow, modelNotFound, shuttingDown, stateUnavailable } from '../protocol/errors.js';
+import { ApiError, checkContextWindow, modelNotFound, shuttingDown } from '../protocol/errors.js';
 import { readJsonBody, sendJson } from '../protocol/http-io.js';
 import { admitRequest } from '../ratelimit/rate-limiter.js';
+import { failClosed } from '../redis/connection.js';
 import type { RoutedModel } from '../routing/routing-table.js';
 import { readCompletion, readStream } from '../upstream/client.js';
 import { mergeCompletions, mergeStreams } from '../upstream/fan-out.js';
@@ -53,12 +54,11 @@ export async function handleChatCompletion(req: IncomingMessage, res: ServerResp
   const n = parsed.n ?? 1;
   const maxReplyTokens = requestedReply ?? Math.max(1, model.config.contextWindow - (prompt.exact ? prompt.tokens : 0));
 
-  let limitHeaders: Record<string, string>;
-  try {
-    limitHeaders = await admitRequest(ctx.redis, caller.keyId, { ...table.rateLimits, ...caller.limits }, prompt.tokens + n * maxReplyTokens);
-  } catch (err) {
-    throw err instanceof ApiError ? err : stateUnavailable();
-  }
+  const limits = {
+    requestsPerMinute: caller.limits.requestsPerMinute ?? table.rateLimits.requestsPerMinute,
+    tokensPerMinute: caller.limits.tokensPerMinute ?? table.rateLimits.tokensPerMinute,
+  };
+  const limitHeaders = await failClosed(admitRequest(ctx.redis, caller.keyId, limits, prompt.tokens + n * maxReplyTokens));
   const meter = await Meter.open(ctx, span, { caller, model, settlementId: randomUUID(), promptTokens: prompt.tokens, n, maxReplyTokens });
   // A balance that pays for fewer reply tokens than asked lowers the limit sent upstream.
   const request: ChatCompletionRequest =

@@ -6,7 +6,8 @@ import type { Caller } from '../accounts/key-authenticator.js';
 import { extendHold, holdCredit, type SettleOutcome } from '../billing/credit-ledger.js';
 import { replyCost } from '../billing/prices.js';
 import type { Usage } from '../protocol/chat-response.js';
-import { insufficientBalance, stateUnavailable } from '../protocol/errors.js';
+import { insufficientBalance } from '../protocol/errors.js';
+import { failClosed } from '../redis/connection.js';
 import type { RoutedModel } from '../routing/routing-table.js';
 import type { GatewayContext } from './context.js';
 
@@ -42,9 +43,8 @@ export class Meter {
 
   /** Holds credit for the request; 402 when the available balance pays for none of it, 503 when Redis is unreachable. */
   static async open(ctx: GatewayContext, span: Span, m: MeterRequest): Promise<Meter> {
-    let hold;
-    try {
-      hold = await holdCredit(ctx.redis, {
+    const hold = await failClosed(
+      holdCredit(ctx.redis, {
         account: m.caller.account,
         requestId: m.settlementId,
         ttlMs: ctx.routing().billing.holdTtlMs,
@@ -52,10 +52,8 @@ export class Meter {
         promptTokens: m.promptTokens,
         n: m.n,
         maxReplyTokens: m.maxReplyTokens,
-      });
-    } catch {
-      throw stateUnavailable();
-    }
+      }),
+    );
     if (hold.kind !== 'held') throw insufficientBalance();
     ctx.telemetry.holdOpened();
     return new Meter(ctx, span, m, hold.maxReplyTokens);
@@ -67,10 +65,13 @@ export class Meter {
     this.settled = true;
     clearInterval(this.heartbeat);
     this.ctx.telemetry.holdClosed();
-    this.ctx.telemetry
-      .child(this.span, 'settle', { 'parley.outcome': outcome, 'parley.prompt_tokens': usage.prompt_tokens, 'parley.cached_tokens': usage.cached_tokens, 'parley.completion_tokens': usage.completion_tokens })
-      .end();
-    this.ctx.settlements.settle({
+    const settleSpan = this.ctx.telemetry.child(this.span, 'settle', {
+      'parley.outcome': outcome,
+      'parley.prompt_tokens': usage.prompt_tokens,
+      'parley.cached_tokens': usage.cached_tokens,
+      'parley.completion_tokens': usage.completion_tokens,
+    });
+    const landed = this.ctx.settlements.settle({
       account: this.m.caller.account,
       keyId: this.m.caller.keyId,
       requestId: this.m.settlementId,
@@ -81,5 +82,7 @@ export class Meter {
       usage,
       cost: outcome === 'complete' ? replyCost(this.m.model.prices, usage) : 0,
     });
+    // The span lasts until the settlement has landed in Redis, retries included.
+    void landed.then(() => settleSpan.end());
   }
 }

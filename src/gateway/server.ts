@@ -31,9 +31,7 @@ function routeName(method: string, path: string): string {
 }
 
 export function createGatewayServer(ctx: GatewayContext): Server {
-  const route = async (req: IncomingMessage, res: ServerResponse, span: Span) => {
-    const [path, search] = (req.url ?? '/').split('?', 2);
-    const method = req.method ?? 'GET';
+  const route = async (req: IncomingMessage, res: ServerResponse, span: Span, method: string, path: string, search: string) => {
     if (method === 'GET' && path === '/healthz') return sendJson(res, 200, { status: 'ok' });
     if (method === 'GET' && path === '/readyz') return readiness(res, ctx);
     if (method === 'GET' && path === '/metrics') return ctx.telemetry.serveMetrics(req, res);
@@ -41,7 +39,7 @@ export function createGatewayServer(ctx: GatewayContext): Server {
     ctx.lifecycle.track(res);
     if (method === 'POST' && path === '/v1/chat/completions') return handleChatCompletion(req, res, ctx, span);
     if (method === 'GET' && path === '/admin/endpoints') return getEndpoints(req, res, ctx);
-    if (await handlePlatform(req, res, ctx, path, new URLSearchParams(search ?? ''))) return;
+    if (await handlePlatform(req, res, ctx, path, new URLSearchParams(search))) return;
     const authenticated = method === 'GET' && (path === '/v1/models' || path.startsWith('/v1/models/') || path === '/user/balance');
     if (!authenticated) throw routeNotFound(method, path);
     const caller = await ctx.keys.authenticate(req.headers.authorization);
@@ -51,8 +49,10 @@ export function createGatewayServer(ctx: GatewayContext): Server {
   };
   return createServer((req, res) => {
     const started = performance.now();
-    const name = routeName(req.method ?? 'GET', (req.url ?? '/').split('?')[0]);
-    const span = ctx.telemetry.tracer.startSpan(name, { attributes: { 'http.request.method': req.method ?? 'GET', 'http.route': name } });
+    const method = req.method ?? 'GET';
+    const [path, search = ''] = (req.url ?? '/').split('?', 2);
+    const name = routeName(method, path);
+    const span = ctx.telemetry.tracer.startSpan(name, { attributes: { 'http.request.method': method, 'http.route': name } });
     let errorCode: string | null = null;
     res.once('close', () => {
       span.setAttribute('http.response.status_code', res.statusCode);
@@ -60,7 +60,7 @@ export function createGatewayServer(ctx: GatewayContext): Server {
       span.end();
       if (name !== 'GET /metrics') ctx.telemetry.recordRequest(name, res.statusCode, errorCode, (performance.now() - started) / 1000);
     });
-    route(req, res, span).catch((err) => {
+    route(req, res, span, method, path, search).catch((err) => {
       if (!(err instanceof ApiError)) {
         if ((err as Error)?.name === 'AbortError') return void res.destroy();
         console.error('parley:', err);

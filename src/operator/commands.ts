@@ -8,7 +8,7 @@ import { createAccount, listAccounts, resolveAccount, setAccountLimits, type Acc
 import { createApiKey, listApiKeys, maskedKey, revokeApiKey } from '../accounts/api-keys.js';
 import { resolveKeySecret } from '../accounts/server-secret.js';
 import { createCreditCode } from '../billing/credit-codes.js';
-import { changeCredit, readBalance, type CreditChange } from '../billing/credit-ledger.js';
+import { balanceSummary, changeCredit, type CreditChange } from '../billing/credit-ledger.js';
 import { formatMicros, parseAmount } from '../billing/prices.js';
 import { readUsageEvents, usageCsv } from '../billing/usage-events.js';
 import { ConfigError } from '../config.js';
@@ -69,9 +69,8 @@ const ACTIONS: Record<string, (op: Operator, v: Values, positionals: string[]) =
   async 'accounts list'(op) {
     console.log(['id', 'email', 'name', 'balance', 'held', 'available'].join('\t'));
     for (const a of await listAccounts(op.redis)) {
-      const b = (await readBalance(op.redis, a.id)) ?? { granted: 0, toppedUp: 0, held: 0 };
-      const total = b.granted + b.toppedUp;
-      console.log([a.id, a.email, a.name, formatMicros(total), formatMicros(b.held), formatMicros(total - b.held)].join('\t'));
+      const b = await balanceSummary(op.redis, a.id);
+      console.log([a.id, a.email, a.name, formatMicros(b.total), formatMicros(b.held), formatMicros(b.available)].join('\t'));
     }
   },
   async 'accounts limits'(op, v) {

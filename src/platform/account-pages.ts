@@ -4,7 +4,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { createApiKey, listApiKeys, maskedKey, revokeApiKey } from '../accounts/api-keys.js';
 import { redeemCreditCode } from '../billing/credit-codes.js';
-import { readBalance } from '../billing/credit-ledger.js';
+import { balanceSummary } from '../billing/credit-ledger.js';
 import { formatMicros } from '../billing/prices.js';
 import type { GatewayContext } from '../gateway/context.js';
 import { html, type Html } from './html.js';
@@ -15,19 +15,14 @@ import { dailyTotals, lastDays } from './usage-data.js';
 
 const when = (ms: number | null) => (ms ? new Date(ms).toISOString().replace('T', ' ').slice(0, 16) + ' UTC' : 'never');
 
-async function balanceOf(ctx: GatewayContext, account: string) {
-  const b = (await readBalance(ctx.redis, account)) ?? { granted: 0, toppedUp: 0, held: 0 };
-  const total = b.granted + b.toppedUp;
-  return { total, held: b.held, available: Math.max(0, total - b.held), granted: b.granted, toppedUp: b.toppedUp };
-}
-
 export async function showOverview(req: IncomingMessage, res: ServerResponse, ctx: GatewayContext, session: Session): Promise<void> {
   const currency = ctx.routing().billing.currency;
-  const balance = await balanceOf(ctx, session.account);
-  const days = await dailyTotals(ctx.redis, session.account, lastDays(30));
+  const balance = await balanceSummary(ctx.redis, session.account);
+  // 31 days cover both the 30-day chart and every day of this month so far.
+  const recent = await dailyTotals(ctx.redis, session.account, lastDays(31));
+  const days = recent.slice(1);
   const month = new Date().toISOString().slice(0, 7);
-  const monthDays = await dailyTotals(ctx.redis, session.account, lastDays(31).filter((d) => d.startsWith(month)));
-  const monthSpend = monthDays.reduce((sum, d) => sum + d.cost, 0);
+  const monthSpend = recent.filter((d) => d.day.startsWith(month)).reduce((sum, d) => sum + d.cost, 0);
   const body = html`<h1>Overview</h1>
     <div class="cards">
       <div class="card"><div class="label">Available balance</div><div class="value" data-testid="available-balance">${formatMicros(balance.available)} ${currency}</div></div>
@@ -84,7 +79,7 @@ export async function revokeKey(res: ServerResponse, ctx: GatewayContext, sessio
 
 export async function showTopUp(req: IncomingMessage, res: ServerResponse, ctx: GatewayContext, session: Session, status = 200, notice?: { kind: 'error' | 'success'; text: string }): Promise<void> {
   const currency = ctx.routing().billing.currency;
-  const b = await balanceOf(ctx, session.account);
+  const b = await balanceSummary(ctx.redis, session.account);
   const csrf = csrfToken(req, res);
   const body = html`<h1>Top up</h1>
     ${notice ? html`<p class="notice ${notice.kind}" role="${notice.kind === 'error' ? 'alert' : 'status'}">${notice.text}</p>` : ''}

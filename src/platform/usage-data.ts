@@ -2,6 +2,7 @@
 // keeps) for the overview chart, and per day and model (from the usage
 // events, so it can be filtered by key) for the usage page.
 import type { Redis } from 'ioredis';
+import { utcDay } from '../billing/credit-ledger.js';
 import { readUsageEvents } from '../billing/usage-events.js';
 import { redisKeys } from '../redis/keys.js';
 
@@ -13,8 +14,6 @@ export interface DayTotals {
   output: number;
   cost: number;
 }
-
-export const utcDay = (ms: number) => new Date(ms).toISOString().slice(0, 10);
 
 export function lastDays(count: number, now = Date.now()): string[] {
   return Array.from({ length: count }, (_, i) => utcDay(now - (count - 1 - i) * 86_400_000));

@@ -1,13 +1,14 @@
 // Usage by day and model, filtered by key and dates, and its CSV download.
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { listApiKeys, maskedKey } from '../accounts/api-keys.js';
+import { utcDay } from '../billing/credit-ledger.js';
 import { formatMicros } from '../billing/prices.js';
 import { readUsageEvents, usageCsv } from '../billing/usage-events.js';
 import type { GatewayContext } from '../gateway/context.js';
 import { html } from './html.js';
 import { page, sendPage } from './layout.js';
 import { csrfToken, type Session } from './sessions.js';
-import { usageByDayAndModel, utcDay } from './usage-data.js';
+import { usageByDayAndModel } from './usage-data.js';
 
 interface UsageFilter {
   key?: string;

@@ -2,6 +2,7 @@
 // cannot reach Redis fails at once (no offline queue, no silent retries), so
 // the request that needed it gets a 503 instead of free service or a hang.
 import { Redis } from 'ioredis';
+import { ApiError, stateUnavailable } from '../protocol/errors.js';
 
 export type { Redis };
 
@@ -28,4 +29,17 @@ export function subscriberFor(redis: Redis): Redis {
   const sub = redis.duplicate({ enableOfflineQueue: true, maxRetriesPerRequest: null });
   sub.on('error', () => {});
   return sub;
+}
+
+/**
+ * Awaits Redis work on a request's behalf: an ApiError it raises (a 429)
+ * passes through, and any failure to reach Redis becomes the 503 the request
+ * is answered with.
+ */
+export async function failClosed<T>(work: Promise<T>): Promise<T> {
+  try {
+    return await work;
+  } catch (err) {
+    throw err instanceof ApiError ? err : stateUnavailable();
+  }
 }
