@@ -3,4 +3,6 @@
 set -eu
 cd "$(dirname "$0")/.."
 PARLEY_INSTALL_TEST_TOOLS=1 sh scripts/install.sh
+# Tests are type-checked too: vitest runs them without checking types.
+npx tsc -p tsconfig.test.json
 exec npx vitest run "$@"

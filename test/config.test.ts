@@ -1,6 +1,6 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { ConfigError, parseRoutingFile } from '../src/config.js';
-import { completionBody, sleep, startFakeUpstream, type FakeUpstream } from './support/fake-upstream.js';
+import { completionBody, replyJson, sleep, startFakeUpstream, type FakeUpstream } from './support/fake-upstream.js';
 import { modelEntry, postChat, startTestGateway, type TestGateway } from './support/gateway.js';
 
 const parse = (text: string) => parseRoutingFile(text, 'routing.yaml', '/etc/parley');
@@ -65,8 +65,7 @@ describe('reloading the routing file', () => {
   const answering = async (content: string, delayMs = 0) => {
     const u = await startFakeUpstream(async (_req, res) => {
       await sleep(delayMs);
-      res.writeHead(200, { 'content-type': 'application/json' });
-      res.end(JSON.stringify(completionBody(content, { prompt_tokens: 1, completion_tokens: 1 })));
+      replyJson(res, completionBody(content, { prompt_tokens: 1, completion_tokens: 1 }));
     });
     upstreams.push(u);
     return u;

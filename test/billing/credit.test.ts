@@ -5,8 +5,8 @@ import OpenAI from 'openai';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { readBalance } from '../../src/billing/credit-ledger.js';
 import { readUsageEvents, type UsageEvent } from '../../src/billing/usage-events.js';
-import { chunk, completionBody, sleep, startFakeUpstream, writeEvents, type FakeUpstream, type Script } from '../support/fake-upstream.js';
-import { makeAccount, modelEntry, postChat, startTestGateway, type TestGateway } from '../support/gateway.js';
+import { chunk, completionBody, replyJson, sleep, startFakeUpstream, writeEvents, type FakeUpstream, type Script } from '../support/fake-upstream.js';
+import { makeAccount, modelEntry, postChat, startTestGateway, withGatewayOn, type TestGateway } from '../support/gateway.js';
 import type { TestRedis } from '../support/redis.js';
 
 const messages = [{ role: 'user' as const, content: 'hello' }];
@@ -43,8 +43,7 @@ function answering(usage: { prompt_tokens: number; completion_tokens: number; ca
     }
     const body = completionBody('x', u);
     body.choices = Array.from({ length: n }, (_, i) => ({ index: i, message: { role: 'assistant', content: `reply ${i}` }, finish_reason: 'stop' }));
-    res.writeHead(200, { 'content-type': 'application/json' });
-    res.end(JSON.stringify(body));
+    replyJson(res, body);
   };
 }
 
@@ -189,14 +188,13 @@ describe('a revocation reaches every replica within a second', () => {
 describe('concurrency', () => {
   it('50 concurrent requests on a balance that pays for about 10: never below zero, balance + charges = grants', async () => {
     // Every reply takes all the tokens it may, slowly, so that holds overlap.
-    const upstream = await startFakeUpstream(async (req, res) => {
+    const slowFullReply: Script = async (req, res) => {
       await sleep(100);
       const usage = { prompt_tokens: 20, completion_tokens: req.body.max_tokens, total_tokens: 20 + req.body.max_tokens };
-      res.writeHead(200, { 'content-type': 'application/json' });
-      res.end(JSON.stringify(completionBody('x', usage)));
-    });
-    const gw = await startTestGateway({ models: [modelEntry('m', [{ kind: 'vllm', url: upstream.url }], { pricesPerMillion: { inputCacheMiss: 1, inputCacheHit: 1, output: 10 } })] }, { credit: 0 });
-    try {
+      replyJson(res, completionBody('x', usage));
+    };
+    const prices = { inputCacheMiss: 1, inputCacheHit: 1, output: 10 };
+    await withGatewayOn([slowFullReply], ([url]) => ({ models: [modelEntry('m', [{ kind: 'vllm', url }], { pricesPerMillion: prices })] }), async (gw) => {
       const team = await makeAccount(gw.redis, 0.01); // 10,000 micro-units; a full reply costs 1,000 + 20
       const results = await Promise.all(
         Array.from({ length: 50 }, () => postChat({ url: gw.url, apiKey: team.key }, { model: 'm', messages, max_tokens: 100 }).then((r) => r.status)),
@@ -210,10 +208,7 @@ describe('concurrency', () => {
       const charged = (await events(gw.redis, team.account)).reduce((sum, e) => sum + e.charged, 0);
       expect(b.total).toBeGreaterThanOrEqual(0);
       expect(b.total + charged).toBe(10_000);
-    } finally {
-      await gw.close();
-      await upstream.close();
-    }
+    }, { credit: 0 });
   });
 });
 
@@ -268,8 +263,7 @@ describe('replies that do not complete cost nothing', () => {
 
   it('an upstream that fails before answering', async () => {
     upstream.setScript((_req, res) => {
-      res.writeHead(400, { 'content-type': 'application/json' });
-      res.end(JSON.stringify({ error: { message: 'bad request', type: 'invalid_request_error' } }));
+      replyJson(res, { error: { message: 'bad request', type: 'invalid_request_error' } }, 400);
     });
     const before = await balance(gw.redis, gw.account);
     expect((await postChat(gw, { model: 'm', messages })).status).toBe(400);
@@ -280,13 +274,12 @@ describe('replies that do not complete cost nothing', () => {
 
 describe('failover', () => {
   it('a request whose first upstream failed before its first byte is served by the next and charged once', async () => {
-    const broken = await startFakeUpstream((_req, res) => {
+    const overloaded: Script = (_req, res) => {
       res.writeHead(503);
       res.end('overloaded');
-    });
-    const healthy = await startFakeUpstream(answering({ prompt_tokens: 1000, completion_tokens: 1000 }));
-    const gw = await startTestGateway({ models: [modelEntry('m', [{ kind: 'vllm', url: broken.url }, { kind: 'vllm', url: healthy.url, priority: 1 }])] });
-    try {
+    };
+    const config = ([broken, healthy]: string[]) => ({ models: [modelEntry('m', [{ kind: 'vllm', url: broken }, { kind: 'vllm', url: healthy, priority: 1 }])] });
+    await withGatewayOn([overloaded, answering({ prompt_tokens: 1000, completion_tokens: 1000 })], config, async (gw, [broken]) => {
       const before = await balance(gw.redis, gw.account);
       const reply = await gw.client.chat.completions.create({ model: 'm', messages });
       expect(reply.choices[0].message.content).toBe('reply 0');
@@ -297,11 +290,7 @@ describe('failover', () => {
       expect(all).toHaveLength(1);
       // 1,000 prompt tokens × 1 + 1,000 output tokens × 2 per million.
       expect(await balance(gw.redis, gw.account)).toEqual({ total: before.total - 3_000, held: 0 });
-    } finally {
-      await gw.close();
-      await broken.close();
-      await healthy.close();
-    }
+    });
   });
 });
 
@@ -316,8 +305,7 @@ describe('Redis restarted mid-run', () => {
   it('fails closed with 503 while it is down, loses and doubles nothing, and serves again when it is back', async () => {
     upstream = await startFakeUpstream(async (_req, res) => {
       await sleep(300);
-      res.writeHead(200, { 'content-type': 'application/json' });
-      res.end(JSON.stringify(completionBody('x', { prompt_tokens: 1000, completion_tokens: 0 })));
+      replyJson(res, completionBody('x', { prompt_tokens: 1000, completion_tokens: 0 }));
     });
     gw = await startTestGateway({ models: [modelEntry('m', [{ kind: 'vllm', url: upstream.url }])] });
     const start = await balance(gw.redis, gw.account);

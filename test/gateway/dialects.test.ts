@@ -4,15 +4,14 @@
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ensureDefaultModel } from '../../src/engine/model-maker.js';
-import { chunk, completionBody, sleep, startFakeUpstream, writeEvents, type FakeUpstream } from '../support/fake-upstream.js';
-import { modelEntry, postChat, startTestGateway, type TestGateway } from '../support/gateway.js';
+import { chunk, completionBody, replyJson, sleep, startFakeUpstream, writeEvents, type FakeUpstream, type Script } from '../support/fake-upstream.js';
+import { modelEntry, postChat, startGatewayOn, startTestGateway, type TestGateway } from '../support/gateway.js';
 
 const messages = [{ role: 'developer' as const, content: 'be brief' }, { role: 'user' as const, content: 'hi' }];
 
-async function withUpstream(kind: string, script: Parameters<typeof startFakeUpstream>[0], extra: Record<string, unknown> = {}, gateway: Record<string, unknown> = {}) {
-  const upstream = await startFakeUpstream(script);
-  const gw = await startTestGateway({ gateway, models: [modelEntry('m', [{ kind, url: upstream.url, upstreamModel: 'served-name' }], extra)] });
-  return { upstream, gw, close: async () => { await gw.close(); await upstream.close(); } };
+async function withUpstream(kind: string, script: Script, extra: Record<string, unknown> = {}, gateway: Record<string, unknown> = {}) {
+  const { gw, upstreams, close } = await startGatewayOn([script], ([url]) => ({ gateway, models: [modelEntry('m', [{ kind, url, upstreamModel: 'served-name' }], extra)] }));
+  return { upstream: upstreams[0], gw, close };
 }
 
 function parseSse(text: string) {
@@ -30,8 +29,7 @@ describe('usage fields of each dialect become prompt_tokens_details.cached_token
   it.each(cases)('%s, whole and streamed', async (kind, usage, extra) => {
     const t = await withUpstream(kind, (req, res) => {
       if (req.body.stream) return writeEvents(res, [chunk({ role: 'assistant', content: 'hey' }), chunk({}, 'stop'), { ...chunk({}), choices: [], usage, ...extra }]);
-      res.writeHead(200, { 'content-type': 'application/json' });
-      res.end(JSON.stringify(completionBody('hey', usage, extra)));
+      replyJson(res, completionBody('hey', usage, extra));
     });
     try {
       const whole = await t.gw.client.chat.completions.create({ model: 'm', messages });
@@ -54,8 +52,7 @@ describe('what Parley sends upstream', () => {
   const usage = { prompt_tokens: 3, completion_tokens: 1, total_tokens: 4 };
   beforeAll(async () => {
     t = await withUpstream('vllm', (_req, res) => {
-      res.writeHead(200, { 'content-type': 'application/json' });
-      res.end(JSON.stringify(completionBody('ok', usage)));
+      replyJson(res, completionBody('ok', usage));
     });
   });
   afterAll(() => t.close());
@@ -83,8 +80,7 @@ describe('what Parley sends upstream', () => {
 describe('a model set up for tools and JSON output', () => {
   it('passes tools, tool_choice and response_format on', async () => {
     const t = await withUpstream('openai', (_req, res) => {
-      res.writeHead(200, { 'content-type': 'application/json' });
-      res.end(JSON.stringify(completionBody('{}', { prompt_tokens: 3, completion_tokens: 1 })));
+      replyJson(res, completionBody('{}', { prompt_tokens: 3, completion_tokens: 1 }));
     }, { supports: { tools: true, jsonOutput: true } });
     try {
       const tools = [{ type: 'function' as const, function: { name: 'lookup', parameters: { type: 'object' } } }];
@@ -146,8 +142,7 @@ describe('stream quirks', () => {
       const i = call++;
       expect(req.body.n).toBeUndefined();
       if (req.body.stream) return writeEvents(res, [chunk({ content: `s${req.body.seed}` }), chunk({}, 'stop'), { ...chunk({}), choices: [], usage: { prompt_tokens: 10, completion_tokens: 1 } }]);
-      res.writeHead(200, { 'content-type': 'application/json' });
-      res.end(JSON.stringify(completionBody(`reply-${i}`, { prompt_tokens: 10, completion_tokens: 3, prompt_tokens_details: { cached_tokens: 4 + i } })));
+      replyJson(res, completionBody(`reply-${i}`, { prompt_tokens: 10, completion_tokens: 3, prompt_tokens_details: { cached_tokens: 4 + i } }));
     });
     try {
       const r = await t.gw.client.chat.completions.create({ model: 'm', messages, n: 3 });
@@ -292,7 +287,7 @@ describe('a client that disconnects', () => {
 describe('context window', () => {
   it('is decided before any upstream call when the routing file names a tokenizer', async () => {
     const tokenizer = ensureDefaultModel(join(process.cwd(), '.parley-test', 'tokenizer.gguf'));
-    const t = await withUpstream('vllm', (_req, res) => res.end(), { contextWindow: 64, tokenizer: { gguf: tokenizer } });
+    const t = await withUpstream('vllm', (_req, res) => void res.end(), { contextWindow: 64, tokenizer: { gguf: tokenizer } });
     try {
       const err = await t.gw.client.chat.completions.create({ model: 'm', messages, max_tokens: 60 }).catch((e) => e);
       expect(err.status).toBe(400);
@@ -345,7 +340,7 @@ describe('upstream failures before the reply', () => {
   });
 
   it('an unreachable upstream is a 502, then a 503 with Retry-After while its circuit is open', async () => {
-    const upstream: FakeUpstream = await startFakeUpstream((_req, res) => res.end());
+    const upstream: FakeUpstream = await startFakeUpstream((_req, res) => void res.end());
     await upstream.close();
     const gw: TestGateway = await startTestGateway({ models: [modelEntry('m', [{ kind: 'vllm', url: upstream.url }])] });
     try {

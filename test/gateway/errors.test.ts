@@ -1,22 +1,20 @@
 // Failures answered before any upstream call, each in OpenAI's error body.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { completionBody, sleep, startFakeUpstream, type FakeUpstream } from '../support/fake-upstream.js';
-import { modelEntry, postChat, startTestGateway, type TestGateway } from '../support/gateway.js';
+import { completionBody, replyJson, sleep, startFakeUpstream, type FakeUpstream } from '../support/fake-upstream.js';
+import { modelEntry, postChat, startGatewayOn, startTestGateway, type GatewayOnUpstreams, type TestGateway } from '../support/gateway.js';
 
 describe('errors before the upstream', () => {
+  let running: GatewayOnUpstreams;
   let upstream: FakeUpstream;
   let gw: TestGateway;
   beforeAll(async () => {
-    upstream = await startFakeUpstream((_req, res) => {
-      res.writeHead(200, { 'content-type': 'application/json' });
-      res.end(JSON.stringify(completionBody('ok', { prompt_tokens: 1, completion_tokens: 1 })));
-    });
-    gw = await startTestGateway({ gateway: { maxBodyBytes: 2048 }, models: [modelEntry('m', [{ kind: 'vllm', url: upstream.url }])] });
+    running = await startGatewayOn([(_req, res) => replyJson(res, completionBody('ok', { prompt_tokens: 1, completion_tokens: 1 }))], ([url]) => ({
+      gateway: { maxBodyBytes: 2048 },
+      models: [modelEntry('m', [{ kind: 'vllm', url }])],
+    }));
+    ({ gw, upstreams: [upstream] } = running);
   });
-  afterAll(async () => {
-    await gw.close();
-    await upstream.close();
-  });
+  afterAll(() => running.close());
 
   const expectError = async (res: Response, status: number, code: string | null, param: string | null = null) => {
     expect(res.status).toBe(status);

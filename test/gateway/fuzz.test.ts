@@ -6,23 +6,21 @@ import { request } from 'node:http';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readBalance } from '../../src/billing/credit-ledger.js';
-import { completionBody, startFakeUpstream, type FakeUpstream } from '../support/fake-upstream.js';
-import { modelEntry, startTestGateway, type TestGateway } from '../support/gateway.js';
+import { completionBody, replyJson, type FakeUpstream } from '../support/fake-upstream.js';
+import { modelEntry, startGatewayOn, type GatewayOnUpstreams, type TestGateway } from '../support/gateway.js';
 
+let running: GatewayOnUpstreams;
 let upstream: FakeUpstream;
 let gw: TestGateway;
 
 beforeAll(async () => {
-  upstream = await startFakeUpstream((_req, res) => {
-    res.writeHead(200, { 'content-type': 'application/json' });
-    res.end(JSON.stringify(completionBody('ok', { prompt_tokens: 3, completion_tokens: 1 })));
-  });
-  gw = await startTestGateway({ gateway: { maxBodyBytes: 64 * 1024 }, models: [modelEntry('m', [{ kind: 'vllm', url: upstream.url }])] });
+  running = await startGatewayOn([(_req, res) => replyJson(res, completionBody('ok', { prompt_tokens: 3, completion_tokens: 1 }))], ([url]) => ({
+    gateway: { maxBodyBytes: 64 * 1024 },
+    models: [modelEntry('m', [{ kind: 'vllm', url }])],
+  }));
+  ({ gw, upstreams: [upstream] } = running);
 });
-afterAll(async () => {
-  await gw.close();
-  await upstream.close();
-});
+afterAll(() => running.close());
 
 /** Sends raw bytes with raw headers, as no well-behaved client would. */
 function rawPost(body: Buffer | string, headers: Record<string, string>): Promise<{ status: number; body: string }> {

@@ -8,7 +8,7 @@ import { modelEntry, postChat, startTestGateway } from '../support/gateway.js';
 describe('upstream connections', () => {
   it('are reused after a stream, and a late end of the upstream body does not hold up the client', async () => {
     const ports: number[] = [];
-    const upstream = await startFakeUpstream(async (req, res) => {
+    const upstream = await startFakeUpstream(async (_req, res) => {
       ports.push((res.socket?.remotePort) ?? 0);
       res.writeHead(200, { 'content-type': 'text/event-stream' });
       res.write(`data: ${JSON.stringify(chunk({ role: 'assistant', content: 'hi' }, 'stop'))}\n\n`);

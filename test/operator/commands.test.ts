@@ -8,7 +8,7 @@ import OpenAI from 'openai';
 import { stringify } from 'yaml';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readBalance } from '../../src/billing/credit-ledger.js';
-import { chunk, completionBody, sleep, startFakeUpstream, type FakeUpstream } from '../support/fake-upstream.js';
+import { chunk, completionBody, replyJson, sleep, startFakeUpstream, type FakeUpstream } from '../support/fake-upstream.js';
 import { TEST_KEY_SECRET, modelEntry, postChat, startTestGateway, type TestGateway } from '../support/gateway.js';
 import { runParley, startParleyServe } from '../support/parley-process.js';
 
@@ -20,8 +20,7 @@ describe('operator commands', () => {
   let env: Record<string, string>;
   beforeAll(async () => {
     upstream = await startFakeUpstream((_req, res) => {
-      res.writeHead(200, { 'content-type': 'application/json' });
-      res.end(JSON.stringify(completionBody('hi', { prompt_tokens: 1000, completion_tokens: 500, prompt_tokens_details: { cached_tokens: 200 } })));
+      replyJson(res, completionBody('hi', { prompt_tokens: 1000, completion_tokens: 500, prompt_tokens_details: { cached_tokens: 200 } }));
     });
     gw = await startTestGateway({ models: [modelEntry('m', [{ kind: 'vllm', url: upstream.url }])] });
     env = { REDIS_URL: gw.redis.url, PARLEY_KEY_SECRET: TEST_KEY_SECRET };
@@ -74,8 +73,7 @@ function routingFile(dir: string, config: unknown): string {
 describe('parley serve as a process', () => {
   it('makes a demo account on a fresh data folder and prints its key once', async () => {
     const upstream = await startFakeUpstream((_req, res) => {
-      res.writeHead(200, { 'content-type': 'application/json' });
-      res.end(JSON.stringify(completionBody('hi', { prompt_tokens: 5, completion_tokens: 5 })));
+      replyJson(res, completionBody('hi', { prompt_tokens: 5, completion_tokens: 5 }));
     });
     const dir = mkdtempSync(join(tmpdir(), 'parley-demo-'));
     const config = routingFile(dir, { models: [modelEntry('m', [{ kind: 'vllm', url: upstream.url }])] });

@@ -8,7 +8,7 @@ import OpenAI from 'openai';
 import { chromium, type Browser, type Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createCreditCode } from '../../src/billing/credit-codes.js';
-import { completionBody, startFakeUpstream, type FakeUpstream } from '../support/fake-upstream.js';
+import { completionBody, replyJson, startFakeUpstream, type FakeUpstream } from '../support/fake-upstream.js';
 import { modelEntry, startTestGateway, type TestGateway } from '../support/gateway.js';
 
 const CHROMIUM = '/usr/bin/chromium';
@@ -21,8 +21,7 @@ let browser: Browser;
 beforeAll(async () => {
   mkdirSync(ARTIFACTS, { recursive: true });
   upstream = await startFakeUpstream((_req, res) => {
-    res.writeHead(200, { 'content-type': 'application/json' });
-    res.end(JSON.stringify(completionBody('Hello from the model', { prompt_tokens: 1200, completion_tokens: 300, prompt_tokens_details: { cached_tokens: 1024 } })));
+    replyJson(res, completionBody('Hello from the model', { prompt_tokens: 1200, completion_tokens: 300, prompt_tokens_details: { cached_tokens: 1024 } }));
   });
   gw = await startTestGateway({
     models: [

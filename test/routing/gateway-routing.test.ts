@@ -3,33 +3,18 @@
 // limits and queues, circuit breakers and probes, reloads, prefix affinity,
 // and the operators' view.
 import { describe, expect, it } from 'vitest';
-import { chunk, completionBody, sleep, startFakeUpstream, writeEvents, type FakeUpstream, type Script } from '../support/fake-upstream.js';
-import { modelEntry, postChat, startTestGateway, type TestGateway } from '../support/gateway.js';
+import { chunk, completionBody, replyJson, sleep, startFakeUpstream, writeEvents, type Script } from '../support/fake-upstream.js';
+import { modelEntry, postChat, withGatewayOn } from '../support/gateway.js';
 
 const messages = [{ role: 'user' as const, content: 'hello' }];
 
 const answer = (content: string, delayMs = 0): Script => async (req, res) => {
   await sleep(delayMs);
   if (req.body.stream) return writeEvents(res, [chunk({ role: 'assistant', content }), chunk({}, 'stop')]);
-  res.writeHead(200, { 'content-type': 'application/json' });
-  res.end(JSON.stringify(completionBody(content, { prompt_tokens: 10, completion_tokens: 1 })));
+  replyJson(res, completionBody(content, { prompt_tokens: 10, completion_tokens: 1 }));
 };
 
-const failWith = (status: number): Script => (_req, res) => {
-  res.writeHead(status, { 'content-type': 'application/json' });
-  res.end(JSON.stringify({ error: { message: `status ${status}`, type: 'server_error' } }));
-};
-
-async function withUpstreams<T>(scripts: Script[], config: (urls: string[]) => unknown, run: (gw: TestGateway, ups: FakeUpstream[]) => Promise<T>): Promise<T> {
-  const ups = await Promise.all(scripts.map((s) => startFakeUpstream(s)));
-  const gw = await startTestGateway(config(ups.map((u) => u.url)));
-  try {
-    return await run(gw, ups);
-  } finally {
-    await gw.close();
-    await Promise.all(ups.map((u) => u.close()));
-  }
-}
+const failWith = (status: number): Script => (_req, res) => replyJson(res, { error: { message: `status ${status}`, type: 'server_error' } }, status);
 
 const vllm = (url: string, extra: Record<string, unknown> = {}) => ({ kind: 'vllm', url, ...extra });
 const noProbe = { health: { probe: { intervalMs: 0 } } };
@@ -40,7 +25,7 @@ describe('failover before the first byte', () => {
     ['a 429', failWith(429)],
     ['a first-byte timeout', answer('late', 2_000)],
   ])('moves on after %s, and the client sees one reply', async (_name, script) => {
-    await withUpstreams([script, answer('from-b')], ([a, b]) => ({ gateway: { upstreamFirstByteTimeoutMs: 300, ...noProbe }, models: [modelEntry('m', [vllm(a), vllm(b)], { routing: { policy: 'round-robin' } })] }), async (gw, [ua, ub]) => {
+    await withGatewayOn([script, answer('from-b')], ([a, b]) => ({ gateway: { upstreamFirstByteTimeoutMs: 300, ...noProbe }, models: [modelEntry('m', [vllm(a), vllm(b)], { routing: { policy: 'round-robin' } })] }), async (gw, [ua, ub]) => {
       for (let i = 0; i < 2; i++) {
         const reply = await gw.client.chat.completions.create({ model: 'm', messages });
         expect(reply.choices[0].message.content).toBe('from-b');
@@ -52,7 +37,7 @@ describe('failover before the first byte', () => {
   it('moves on after a refused connection', async () => {
     const dead = await startFakeUpstream(answer('never'));
     await dead.close();
-    await withUpstreams([answer('alive')], ([live]) => ({ gateway: noProbe, models: [modelEntry('m', [vllm(dead.url), vllm(live)], { routing: { policy: 'round-robin' } })] }), async (gw) => {
+    await withGatewayOn([answer('alive')], ([live]) => ({ gateway: noProbe, models: [modelEntry('m', [vllm(dead.url), vllm(live)], { routing: { policy: 'round-robin' } })] }), async (gw) => {
       for (let i = 0; i < 4; i++) expect((await gw.client.chat.completions.create({ model: 'm', messages })).choices[0].message.content).toBe('alive');
     });
   });
@@ -64,7 +49,7 @@ describe('failover before the first byte', () => {
       await sleep(20);
       res.destroy();
     };
-    await withUpstreams([breaks, answer('other')], ([a, b]) => ({ gateway: noProbe, models: [modelEntry('m', [vllm(a), vllm(b, { priority: 1 })])] }), async (gw, [, ub]) => {
+    await withGatewayOn([breaks, answer('other')], ([a, b]) => ({ gateway: noProbe, models: [modelEntry('m', [vllm(a), vllm(b, { priority: 1 })])] }), async (gw, [, ub]) => {
       const raw = await (await postChat(gw, { model: 'm', messages, stream: true })).text();
       expect(raw).toContain('half');
       expect(raw).toContain('"type":"server_error"');
@@ -74,7 +59,7 @@ describe('failover before the first byte', () => {
   });
 
   it('stops at the attempt budget and answers 502', async () => {
-    await withUpstreams([failWith(500), failWith(500), failWith(500)], (urls) => ({ gateway: { failover: { maxAttempts: 2 }, ...noProbe }, models: [modelEntry('m', urls.map((u) => vllm(u)))] }), async (gw, ups) => {
+    await withGatewayOn([failWith(500), failWith(500), failWith(500)], (urls) => ({ gateway: { failover: { maxAttempts: 2 }, ...noProbe }, models: [modelEntry('m', urls.map((u) => vllm(u)))] }), async (gw, ups) => {
       const res = await postChat(gw, { model: 'm', messages });
       expect(res.status).toBe(502);
       expect(ups.reduce((n, u) => n + u.received.length, 0)).toBe(2);
@@ -84,7 +69,7 @@ describe('failover before the first byte', () => {
 
 describe('priorities', () => {
   it('sends traffic to a lower priority only when the higher cannot serve', async () => {
-    await withUpstreams([answer('primary'), answer('fallback')], ([a, b]) => ({ gateway: noProbe, models: [modelEntry('m', [vllm(b, { priority: 1 }), vllm(a)])] }), async (gw, [primary, fallback]) => {
+    await withGatewayOn([answer('primary'), answer('fallback')], ([a, b]) => ({ gateway: noProbe, models: [modelEntry('m', [vllm(b, { priority: 1 }), vllm(a)])] }), async (gw, [primary, fallback]) => {
       for (let i = 0; i < 3; i++) expect((await gw.client.chat.completions.create({ model: 'm', messages })).choices[0].message.content).toBe('primary');
       primary.setScript(failWith(503));
       expect((await gw.client.chat.completions.create({ model: 'm', messages })).choices[0].message.content).toBe('fallback');
@@ -95,7 +80,7 @@ describe('priorities', () => {
 
 describe('concurrency limits', () => {
   it('answers 503 queue_full at once when the endpoint is full and its queue too', async () => {
-    await withUpstreams([answer('slow', 500)], ([a]) => ({ gateway: noProbe, models: [modelEntry('m', [vllm(a, { maxConcurrent: 1, maxQueue: 0 })])] }), async (gw) => {
+    await withGatewayOn([answer('slow', 500)], ([a]) => ({ gateway: noProbe, models: [modelEntry('m', [vllm(a, { maxConcurrent: 1, maxQueue: 0 })])] }), async (gw) => {
       const first = postChat(gw, { model: 'm', messages });
       await sleep(100);
       const started = Date.now();
@@ -109,7 +94,7 @@ describe('concurrency limits', () => {
   });
 
   it('queues within maxQueue and serves in turn', async () => {
-    await withUpstreams([answer('queued', 200)], ([a]) => ({ gateway: noProbe, models: [modelEntry('m', [vllm(a, { maxConcurrent: 1, maxQueue: 2 })])] }), async (gw, [up]) => {
+    await withGatewayOn([answer('queued', 200)], ([a]) => ({ gateway: noProbe, models: [modelEntry('m', [vllm(a, { maxConcurrent: 1, maxQueue: 2 })])] }), async (gw, [up]) => {
       let peak = 0;
       let now = 0;
       up.setScript(async (req, res) => {
@@ -126,7 +111,7 @@ describe('concurrency limits', () => {
 
 describe('health', () => {
   it('opens the circuit after failures in a row, then lets one request test it and closes on success', async () => {
-    await withUpstreams([failWith(500), answer('steady')], ([a, b]) => ({ gateway: { health: { failureThreshold: 2, openMs: 400, probe: { intervalMs: 0 } } }, models: [modelEntry('m', [vllm(a), vllm(b, { priority: 1 })])] }), async (gw, [flaky]) => {
+    await withGatewayOn([failWith(500), answer('steady')], ([a, b]) => ({ gateway: { health: { failureThreshold: 2, openMs: 400, probe: { intervalMs: 0 } } }, models: [modelEntry('m', [vllm(a), vllm(b, { priority: 1 })])] }), async (gw, [flaky]) => {
       for (let i = 0; i < 2; i++) await gw.client.chat.completions.create({ model: 'm', messages });
       expect(flaky.received).toHaveLength(2);
       for (let i = 0; i < 3; i++) await gw.client.chat.completions.create({ model: 'm', messages });
@@ -139,16 +124,16 @@ describe('health', () => {
   });
 
   it('an active probe brings a recovered endpoint back', async () => {
-    await withUpstreams([failWith(500), answer('steady')], ([a, b]) => ({ gateway: { health: { failureThreshold: 1, openMs: 60_000, probe: { intervalMs: 100, path: '/models' } } }, models: [modelEntry('m', [vllm(a), vllm(b, { priority: 1 })])] }), async (gw, [flaky]) => {
+    await withGatewayOn([failWith(500), answer('steady')], ([a, b]) => ({ gateway: { health: { failureThreshold: 1, openMs: 60_000, probe: { intervalMs: 100, path: '/models' } } }, models: [modelEntry('m', [vllm(a), vllm(b, { priority: 1 })])] }), async (gw, [flaky]) => {
       await gw.client.chat.completions.create({ model: 'm', messages });
-      flaky.setScript((req, res) => (req.path.endsWith('/models') ? (res.writeHead(200), res.end('{"data":[]}')) : answer('back')(req, res)));
+      flaky.setScript((req, res) => (req.path.endsWith('/models') ? replyJson(res, { data: [] }) : answer('back')(req, res)));
       await sleep(300);
       expect((await gw.client.chat.completions.create({ model: 'm', messages })).choices[0].message.content).toBe('back');
     });
   });
 
   it('takes an endpoint added to or removed from the routing file without a restart', async () => {
-    await withUpstreams([answer('one'), answer('two')], ([a]) => ({ gateway: noProbe, models: [modelEntry('m', [vllm(a)])] }), async (gw, [, two]) => {
+    await withGatewayOn([answer('one'), answer('two')], ([a]) => ({ gateway: noProbe, models: [modelEntry('m', [vllm(a)])] }), async (gw, [, two]) => {
       expect((await gw.client.chat.completions.create({ model: 'm', messages })).choices[0].message.content).toBe('one');
       gw.writeConfig({ gateway: noProbe, models: [modelEntry('m', [vllm(two.url)])] });
       let content = '';
@@ -166,7 +151,7 @@ describe('health', () => {
 describe('prefix affinity through the gateway', () => {
   it('sends each tenant to one endpoint and spreads tenants over the pool', async () => {
     const scripts = [answer('a'), answer('b'), answer('c')];
-    await withUpstreams(scripts, (urls) => ({ gateway: noProbe, models: [modelEntry('m', urls.map((u) => vllm(u)))] }), async (gw, ups) => {
+    await withGatewayOn(scripts, (urls) => ({ gateway: noProbe, models: [modelEntry('m', urls.map((u) => vllm(u)))] }), async (gw) => {
       const homes = new Map<number, Set<string>>();
       for (let round = 0; round < 3; round++) {
         for (let tenant = 0; tenant < 6; tenant++) {
@@ -184,7 +169,7 @@ describe('prefix affinity through the gateway', () => {
 
 describe('the operators\' view', () => {
   it('shows per endpoint health, circuit, in flight, queue, cached-token share and latency', async () => {
-    await withUpstreams([answer('x')], ([a]) => ({ gateway: noProbe, models: [modelEntry('m', [vllm(a)])] }), async (gw) => {
+    await withGatewayOn([answer('x')], ([a]) => ({ gateway: noProbe, models: [modelEntry('m', [vllm(a)])] }), async (gw) => {
       await gw.client.chat.completions.create({ model: 'm', messages });
       const res = await fetch(`${gw.url}/admin/endpoints`);
       expect(res.status).toBe(200);
@@ -198,7 +183,7 @@ describe('the operators\' view', () => {
   it('needs the admin token when one is set', async () => {
     process.env.PARLEY_ADMIN_TOKEN = 'operator-token';
     try {
-      await withUpstreams([answer('x')], ([a]) => ({ models: [modelEntry('m', [vllm(a)])] }), async (gw) => {
+      await withGatewayOn([answer('x')], ([a]) => ({ models: [modelEntry('m', [vllm(a)])] }), async (gw) => {
         expect((await fetch(`${gw.url}/admin/endpoints`)).status).toBe(403);
         expect((await fetch(`${gw.url}/admin/endpoints`, { headers: { authorization: 'Bearer operator-token' } })).status).toBe(200);
       });

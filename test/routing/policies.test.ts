@@ -3,7 +3,7 @@ import { describe, expect, it } from 'vitest';
 import { CircuitBreaker } from '../../src/routing/circuit-breaker.js';
 import { EndpointState, QueueTimeout } from '../../src/routing/endpoint-state.js';
 import { LeastLoadPolicy } from '../../src/routing/policies/least-load.js';
-import type { Candidate } from '../../src/routing/policies/policy.js';
+import type { Candidate, RoutingPolicy } from '../../src/routing/policies/policy.js';
 import { PrefixAffinityPolicy } from '../../src/routing/policies/prefix-affinity.js';
 import { RoundRobinPolicy } from '../../src/routing/policies/round-robin.js';
 import { BLOCK_CHARS, prefixBlocks } from '../../src/routing/prefix-blocks.js';
@@ -15,14 +15,14 @@ const conversation = (tenant: number, question: string) => [system(tenant), { ro
 
 describe('least-load', () => {
   it('puts the least loaded first, relative to weight', () => {
-    const policy = new LeastLoadPolicy();
+    const policy: RoutingPolicy = new LeastLoadPolicy();
     expect(names(policy.order(pool(3, 1, 2), { prefixBlocks: [] }))).toEqual(['e1', 'e2', 'e0']);
     const weighted = [{ name: 'big', load: 4, weight: 4 }, { name: 'small', load: 2, weight: 1 }];
     expect(policy.order(weighted, { prefixBlocks: [] })[0].name).toBe('big');
   });
 
   it('rotates among equally loaded endpoints', () => {
-    const policy = new LeastLoadPolicy();
+    const policy: RoutingPolicy = new LeastLoadPolicy();
     const firsts = Array.from({ length: 6 }, () => policy.order(pool(0, 0, 0), { prefixBlocks: [] })[0].name);
     expect(new Set(firsts)).toEqual(new Set(['e0', 'e1', 'e2']));
   });
@@ -30,7 +30,7 @@ describe('least-load', () => {
 
 describe('round-robin', () => {
   it('gives each endpoint its weight\'s share, interleaved', () => {
-    const policy = new RoundRobinPolicy();
+    const policy: RoutingPolicy = new RoundRobinPolicy();
     const candidates = [{ name: 'a', load: 0, weight: 3 }, { name: 'b', load: 0, weight: 1 }];
     const picks = Array.from({ length: 8 }, () => policy.order(candidates, { prefixBlocks: [] })[0].name);
     expect(picks.filter((p) => p === 'a')).toHaveLength(6);

@@ -66,6 +66,12 @@ export function writeEvents(res: ServerResponse, events: unknown[], { done = tru
   res.end();
 }
 
+/** Answers with a JSON body. */
+export function replyJson(res: ServerResponse, body: unknown, status = 200): void {
+  res.writeHead(status, { 'content-type': 'application/json' });
+  res.end(JSON.stringify(body));
+}
+
 export function completionBody(content: string, usage: Record<string, unknown>, extra: Record<string, unknown> = {}) {
   return {
     id: 'up-1', object: 'chat.completion', created: 1, model: 'up',

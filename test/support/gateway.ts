@@ -10,6 +10,7 @@ import { createAccount } from '../../src/accounts/accounts.js';
 import { createApiKey } from '../../src/accounts/api-keys.js';
 import { changeCredit } from '../../src/billing/credit-ledger.js';
 import { startGateway, type RunningGateway } from '../../src/gateway/start.js';
+import { startFakeUpstream, type FakeUpstream, type Script } from './fake-upstream.js';
 import { startTestRedis, type TestRedis } from './redis.js';
 
 export const TEST_KEY_SECRET = 'test-secret-for-hashing-api-keys-0123456789';
@@ -74,6 +75,41 @@ export async function startTestGateway(config: unknown, opts: TestGatewayOptions
       if (!opts.redis) await redis.stop();
     },
   };
+}
+
+export interface GatewayOnUpstreams {
+  gw: TestGateway;
+  upstreams: FakeUpstream[];
+  close(): Promise<void>;
+}
+
+/** Scripted upstreams and a gateway on the routing file `config` makes of their URLs. */
+export async function startGatewayOn(scripts: Script[], config: (urls: string[]) => unknown, opts: TestGatewayOptions = {}): Promise<GatewayOnUpstreams> {
+  const upstreams = await Promise.all(scripts.map((s) => startFakeUpstream(s)));
+  const gw = await startTestGateway(config(upstreams.map((u) => u.url)), opts);
+  return {
+    gw,
+    upstreams,
+    close: async () => {
+      await gw.close();
+      await Promise.all(upstreams.map((u) => u.close()));
+    },
+  };
+}
+
+/** Runs `run` against startGatewayOn's gateway and upstreams, stopping them after, whatever happens. */
+export async function withGatewayOn<T>(
+  scripts: Script[],
+  config: (urls: string[]) => unknown,
+  run: (gw: TestGateway, upstreams: FakeUpstream[]) => Promise<T>,
+  opts: TestGatewayOptions = {},
+): Promise<T> {
+  const { gw, upstreams, close } = await startGatewayOn(scripts, config, opts);
+  try {
+    return await run(gw, upstreams);
+  } finally {
+    await close();
+  }
 }
 
 /** Raw POST to the gateway, for what the openai client hides (status, headers, raw SSE text). */

@@ -3,7 +3,7 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { chunk, completionBody, sleep, startFakeUpstream, writeEvents, type FakeUpstream } from '../support/fake-upstream.js';
+import { chunk, completionBody, replyJson, sleep, startFakeUpstream, writeEvents, type FakeUpstream } from '../support/fake-upstream.js';
 import { modelEntry, postChat, startTestGateway, type TestGateway } from '../support/gateway.js';
 
 const SECRET_PROMPT = 'the launch code is tangerine-4417';
@@ -14,8 +14,7 @@ beforeAll(async () => {
   upstream = await startFakeUpstream((req, res) => {
     const usage = { prompt_tokens: 100, completion_tokens: 5, total_tokens: 105, prompt_tokens_details: { cached_tokens: 64 } };
     if (req.body.stream) return writeEvents(res, [chunk({ role: 'assistant', content: 'hi' }), { ...chunk({}, 'stop'), usage }]);
-    res.writeHead(200, { 'content-type': 'application/json' });
-    res.end(JSON.stringify(completionBody('hi', usage)));
+    replyJson(res, completionBody('hi', usage));
   });
 });
 afterAll(() => upstream.close());
