@@ -68,13 +68,12 @@ export async function findApiKeyByHash(redis: Redis, hash: string): Promise<ApiK
 
 export async function listApiKeys(redis: Redis, account: string): Promise<ApiKeyRecord[]> {
   const ids = await redis.zrange(redisKeys.accountKeys(account), 0, -1);
-  const records: ApiKeyRecord[] = [];
-  for (const id of ids) {
-    const hash = await redis.get(redisKeys.apiKeyById(id));
-    const record = hash ? await findApiKeyByHash(redis, hash) : undefined;
-    if (record) records.push(record);
-  }
-  return records;
+  if (ids.length === 0) return [];
+  const hashes = (await redis.mget(ids.map(redisKeys.apiKeyById))).filter((h): h is string => h !== null);
+  const pipeline = redis.pipeline();
+  for (const hash of hashes) pipeline.hgetall(redisKeys.apiKey(hash));
+  const rows = (await pipeline.exec()) ?? [];
+  return rows.map(([, h]) => h as Record<string, string>).filter((h) => h.id).map(toRecord);
 }
 
 /**

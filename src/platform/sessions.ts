@@ -40,14 +40,16 @@ function addCookie(res: ServerResponse, value: string): void {
   res.setHeader('set-cookie', [...(Array.isArray(existing) ? existing : existing ? [String(existing)] : []), value]);
 }
 
+// A token issued while answering a request, so that a second page rendered for it reuses it.
+const issued = new WeakMap<IncomingMessage, string>();
+
 /** The visitor's CSRF token, set as a cookie on first sight; forms embed it. */
 export function csrfToken(req: IncomingMessage, res: ServerResponse): string {
-  const existing = cookies(req)[CSRF_COOKIE];
+  const existing = issued.get(req) ?? cookies(req)[CSRF_COOKIE];
   if (existing && /^[\w-]{32,}$/.test(existing)) return existing;
   const token = randomBytes(24).toString('base64url');
   addCookie(res, cookie(req, CSRF_COOKIE, token, SESSION_TTL_S));
-  // Later reads in this request see it too.
-  req.headers.cookie = `${req.headers.cookie ? `${req.headers.cookie}; ` : ''}${CSRF_COOKIE}=${token}`;
+  issued.set(req, token);
   return token;
 }
 
