@@ -8,6 +8,7 @@
 import type { Redis } from 'ioredis';
 import { redisKeys } from '../redis/keys.js';
 import { LUA_INT, LUA_NOW_MS, luaScript } from '../redis/lua-script.js';
+import { RATE_LIMIT_LUA, rateLimitHeaders, type RateCheck } from '../ratelimit/rate-limiter.js';
 import type { Usage } from '../protocol/chat-response.js';
 import type { TokenPrices } from './prices.js';
 
@@ -24,25 +25,32 @@ if #expired > 0 then redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now_ms) end
 local function field(name) return tonumber(redis.call('HGET', KEYS[1], name) or '0') end
 `;
 
-// ARGV: request id, ttl ms, prompt pico, output pico for all n replies per token, max reply tokens.
+// Reply: status (1 held, -1 no credit, -3 no account, -4 rate limited), amount or available or refusal, reply tokens, then the rate window's counts.
+
+// KEYS: account, holds, amounts, and the rate window when the key has limits.
+// ARGV: request id, ttl ms, prompt pico, output pico for all n replies per token, max reply tokens, then the rate check's.
 const HOLD = luaScript(`
-if redis.call('EXISTS', KEYS[1]) == 0 then return {-3, 0, 0} end
+if redis.call('EXISTS', KEYS[1]) == 0 then return {-3, 0, 0, 0, 0} end
+${RATE_LIMIT_LUA}
+if rate_refused > 0 then return {-4, rate_refused, 0, rate_requests, rate_tokens} end
 ${RECLAIM_EXPIRED_HOLDS}
-local available = field('granted') + field('topped_up') - field('held')
-if available <= 0 then return {-1, available, 0} end
+local balance = redis.call('HMGET', KEYS[1], 'granted', 'topped_up', 'held')
+local available = tonumber(balance[1] or '0') + tonumber(balance[2] or '0') - tonumber(balance[3] or '0')
+if available <= 0 then return {-1, available, 0, rate_requests, rate_tokens} end
 local prompt_pico, output_pico, max_tokens = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local tokens = max_tokens
 local amount = math.ceil((prompt_pico + output_pico * tokens) / 1000000)
 if amount > available then
-  if output_pico == 0 then return {-1, available, 0} end
+  if output_pico == 0 then return {-1, available, 0, rate_requests, rate_tokens} end
   tokens = math.floor((available * 1000000 - prompt_pico) / output_pico)
-  if tokens < 1 then return {-1, available, 0} end
+  if tokens < 1 then return {-1, available, 0, rate_requests, rate_tokens} end
   amount = math.ceil((prompt_pico + output_pico * tokens) / 1000000)
 end
+count_request()
 redis.call('ZADD', KEYS[2], int(now_ms + tonumber(ARGV[2])), ARGV[1])
 redis.call('HSET', KEYS[3], ARGV[1], int(amount))
 redis.call('HINCRBY', KEYS[1], 'held', int(amount))
-return {1, amount, tokens}
+return {1, amount, tokens, rate_requests, rate_tokens}
 `);
 
 const EXTEND = luaScript(`
@@ -65,9 +73,10 @@ if held then
 end
 local charge = 0
 if ARGV[3] == 'complete' then
-  local granted, topped_up = field('granted'), field('topped_up')
+  local balance = redis.call('HMGET', KEYS[1], 'granted', 'topped_up', 'held')
+  local granted, topped_up = tonumber(balance[1] or '0'), tonumber(balance[2] or '0')
   -- Never below zero: a hold that expired (or an upstream that overshot) is charged at most what is left.
-  charge = math.min(tonumber(ARGV[2]), math.max(granted + topped_up - field('held'), 0))
+  charge = math.min(tonumber(ARGV[2]), math.max(granted + topped_up - tonumber(balance[3] or '0'), 0))
   local from_granted = math.min(charge, math.max(granted, 0))
   redis.call('HSET', KEYS[1], 'granted', int(granted - from_granted), 'topped_up', int(topped_up - (charge - from_granted)))
   local model = ARGV[4]
@@ -127,23 +136,33 @@ export interface HoldRequest {
   maxReplyTokens: number;
 }
 
-export type HoldResult =
+export type HoldResult = (
   | { kind: 'held'; amount: number; maxReplyTokens: number }
   | { kind: 'no_credit'; available: number }
-  | { kind: 'no_account' };
+  | { kind: 'no_account' }
+) & {
+  /** With a rate check: OpenAI's `x-ratelimit-*` headers for the reply. */
+  rateLimitHeaders: Record<string, string>;
+};
 
-/** Holds the most the request can cost, or as many reply tokens as the available balance pays for. */
-export async function holdCredit(redis: Redis, h: HoldRequest): Promise<HoldResult> {
-  const [status, amount, tokens] = (await HOLD.run(redis, accountKeys(h.account), [
-    h.requestId,
-    h.ttlMs,
-    h.promptTokens * h.prices.missPico,
-    h.n * h.prices.outputPico,
-    h.maxReplyTokens,
-  ])) as number[];
-  if (status === -3) return { kind: 'no_account' };
-  if (status === -1) return { kind: 'no_credit', available: amount };
-  return { kind: 'held', amount, maxReplyTokens: tokens };
+/**
+ * Holds the most the request can cost, or as many reply tokens as the
+ * available balance pays for. With a rate check, the request is first
+ * counted against its key's budget in the same script: a 429 when the budget
+ * is spent, thrown with its headers.
+ */
+export async function holdCredit(redis: Redis, h: HoldRequest, rate?: RateCheck): Promise<HoldResult> {
+  const keys = accountKeys(h.account);
+  const args: number[] = [h.ttlMs, h.promptTokens * h.prices.missPico, h.n * h.prices.outputPico, h.maxReplyTokens];
+  if (rate) {
+    keys.push(rate.key);
+    args.push(...rate.args);
+  }
+  const [status, amount, tokens, requests, tokensUsed] = (await HOLD.run(redis, keys, [h.requestId, ...args])) as number[];
+  if (status === -3) return { kind: 'no_account', rateLimitHeaders: {} };
+  const headers = rate ? rateLimitHeaders(rate, status === -4 ? amount : 0, requests, tokensUsed) : {};
+  if (status === -1) return { kind: 'no_credit', available: amount, rateLimitHeaders: headers };
+  return { kind: 'held', amount, maxReplyTokens: tokens, rateLimitHeaders: headers };
 }
 
 /** Pushes an open hold's expiry forward while its request is still being served. */

@@ -9,8 +9,7 @@ import { messageText, parseChatCompletionRequest, requestedMaxTokens, type ChatC
 import { renderCompletion, type ReplyIdentity, type Usage } from '../protocol/chat-response.js';
 import { ApiError, checkContextWindow, modelNotFound, shuttingDown } from '../protocol/errors.js';
 import { readJsonBody, sendJson } from '../protocol/http-io.js';
-import { admitRequest } from '../ratelimit/rate-limiter.js';
-import { failClosed } from '../redis/connection.js';
+import { rateCheck } from '../ratelimit/rate-limiter.js';
 import type { RoutedModel } from '../routing/routing-table.js';
 import { readCompletion, readStream } from '../upstream/client.js';
 import { mergeCompletions, mergeStreams } from '../upstream/fan-out.js';
@@ -58,22 +57,25 @@ export async function handleChatCompletion(req: IncomingMessage, res: ServerResp
     requestsPerMinute: caller.limits.requestsPerMinute ?? table.rateLimits.requestsPerMinute,
     tokensPerMinute: caller.limits.tokensPerMinute ?? table.rateLimits.tokensPerMinute,
   };
-  const limitHeaders = await failClosed(admitRequest(ctx.redis, caller.keyId, limits, prompt.tokens + n * maxReplyTokens));
-  const meter = await Meter.open(ctx, span, { caller, model, settlementId: randomUUID(), promptTokens: prompt.tokens, n, maxReplyTokens });
+  const rate = rateCheck(caller.keyId, limits, prompt.tokens + n * maxReplyTokens);
+  const meter = await Meter.open(ctx, span, { caller, model, settlementId: randomUUID(), promptTokens: prompt.tokens, n, maxReplyTokens }, rate);
   // A balance that pays for fewer reply tokens than asked lowers the limit sent upstream.
   const request: ChatCompletionRequest =
     meter.maxReplyTokens < maxReplyTokens ? { ...parsed, max_tokens: meter.maxReplyTokens, max_completion_tokens: meter.maxReplyTokens } : parsed;
 
   const id = requestId(req);
   span.setAttribute('parley.request_id', id);
-  const headers = { 'x-request-id': id, ...limitHeaders };
+  const headers = { 'x-request-id': id, ...meter.rateLimitHeaders };
   const identity: ReplyIdentity = { id: `chatcmpl-${id}`, created: Math.floor(Date.now() / 1000), model: request.model };
-  const clientGone = new AbortController();
-  res.once('close', () => {
-    if (!res.writableFinished) clientGone.abort();
-  });
   // The upstream call ends when the client leaves or when shutdown's grace period is over.
-  const upstreamSignal = AbortSignal.any([clientGone.signal, ctx.lifecycle.stopSignal]);
+  const upstreamCall = new AbortController();
+  let clientGone = false;
+  res.once('close', () => {
+    if (res.writableFinished) return;
+    clientGone = true;
+    upstreamCall.abort();
+  });
+  ctx.lifecycle.onStop(res, () => upstreamCall.abort());
   const relay = request.stream
     ? new StreamRelay(res, {
         identity,
@@ -81,7 +83,7 @@ export async function handleChatCompletion(req: IncomingMessage, res: ServerResp
         keepAliveMs: settings.keepAliveMs,
         headers,
         countedPromptTokens: prompt.exact ? prompt.tokens : 0,
-        clientGone: clientGone.signal,
+        clientGone: () => clientGone,
         onFirstChunk: () => ctx.telemetry.recordFirstToken(model.config.id, (performance.now() - started) / 1000),
       })
     : undefined;
@@ -93,7 +95,7 @@ export async function handleChatCompletion(req: IncomingMessage, res: ServerResp
   };
   let call: UpstreamCall | undefined;
   try {
-    call = await callWithFailover(ctx, span, model, request, ctx.router.plan(model, request.messages), upstreamSignal);
+    call = await callWithFailover(ctx, span, model, request, ctx.router.plan(model, request.messages), upstreamCall.signal);
     const { endpoint } = call;
     if (!relay) {
       const parts = await Promise.all(call.bodies.map((b) => readCompletion(endpoint, b)));
@@ -111,8 +113,8 @@ export async function handleChatCompletion(req: IncomingMessage, res: ServerResp
       meter.settle('broke_off', endpoint.name, undefined, outcome.reason);
     }
   } catch (err) {
-    meter.settle(clientGone.signal.aborted ? 'client_gone' : 'failed', call?.endpoint.name ?? '', undefined, (err as Error).message);
-    const failure = ctx.lifecycle.stopSignal.aborted && !(err instanceof ApiError) ? shuttingDown() : err;
+    meter.settle(clientGone ? 'client_gone' : 'failed', call?.endpoint.name ?? '', undefined, (err as Error).message);
+    const failure = ctx.lifecycle.stopped && !(err instanceof ApiError) ? shuttingDown() : err;
     if (failure instanceof ApiError && relay?.failBeforeStart(failure)) return;
     throw failure;
   } finally {

@@ -9,13 +9,10 @@ const AFTER_STOP_MS = 2_000;
 export class Lifecycle {
   private inFlight = 0;
   private idle: (() => void) | undefined;
-  private readonly stopping = new AbortController();
+  private readonly stoppers = new Map<ServerResponse, () => void>();
   draining = false;
-
-  /** Aborted when the grace period is over: requests still running end now. */
-  get stopSignal(): AbortSignal {
-    return this.stopping.signal;
-  }
+  /** True once the grace period is over: requests still running end now. */
+  stopped = false;
 
   get requestsInFlight(): number {
     return this.inFlight;
@@ -24,9 +21,15 @@ export class Lifecycle {
   track(res: ServerResponse): void {
     this.inFlight++;
     res.once('close', () => {
+      this.stoppers.delete(res);
       this.inFlight--;
       if (this.inFlight === 0) this.idle?.();
     });
+  }
+
+  /** What ends the request answered by `res` if it is still running when the grace period is over. */
+  onStop(res: ServerResponse, stop: () => void): void {
+    this.stoppers.set(res, stop);
   }
 
   /** Stops taking requests and waits for those in flight, stopping any still running after `graceMs`. */
@@ -34,7 +37,8 @@ export class Lifecycle {
     this.draining = true;
     if (!(await this.waitIdle(graceMs))) {
       console.warn(`parley: ${this.inFlight} requests still running after the ${graceMs} ms grace period; ending them`);
-      this.stopping.abort(new Error('the gateway is shutting down'));
+      this.stopped = true;
+      for (const stop of this.stoppers.values()) stop();
       await this.waitIdle(AFTER_STOP_MS);
     }
   }

@@ -7,6 +7,7 @@ import { extendHold, holdCredit, type SettleOutcome } from '../billing/credit-le
 import { replyCost } from '../billing/prices.js';
 import type { Usage } from '../protocol/chat-response.js';
 import { insufficientBalance } from '../protocol/errors.js';
+import type { RateCheck } from '../ratelimit/rate-limiter.js';
 import { failClosed } from '../redis/connection.js';
 import type { RoutedModel } from '../routing/routing-table.js';
 import type { GatewayContext } from './context.js';
@@ -33,6 +34,8 @@ export class Meter {
     private readonly m: MeterRequest,
     /** Reply tokens per choice the balance pays for: the request's own limit or fewer. */
     readonly maxReplyTokens: number,
+    /** OpenAI's `x-ratelimit-*` headers for the reply. */
+    readonly rateLimitHeaders: Record<string, string>,
   ) {
     const ttl = ctx.routing().billing.holdTtlMs;
     this.heartbeat = setInterval(() => {
@@ -41,8 +44,12 @@ export class Meter {
     this.heartbeat.unref();
   }
 
-  /** Holds credit for the request; 402 when the available balance pays for none of it, 503 when Redis is unreachable. */
-  static async open(ctx: GatewayContext, span: Span, m: MeterRequest): Promise<Meter> {
+  /**
+   * Counts the request against its key's rate limit and holds credit for it,
+   * in one round trip: 429 when the key's budget is spent, 402 when the
+   * available balance pays for none of it, 503 when Redis is unreachable.
+   */
+  static async open(ctx: GatewayContext, span: Span, m: MeterRequest, rate: RateCheck): Promise<Meter> {
     const hold = await failClosed(
       holdCredit(ctx.redis, {
         account: m.caller.account,
@@ -52,11 +59,11 @@ export class Meter {
         promptTokens: m.promptTokens,
         n: m.n,
         maxReplyTokens: m.maxReplyTokens,
-      }),
+      }, rate),
     );
     if (hold.kind !== 'held') throw insufficientBalance();
     ctx.telemetry.holdOpened();
-    return new Meter(ctx, span, m, hold.maxReplyTokens);
+    return new Meter(ctx, span, m, hold.maxReplyTokens, hold.rateLimitHeaders);
   }
 
   /** Settles once; later calls are ignored. Only a complete reply is charged. */

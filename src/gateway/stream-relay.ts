@@ -19,7 +19,8 @@ export interface RelayOptions {
   headers: Record<string, string>;
   /** Prompt tokens counted by the gateway, for an upstream that reports no usage. */
   countedPromptTokens: number;
-  clientGone: AbortSignal;
+  /** Whether the client has gone away. */
+  clientGone: () => boolean;
   /** Called once, when the first content reaches the client. */
   onFirstChunk?: () => void;
 }
@@ -81,6 +82,8 @@ export class StreamRelay {
             this.opts.onFirstChunk?.();
           }
           this.write(out);
+          // A client reading slower than the upstream writes holds the upstream back, not Parley's memory.
+          if (this.res.writableNeedDrain) await this.drained();
         }
         if (done) finish();
         else this.keepAlive.refresh();
@@ -89,7 +92,7 @@ export class StreamRelay {
       return { kind: 'complete', usage: finished! };
     } catch (err) {
       if (finished) return { kind: 'complete', usage: finished };
-      if (this.opts.clientGone.aborted) {
+      if (this.opts.clientGone()) {
         this.res.destroy();
         return { kind: 'client_gone' };
       }
@@ -98,6 +101,18 @@ export class StreamRelay {
     } finally {
       clearTimeout(this.keepAlive);
     }
+  }
+
+  private drained(): Promise<void> {
+    return new Promise((resolve) => {
+      const done = () => {
+        this.res.off('drain', done);
+        this.res.off('close', done);
+        resolve();
+      };
+      this.res.on('drain', done);
+      this.res.on('close', done);
+    });
   }
 
   private write(text: string): void {

@@ -81,6 +81,11 @@ export const SSE_DONE = 'data: [DONE]\n\n';
 export const SSE_KEEP_ALIVE = ': keep-alive\n\n';
 export const sseData = (json: string) => `data: ${json}\n\n`;
 
+function onlyContent(delta: object): boolean {
+  for (const key in delta) if (key !== 'content') return false;
+  return true;
+}
+
 /**
  * Renders one reply's chunks. It owns the stream's invariants: every choice
  * opens with a delta carrying the role, and usage goes out at most once,
@@ -90,11 +95,16 @@ export class ChunkRenderer {
   private readonly prefix: string;
   private readonly suffix: string;
   private readonly opened = new Set<number>();
+  /** Per choice index, the text of a content chunk before its content literal. */
+  private readonly contentHeads: string[] = [];
+  /** The text of a content chunk after its literal. */
+  private readonly contentTail: string;
 
   constructor(identity: ReplyIdentity, private readonly includeUsage: boolean) {
     this.prefix = `{"id":${JSON.stringify(identity.id)},"object":"chat.completion.chunk","created":${identity.created},"model":${JSON.stringify(identity.model)},"system_fingerprint":null,"choices":`;
     // OpenAI marks every content chunk with usage null when usage was asked for.
     this.suffix = includeUsage ? ',"usage":null}' : '}';
+    this.contentTail = `},"logprobs":null,"finish_reason":null}]${this.suffix}\n\n`;
   }
 
   /** The SSE text for a batch of deltas ('' when there is nothing to send). */
@@ -107,9 +117,10 @@ export class ChunkRenderer {
         const opening: ChoiceDelta = { index: c.index, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null };
         out += sseData(this.prefix + JSON.stringify([opening]) + this.suffix);
       }
-      if (c.logprobs === null && c.finish_reason === null && c.delta.role === undefined && typeof c.delta.content === 'string' && Object.keys(c.delta).length === 1) {
-        // The common chunk, a piece of text, without copying the delta to drop a role it does not have.
-        out += sseData(`${this.prefix}[{"index":${c.index},"delta":{"content":${JSON.stringify(c.delta.content)}},"logprobs":null,"finish_reason":null}]${this.suffix}`);
+      if (c.logprobs === null && c.finish_reason === null && typeof c.delta.content === 'string' && onlyContent(c.delta)) {
+        // The common chunk, a piece of text, from text made once per choice.
+        const head = (this.contentHeads[c.index] ??= `data: ${this.prefix}[{"index":${c.index},"delta":{"content":`);
+        out += head + JSON.stringify(c.delta.content) + this.contentTail;
         continue;
       }
       // The role went out in the opening chunk; a delta left empty by removing it is not sent.

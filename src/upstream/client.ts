@@ -1,6 +1,12 @@
 // Calls to upstream endpoints over undici, with pooled keep-alive
 // connections, and the reading of their replies through a dialect.
-import { Agent, request, errors as undiciErrors } from 'undici';
+//
+// Calls go through undici's dispatch API rather than request(): request()
+// wraps every reply in a Node stream and an abort signal, which cost more
+// than the rest of relaying a short reply. The body is read here instead,
+// with the same backpressure: the socket pauses while the reader is behind.
+import { StringDecoder } from 'node:string_decoder';
+import { Agent, errors as undiciErrors, type Dispatcher } from 'undici';
 import type { StreamEvent } from '../protocol/chat-response.js';
 import { ApiError, upstreamFailed, upstreamUnreachable } from '../protocol/errors.js';
 import { UpstreamBrokeOff, type Dialect } from './dialect.js';
@@ -17,9 +23,135 @@ export interface UpstreamTimeouts {
   idleMs: number;
 }
 
-export type UpstreamBody = Awaited<ReturnType<typeof request>>['body'];
-
 const agent = new Agent({ keepAliveTimeout: 30_000, connections: 1024 });
+
+/** Text not yet read past which the upstream's socket is paused. */
+const HIGH_WATER_CHARS = 64 * 1024;
+
+/**
+ * One call's reply as undici delivers it: the status first, then the body,
+ * read whole or as it arrives.
+ */
+export class UpstreamBody implements Dispatcher.DispatchHandler {
+  statusCode = 0;
+  private controller: Dispatcher.DispatchController | undefined;
+  private readonly decoder = new StringDecoder('utf8');
+  private pending: string[] = [];
+  private pendingChars = 0;
+  private ended = false;
+  private failure: Error | undefined;
+  private discarding = false;
+  private wake: (() => void) | undefined;
+  private started: { resolve: () => void; reject: (err: Error) => void } | undefined;
+  private readonly onAbort = () => this.controller?.abort(this.signal.reason);
+
+  private constructor(private readonly signal: AbortSignal) {}
+
+  /** Sends the request; resolves once the upstream's status is in. */
+  static send(options: Dispatcher.DispatchOptions, signal: AbortSignal): Promise<UpstreamBody> {
+    const body = new UpstreamBody(signal);
+    return new Promise((resolve, reject) => {
+      body.started = { resolve: () => resolve(body), reject };
+      signal.addEventListener('abort', body.onAbort, { once: true });
+      agent.dispatch(options, body);
+    });
+  }
+
+  onRequestStart(controller: Dispatcher.DispatchController): void {
+    this.controller = controller;
+    if (this.signal.aborted) controller.abort(this.signal.reason);
+  }
+
+  onResponseStart(_controller: Dispatcher.DispatchController, statusCode: number): void {
+    this.statusCode = statusCode;
+    this.started?.resolve();
+    this.started = undefined;
+  }
+
+  onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
+    if (this.discarding) return;
+    const text = this.decoder.write(chunk);
+    this.pending.push(text);
+    this.pendingChars += text.length;
+    if (this.pendingChars > HIGH_WATER_CHARS) controller.pause();
+    this.notify();
+  }
+
+  onResponseEnd(): void {
+    const rest = this.decoder.end();
+    if (rest) this.pending.push(rest);
+    this.finish();
+  }
+
+  onResponseError(_controller: Dispatcher.DispatchController, err: Error): void {
+    this.failure = err;
+    this.started?.reject(err);
+    this.started = undefined;
+    this.finish();
+  }
+
+  /** The whole body as text. */
+  async text(): Promise<string> {
+    let text = '';
+    for await (const part of this.texts()) text += part;
+    return text;
+  }
+
+  /** The body as it arrives: everything received since the last read, as one string. */
+  async *texts(): AsyncGenerator<string> {
+    try {
+      for (;;) {
+        if (this.pending.length > 0) {
+          const text = this.pending.length === 1 ? this.pending[0] : this.pending.join('');
+          this.pending = [];
+          this.pendingChars = 0;
+          this.controller?.resume();
+          yield text;
+        } else if (this.failure) throw this.failure;
+        else if (this.ended) return;
+        else await new Promise<void>((resolve) => (this.wake = resolve));
+      }
+    } finally {
+      // A reader that stops early no longer wants the rest.
+      if (!this.ended && !this.discarding) this.controller?.abort(new Error('the reply is no longer read'));
+    }
+  }
+
+  /**
+   * Reads the rest of the body off the connection and drops it. Once a
+   * reply is complete this keeps the connection for the next request, where
+   * aborting would close it.
+   */
+  discardRest(): void {
+    this.discarding = true;
+    this.pending = [];
+    this.controller?.resume();
+  }
+
+  private notify(): void {
+    const wake = this.wake;
+    this.wake = undefined;
+    wake?.();
+  }
+
+  private finish(): void {
+    this.ended = true;
+    this.signal.removeEventListener('abort', this.onAbort);
+    this.notify();
+  }
+}
+
+/** Where an endpoint's chat completions are posted, split as undici's dispatch wants it. */
+const targets = new Map<string, { origin: string; path: string }>();
+function chatCompletionsTarget(baseUrl: string): { origin: string; path: string } {
+  let target = targets.get(baseUrl);
+  if (!target) {
+    const url = new URL(`${baseUrl}/chat/completions`);
+    target = { origin: url.origin, path: url.pathname + url.search };
+    targets.set(baseUrl, target);
+  }
+  return target;
+}
 
 /**
  * Sends the request and waits for the upstream's status. A 2xx resolves to
@@ -36,23 +168,25 @@ export async function postChatCompletion(
   if (endpoint.apiKey) headers.authorization = `Bearer ${endpoint.apiKey}`;
   let res;
   try {
-    res = await request(`${endpoint.url}/chat/completions`, {
-      dispatcher: agent,
-      method: 'POST',
-      headers,
-      body: JSON.stringify(body),
+    res = await UpstreamBody.send(
+      {
+        ...chatCompletionsTarget(endpoint.url),
+        method: 'POST',
+        headers,
+        body: JSON.stringify(body),
+        headersTimeout: timeouts.firstByteMs,
+        bodyTimeout: timeouts.idleMs,
+      },
       signal,
-      headersTimeout: timeouts.firstByteMs,
-      bodyTimeout: timeouts.idleMs,
-    });
+    );
   } catch (err) {
     if (signal.aborted) throw err;
     throw err instanceof undiciErrors.HeadersTimeoutError ? upstreamFailed(describeFailure(err)) : upstreamUnreachable(describeFailure(err));
   }
-  if (res.statusCode >= 200 && res.statusCode < 300) return res.body;
+  if (res.statusCode >= 200 && res.statusCode < 300) return res;
   let text = '';
   try {
-    text = await res.body.text();
+    text = await res.text();
   } catch {
     // the status alone says enough
   }
@@ -62,7 +196,7 @@ export async function postChatCompletion(
 export async function readCompletion(endpoint: UpstreamEndpoint, body: UpstreamBody) {
   let json: unknown;
   try {
-    json = await body.json();
+    json = JSON.parse(await body.text());
   } catch (err) {
     throw upstreamFailed(err instanceof SyntaxError ? 'the reply was not JSON' : describeFailure(err));
   }
@@ -108,17 +242,17 @@ export async function* readStream(endpoint: UpstreamEndpoint, body: UpstreamBody
     if (failure) throw failure;
     return events.some((e) => e.done);
   };
-  // After [DONE] the rest of the body is read and dropped rather than the body destroyed:
-  // destroying it would close the connection, and the next request would pay for a new one.
   let done = false;
   try {
-    body.setEncoding('utf8');
-    for await (const text of body as AsyncIterable<string>) {
-      if (!done) done = yield* deliver(normalize(parser.push(text)));
+    for await (const text of body.texts()) {
+      done = yield* deliver(normalize(parser.push(text)));
+      if (done) {
+        body.discardRest();
+        return;
+      }
     }
-    if (!done) done = yield* deliver(normalize(parser.end()));
+    done = yield* deliver(normalize(parser.end()));
   } catch (err) {
-    if (done) return;
     if (err instanceof UpstreamBrokeOff || err instanceof ApiError) throw err;
     throw new UpstreamBrokeOff(describeFailure(err));
   }

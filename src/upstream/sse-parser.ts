@@ -21,6 +21,12 @@ export class SseParser {
     for (;;) {
       const nl = this.buffer.indexOf('\n', start);
       if (nl === -1) break;
+      // Nearly every event is one `data: ` line and a blank line: taken whole, without the line-by-line parse.
+      if (this.data.length === 0 && this.event === undefined && this.buffer.charCodeAt(nl + 1) === 0x0a && this.buffer.startsWith('data: ', start) && this.buffer.charCodeAt(nl - 1) !== 0x0d) {
+        out.push({ event: undefined, data: this.buffer.slice(start + 6, nl) });
+        start = nl + 2;
+        continue;
+      }
       let line = this.buffer.slice(start, nl);
       start = nl + 1;
       if (line.endsWith('\r')) line = line.slice(0, -1);

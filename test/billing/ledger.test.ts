@@ -3,6 +3,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { changeCredit, holdCredit, readBalance, settleHold, type Settlement } from '../../src/billing/credit-ledger.js';
 import { tokenPrices } from '../../src/billing/prices.js';
+import { ApiError } from '../../src/protocol/errors.js';
+import { rateCheck } from '../../src/ratelimit/rate-limiter.js';
 import { sleep } from '../support/fake-upstream.js';
 import { makeAccount } from '../support/gateway.js';
 import { startTestRedis, type TestRedis } from '../support/redis.js';
@@ -23,7 +25,7 @@ describe('holds and settlement', () => {
   it('holds the most a request can cost: prompt at the miss price plus n full replies', async () => {
     const { account } = await makeAccount(redis, 1);
     const hold = await holdCredit(redis.client, { account, requestId: 'h1', ttlMs: 60_000, prices, promptTokens: 1000, n: 3, maxReplyTokens: 500 });
-    expect(hold).toEqual({ kind: 'held', amount: 1000 + 3 * 500 * 2, maxReplyTokens: 500 });
+    expect(hold).toEqual({ kind: 'held', amount: 1000 + 3 * 500 * 2, maxReplyTokens: 500, rateLimitHeaders: {} });
     expect((await readBalance(redis.client, account))!.held).toBe(4000);
   });
 
@@ -54,7 +56,7 @@ describe('holds and settlement', () => {
   it('refuses a hold when open holds already take the whole balance', async () => {
     const { account } = await makeAccount(redis, 0.0001); // 100 micro-units
     expect((await holdCredit(redis.client, { account, requestId: 'a', ttlMs: 60_000, prices, promptTokens: 10, n: 1, maxReplyTokens: 45 })).kind).toBe('held');
-    expect(await holdCredit(redis.client, { account, requestId: 'b', ttlMs: 60_000, prices, promptTokens: 10, n: 1, maxReplyTokens: 45 })).toEqual({ kind: 'no_credit', available: 0 });
+    expect(await holdCredit(redis.client, { account, requestId: 'b', ttlMs: 60_000, prices, promptTokens: 10, n: 1, maxReplyTokens: 45 })).toEqual({ kind: 'no_credit', available: 0, rateLimitHeaders: {} });
   });
 
   it('deducts granted credit first and never below zero', async () => {
@@ -63,5 +65,35 @@ describe('holds and settlement', () => {
     expect(await changeCredit(redis.client, account, 'deduct', 1_500_000, 'refund')).toBe(1_500_000);
     expect(await readBalance(redis.client, account)).toEqual({ granted: 0, toppedUp: 1_500_000, held: 0 });
     expect(await changeCredit(redis.client, account, 'deduct', 9_000_000, 'all')).toBe(0);
+  });
+});
+
+describe('admission: the rate limit and the hold in one script', () => {
+  const limits = { requestsPerMinute: 2, tokensPerMinute: 1_000 };
+
+  it('counts a held request against its key and answers the x-ratelimit headers', async () => {
+    const { account } = await makeAccount(redis, 1);
+    const hold = await holdCredit(redis.client, { account, requestId: 'r1', ttlMs: 60_000, prices, promptTokens: 10, n: 1, maxReplyTokens: 20 }, rateCheck('key-a', limits, 30));
+    expect(hold.kind).toBe('held');
+    expect(hold.rateLimitHeaders).toMatchObject({ 'x-ratelimit-remaining-requests': '1', 'x-ratelimit-remaining-tokens': '970' });
+  });
+
+  it('refuses with a 429 past the budget, and holds nothing for the refused request', async () => {
+    const { account } = await makeAccount(redis, 1);
+    const ask = (id: string) => holdCredit(redis.client, { account, requestId: id, ttlMs: 60_000, prices, promptTokens: 10, n: 1, maxReplyTokens: 20 }, rateCheck('key-b', limits, 30));
+    await ask('b1');
+    await ask('b2');
+    const held = (await readBalance(redis.client, account))!.held;
+    const refused = await ask('b3').catch((e: unknown) => e);
+    expect(refused).toBeInstanceOf(ApiError);
+    expect((refused as ApiError).status).toBe(429);
+    expect((await readBalance(redis.client, account))!.held).toBe(held);
+  });
+
+  it('spends none of the key\'s budget on a request refused for want of credit', async () => {
+    const { account } = await makeAccount(redis, 0);
+    const ask = () => holdCredit(redis.client, { account, requestId: 'c', ttlMs: 60_000, prices, promptTokens: 10, n: 1, maxReplyTokens: 20 }, rateCheck('key-c', limits, 30));
+    for (let i = 0; i < 3; i++) expect((await ask()).kind).toBe('no_credit');
+    expect((await ask()).rateLimitHeaders['x-ratelimit-remaining-requests']).toBe('2');
   });
 });

@@ -1,6 +1,9 @@
 // A finished stream leaves the upstream's connection open for the next
 // request: after [DONE] Parley reads the body to its end instead of
 // destroying it, and the client gets its [DONE] without waiting for that.
+// A client that reads slowly holds the upstream back instead of filling
+// Parley's memory.
+import { request } from 'node:http';
 import { describe, expect, it } from 'vitest';
 import { chunk, sleep, startFakeUpstream } from '../support/fake-upstream.js';
 import { modelEntry, postChat, startTestGateway } from '../support/gateway.js';
@@ -26,6 +29,39 @@ describe('upstream connections', () => {
         await sleep(400);
       }
       expect(new Set(ports).size).toBe(1);
+    } finally {
+      await gw.close();
+      await upstream.close();
+    }
+  });
+
+  it('hold the upstream back while the client is not reading', async () => {
+    const content = 'x'.repeat(1000);
+    const event = `data: ${JSON.stringify(chunk({ content }))}\n\n`;
+    const ceiling = 256 * 1024 * 1024;
+    let written = 0;
+    const upstream = await startFakeUpstream(async (_req, res) => {
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      while (written < ceiling && !res.destroyed) {
+        written += event.length;
+        if (!res.write(event)) await new Promise((resolve) => { res.once('drain', resolve); res.once('close', resolve); });
+      }
+      res.end();
+    });
+    const gw = await startTestGateway({ models: [modelEntry('m', [{ kind: 'vllm', url: upstream.url }])] });
+    try {
+      const body = JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'x' }], stream: true });
+      const client = request(`${gw.url}/v1/chat/completions`, { method: 'POST', headers: { authorization: `Bearer ${gw.apiKey}`, 'content-type': 'application/json' } });
+      const response = await new Promise<import('node:http').IncomingMessage>((resolve) => client.end(body).once('response', resolve));
+      expect(response.statusCode).toBe(200);
+      response.pause();
+      await sleep(2_000);
+      const stalled = written;
+      await sleep(500);
+      // Only socket buffers' worth went out, and nothing more while the client still does not read.
+      expect(stalled).toBeLessThan(64 * 1024 * 1024);
+      expect(written).toBe(stalled);
+      client.destroy();
     } finally {
       await gw.close();
       await upstream.close();
