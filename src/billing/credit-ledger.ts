@@ -60,7 +60,7 @@ return redis.call('ZADD', KEYS[1], 'XX', 'CH', int(now_ms + tonumber(ARGV[2])), 
 `);
 
 // KEYS: account, holds, amounts, settled marker, usage stream, daily usage.
-// ARGV: request id, cost, outcome, model, prompt, cached, completion, then event field pairs.
+// ARGV: request id, cost, outcome, model, prompt, cached, completion, account, key id, endpoint, reason.
 const SETTLE = luaScript(`
 if redis.call('EXISTS', KEYS[4]) == 1 then return {0, 0} end
 ${RECLAIM_EXPIRED_HOLDS}
@@ -80,19 +80,17 @@ if ARGV[3] == 'complete' then
   local from_granted = math.min(charge, math.max(granted, 0))
   redis.call('HSET', KEYS[1], 'granted', int(granted - from_granted), 'topped_up', int(topped_up - (charge - from_granted)))
   local model = ARGV[4]
-  redis.call('HINCRBY', KEYS[6], model .. '\\trequests', 1)
+  -- The day's first request (of any model) sets the totals' expiry.
+  if redis.call('HINCRBY', KEYS[6], model .. '\\trequests', 1) == 1 then redis.call('EXPIRE', KEYS[6], 400 * 86400) end
   redis.call('HINCRBY', KEYS[6], model .. '\\tprompt_tokens', ARGV[5])
   redis.call('HINCRBY', KEYS[6], model .. '\\tcached_tokens', ARGV[6])
   redis.call('HINCRBY', KEYS[6], model .. '\\tcompletion_tokens', ARGV[7])
   redis.call('HINCRBY', KEYS[6], model .. '\\tcost', int(charge))
-  redis.call('EXPIRE', KEYS[6], 400 * 86400)
 end
 redis.call('SET', KEYS[4], '1', 'EX', 2 * 86400)
-local event = {'XADD', KEYS[5], '*'}
-for i = 8, #ARGV do event[#event + 1] = ARGV[i] end
-event[#event + 1] = 'charged'
-event[#event + 1] = int(charge)
-redis.call(unpack(event))
+redis.call('XADD', KEYS[5], '*', 'request_id', id, 'account', ARGV[8], 'key', ARGV[9], 'model', ARGV[4], 'endpoint', ARGV[10],
+  'outcome', ARGV[3], 'reason', ARGV[11], 'prompt_tokens', ARGV[5], 'cached_tokens', ARGV[6], 'completion_tokens', ARGV[7],
+  'cost', ARGV[2], 'charged', int(charge))
 return {1, charge}
 `);
 
@@ -199,12 +197,7 @@ export async function settleHold(redis: Redis, s: Settlement): Promise<number | 
   const [done, charged] = (await SETTLE.run(
     redis,
     [...accountKeys(s.account), redisKeys.settled(s.requestId), redisKeys.usageEvents, redisKeys.dailyUsage(s.account, utcDay(Date.now()))],
-    [
-      s.requestId, s.cost, s.outcome, s.model, u.prompt_tokens, u.cached_tokens, u.completion_tokens,
-      'request_id', s.requestId, 'account', s.account, 'key', s.keyId, 'model', s.model, 'endpoint', s.endpoint,
-      'outcome', s.outcome, 'reason', s.reason ?? '', 'prompt_tokens', u.prompt_tokens, 'cached_tokens', u.cached_tokens,
-      'completion_tokens', u.completion_tokens, 'cost', s.cost,
-    ],
+    [s.requestId, s.cost, s.outcome, s.model, u.prompt_tokens, u.cached_tokens, u.completion_tokens, s.account, s.keyId, s.endpoint, s.reason ?? ''],
   )) as number[];
   return done === 1 ? charged : undefined;
 }

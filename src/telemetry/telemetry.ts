@@ -17,15 +17,36 @@ import type { Router } from '../routing/router.js';
 
 const SECONDS_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120];
 
+type Attributes = Record<string, string>;
+
+/**
+ * Cumulative counts kept in plain numbers and read by an observable counter
+ * when metrics are collected. A synchronous counter hashes its attributes on
+ * every add, several times per request; this costs one map lookup.
+ */
+class Tally {
+  private readonly counts = new Map<string, { attributes: Attributes; value: number }>();
+
+  add(key: string, value: number, attributes: () => Attributes): void {
+    const entry = this.counts.get(key);
+    if (entry) entry.value += value;
+    else this.counts.set(key, { attributes: attributes(), value });
+  }
+
+  observe(result: { observe(value: number, attributes: Attributes): void }): void {
+    for (const { attributes, value } of this.counts.values()) result.observe(value, attributes);
+  }
+}
+
 export class Telemetry {
   readonly tracer: Tracer;
   private readonly prometheus = new PrometheusExporter({ preventServerStart: true });
   private readonly meterProvider: MeterProvider;
   private readonly tracerProvider: BasicTracerProvider | undefined;
-  private readonly requests;
+  private readonly requests = new Tally();
   private readonly duration;
   private readonly firstToken;
-  private readonly tokens;
+  private readonly tokens = new Tally();
   private readonly holdsOpen;
 
   constructor(router: Router) {
@@ -38,10 +59,10 @@ export class Telemetry {
     this.tracer = (this.tracerProvider ?? trace.getTracerProvider()).getTracer('parley');
 
     const meter = this.meterProvider.getMeter('parley');
-    this.requests = meter.createCounter('parley_requests', { description: 'Requests answered, by route, status and error code' });
+    meter.createObservableCounter('parley_requests', { description: 'Requests answered, by route, status and error code' }).addCallback((r) => this.requests.observe(r));
     this.duration = meter.createHistogram('parley_request_duration_seconds', { unit: 's', advice: { explicitBucketBoundaries: SECONDS_BUCKETS } });
     this.firstToken = meter.createHistogram('parley_time_to_first_token_seconds', { unit: 's', advice: { explicitBucketBoundaries: SECONDS_BUCKETS } });
-    this.tokens = meter.createCounter('parley_tokens', { description: 'Tokens metered, by model and kind (prompt, cached, completion)' });
+    meter.createObservableCounter('parley_tokens', { description: 'Tokens metered, by model and kind (prompt, cached, completion)' }).addCallback((r) => this.tokens.observe(r));
     this.holdsOpen = meter.createUpDownCounter('parley_holds_open', { description: 'Credit holds this replica has open' });
     meter.createObservableGauge('parley_upstream_healthy', { description: '1 when the endpoint\'s circuit is closed' }).addCallback((result) => {
       for (const model of router.snapshot()) {
@@ -54,8 +75,7 @@ export class Telemetry {
   }
 
   recordRequest(route: string, status: number, code: string | null, seconds: number): void {
-    const attributes = { route, status: String(status), code: code ?? '' };
-    this.requests.add(1, attributes);
+    this.requests.add(`${route}\t${status}\t${code ?? ''}`, 1, () => ({ route, status: String(status), code: code ?? '' }));
     this.duration.record(seconds, { route, status: String(status) });
   }
 
@@ -64,9 +84,9 @@ export class Telemetry {
   }
 
   recordUsage(model: string, usage: Usage): void {
-    this.tokens.add(usage.prompt_tokens, { model, kind: 'prompt' });
-    this.tokens.add(usage.cached_tokens, { model, kind: 'cached' });
-    this.tokens.add(usage.completion_tokens, { model, kind: 'completion' });
+    for (const [kind, value] of [['prompt', usage.prompt_tokens], ['cached', usage.cached_tokens], ['completion', usage.completion_tokens]] as const) {
+      this.tokens.add(`${model}\t${kind}`, value, () => ({ model, kind }));
+    }
   }
 
   holdOpened(): void {
