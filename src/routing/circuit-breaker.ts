@@ -15,7 +15,12 @@ export class CircuitBreaker {
   private opened = false;
   private trialInFlight = false;
 
-  constructor(private readonly settings: BreakerSettings, private readonly now: () => number = Date.now) {}
+  /** Replaced when the routing file is reloaded; the circuit's state stays. */
+  settings: BreakerSettings;
+
+  constructor(settings: BreakerSettings, private readonly now: () => number = Date.now) {
+    this.settings = settings;
+  }
 
   get state(): BreakerState {
     if (!this.opened) return 'closed';

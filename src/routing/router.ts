@@ -24,7 +24,7 @@ export class Router {
   private readonly probes = new Map<string, NodeJS.Timeout>();
   private table: RoutingTable | undefined;
 
-  /** Takes a new routing table: new endpoints get state and a probe, removed ones lose theirs. */
+  /** Takes a new routing table: new endpoints get state and a probe, removed ones lose theirs, kept ones take the new limits and health settings. */
   apply(table: RoutingTable): void {
     this.table = table;
     const { health } = table.settings;
@@ -37,8 +37,10 @@ export class Router {
         live.add(e.name);
         const limits = { maxConcurrent: e.maxConcurrent, maxQueue: e.maxQueue };
         const state = this.states.get(e.name);
-        if (state) state.limits = limits;
-        else this.states.set(e.name, new EndpointState(e.name, limits, health));
+        if (state) {
+          state.limits = limits;
+          state.breaker.settings = health;
+        } else this.states.set(e.name, new EndpointState(e.name, limits, health));
         this.startProbe(e, table.settings);
       }
     }

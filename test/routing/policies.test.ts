@@ -156,3 +156,32 @@ describe('endpoint concurrency', () => {
     expect(state.queued).toBe(0);
   });
 });
+
+describe('the router across reloads', () => {
+  it('gives a kept endpoint the new health settings and keeps its circuit', async () => {
+    const { Router } = await import('../../src/routing/router.js');
+    const { buildRoutingTable } = await import('../../src/routing/routing-table.js');
+    const { parseRoutingFile } = await import('../../src/config.js');
+    const table = (failureThreshold: number) =>
+      buildRoutingTable(
+        parseRoutingFile(JSON.stringify({
+          gateway: { health: { failureThreshold, probe: { intervalMs: 0 } } },
+          models: [{ id: 'm', contextWindow: 1024, pricesPerMillion: { inputCacheMiss: 1, inputCacheHit: 1, output: 1 }, endpoints: [{ kind: 'vllm', url: 'http://127.0.0.1:9/v1' }] }],
+        }), 'routing.json', '.'),
+        { start: () => Promise.reject(new Error('no local engines here')) } as never,
+      );
+    const router = new Router();
+    try {
+      const first = await table(3);
+      router.apply(first);
+      const endpoint = first.models.get('m')!.endpoints[0];
+      router.state(endpoint).breaker.onFailure();
+      expect(router.state(endpoint).breaker.state).toBe('closed');
+      router.apply(await table(2));
+      router.state(endpoint).breaker.onFailure();
+      expect(router.state(endpoint).breaker.state).toBe('open');
+    } finally {
+      router.close();
+    }
+  });
+});
