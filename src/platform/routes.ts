@@ -35,32 +35,59 @@ function forbidden(req: IncomingMessage, res: ServerResponse): void {
   sendPage(res, 403, page({ title: 'Refused', csrf: csrfToken(req, res) }, body));
 }
 
-/** Serves `path` if it is a platform route; returns false otherwise. */
+/**
+ * A failure as a page, for a person in a browser rather than a client
+ * library: the request's own error (a page not found, a form too large) with
+ * its status, and anything else, an unreachable Redis first of all, as a 503
+ * that says to try again.
+ */
+function failurePage(req: IncomingMessage, res: ServerResponse, err: unknown): void {
+  if (res.headersSent) return void res.destroy();
+  if (!(err instanceof ApiError) || err.status >= 500) {
+    console.error('parley: platform:', err);
+    const body = html`<section class="auth card"><h1>Temporarily unavailable</h1><p class="notice error" role="alert">Parley cannot reach its account store right now. Nothing was changed. Try again in a moment.</p></section>`;
+    res.setHeader('retry-after', '1');
+    return sendPage(res, 503, page({ title: 'Unavailable', csrf: '' }, body));
+  }
+  const title = err.status === 404 ? 'Page not found' : 'Request refused';
+  sendPage(res, err.status, page({ title, csrf: csrfToken(req, res) }, html`<section class="auth card"><h1>${title}</h1><p class="notice error" role="alert">${err.message}</p><p><a href="/platform">Back to the platform</a></p></section>`));
+}
+
+/** Serves `path` if it is a platform route, a failure included (as a page); returns false otherwise. */
 export async function handlePlatform(req: IncomingMessage, res: ServerResponse, ctx: GatewayContext, path: string, query: URLSearchParams): Promise<boolean> {
-  const method = req.method ?? 'GET';
   if (path === '/') return redirect(res, '/platform'), true;
   if (path !== '/platform' && !path.startsWith('/platform/')) return false;
-  if (method === 'GET' && path === '/platform/static/style.css') return sendStatic(res, 'text/css', STYLE_CSS), true;
-  if (method === 'GET' && path === '/platform/static/platform.js') return sendStatic(res, 'text/javascript', PLATFORM_JS), true;
+  try {
+    await servePlatform(req, res, ctx, path, query);
+  } catch (err) {
+    failurePage(req, res, err);
+  }
+  return true;
+}
+
+async function servePlatform(req: IncomingMessage, res: ServerResponse, ctx: GatewayContext, path: string, query: URLSearchParams): Promise<void> {
+  const method = req.method ?? 'GET';
+  if (method === 'GET' && path === '/platform/static/style.css') return sendStatic(res, 'text/css', STYLE_CSS);
+  if (method === 'GET' && path === '/platform/static/platform.js') return sendStatic(res, 'text/javascript', PLATFORM_JS);
 
   let form: URLSearchParams | undefined;
   if (method === 'POST') {
     form = await readForm(req);
-    if (!csrfValid(req, form.get('_csrf') ?? undefined)) return forbidden(req, res), true;
+    if (!csrfValid(req, form.get('_csrf') ?? undefined)) return forbidden(req, res);
   }
   if (path === '/platform/login') {
     if (form) await logIn(req, res, ctx, form);
     else showAuth(req, res, ctx, 'login');
-    return true;
+    return;
   }
   if (path === '/platform/signup') {
     if (form) await signUp(req, res, ctx, form);
     else showAuth(req, res, ctx, 'signup');
-    return true;
+    return;
   }
 
   const session = await currentSession(ctx.redis, req);
-  if (!session) return redirect(res, '/platform/login'), true;
+  if (!session) return redirect(res, '/platform/login');
   const keyRevoke = /^\/platform\/api-keys\/(key_[0-9a-f]+)\/revoke$/.exec(path);
   if (form && path === '/platform/logout') await logOut(req, res, ctx, session);
   else if (form && path === '/platform/api-keys') await createKey(req, res, ctx, session, form, ctx.keySecret);
@@ -76,5 +103,4 @@ export async function handlePlatform(req: IncomingMessage, res: ServerResponse, 
   else if (!(path.startsWith('/platform/models/') && showModel(req, res, ctx, session, decodeURIComponent(path.slice('/platform/models/'.length))))) {
     throw routeNotFound(method, path);
   }
-  return true;
 }

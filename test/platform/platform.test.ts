@@ -215,6 +215,28 @@ describe('the platform in a browser', () => {
     await shot(page, '00-login');
     await page.close();
   });
+
+  // Last: it stops this file's Redis.
+  it('answers a missing page and an unreachable Redis with pages, not JSON', async () => {
+    const context = await browser.newContext();
+    const page = await context.newPage();
+    await signUp(page, 'outage@team.example');
+    await expect.poll(() => page.url()).toBe(`${gw.url}/platform`);
+    const missing = await page.goto(`${gw.url}/platform/no-such-page`);
+    expect(missing!.status()).toBe(404);
+    expect(await page.textContent('h1')).toBe('Page not found');
+    await gw.redis.kill();
+    try {
+      const down = await page.goto(`${gw.url}/platform/usage`);
+      expect(down!.status()).toBe(503);
+      expect(down!.headers()['content-type']).toContain('text/html');
+      expect(await page.textContent('h1')).toBe('Temporarily unavailable');
+      await shot(page, '07-unavailable');
+    } finally {
+      await gw.redis.restart();
+      await context.close();
+    }
+  });
 });
 
 describe.runIf(!existsSync(CHROMIUM))('without Chromium', () => {
