@@ -86,6 +86,12 @@ function onlyContent(delta: object): boolean {
   return true;
 }
 
+// What JSON.stringify would escape: a quote, a backslash, a control character, a surrogate.
+const NEEDS_ESCAPING = /["\\\u0000-\u001f\ud800-\udfff]/;
+
+/** A JSON string literal; most pieces of text need no escaping, and quoting them is far cheaper than stringify. */
+const jsonString = (text: string) => (NEEDS_ESCAPING.test(text) ? JSON.stringify(text) : `"${text}"`);
+
 /**
  * Renders one reply's chunks. It owns the stream's invariants: every choice
  * opens with a delta carrying the role, and usage goes out at most once,
@@ -94,8 +100,7 @@ function onlyContent(delta: object): boolean {
 export class ChunkRenderer {
   private readonly prefix: string;
   private readonly suffix: string;
-  private readonly opened = new Set<number>();
-  /** Per choice index, the text of a content chunk before its content literal. */
+  /** Per choice index, once the choice has opened, the text of a content chunk before its content literal. */
   private readonly contentHeads: string[] = [];
   /** The text of a content chunk after its literal. */
   private readonly contentTail: string;
@@ -111,16 +116,16 @@ export class ChunkRenderer {
   deltas(choices: ChoiceDelta[]): string {
     let out = '';
     for (const c of choices) {
-      if (!this.opened.has(c.index)) {
-        this.opened.add(c.index);
+      let head = this.contentHeads[c.index];
+      if (head === undefined) {
         // As OpenAI does: a choice opens with a chunk of its own carrying the role.
         const opening: ChoiceDelta = { index: c.index, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null };
         out += sseData(this.prefix + JSON.stringify([opening]) + this.suffix);
+        head = this.contentHeads[c.index] = `data: ${this.prefix}[{"index":${c.index},"delta":{"content":`;
       }
       if (c.logprobs === null && c.finish_reason === null && typeof c.delta.content === 'string' && onlyContent(c.delta)) {
         // The common chunk, a piece of text, from text made once per choice.
-        const head = (this.contentHeads[c.index] ??= `data: ${this.prefix}[{"index":${c.index},"delta":{"content":`);
-        out += head + JSON.stringify(c.delta.content) + this.contentTail;
+        out += head + jsonString(c.delta.content) + this.contentTail;
         continue;
       }
       // The role went out in the opening chunk; a delta left empty by removing it is not sent.
