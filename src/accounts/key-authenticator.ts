@@ -21,6 +21,8 @@ export interface Caller {
 interface KnownKey {
   record: ApiKeyRecord;
   limits: Partial<RateLimits>;
+  /** When this replica last wrote the key's last-used time. */
+  touchedAt: number;
 }
 
 const CACHE_TTL_MS = 60_000;
@@ -28,7 +30,6 @@ const LAST_USED_EVERY_MS = 60_000;
 
 export class KeyAuthenticator {
   private readonly cache = new LRUCache<string, KnownKey | 'unknown'>({ max: 100_000, ttl: CACHE_TTL_MS });
-  private readonly lastTouched = new LRUCache<string, number>({ max: 100_000 });
   // The HMAC of a key costs more than the rest of authentication; keys seen lately skip it.
   private readonly hashes = new LRUCache<string, string>({ max: 10_000 });
 
@@ -63,11 +64,12 @@ export class KeyAuthenticator {
       hash = hashApiKey(this.secret, key);
       this.hashes.set(key, hash);
     }
-    const known = await this.lookup(hash);
+    // A cached key is answered without waiting on anything.
+    const known = this.cache.get(hash) ?? (await this.lookup(hash));
     if (known === 'unknown') throw invalidApiKey(`Incorrect API key provided: ${maskedKey(key.slice(-4))}. Create a key on the platform's API keys page.`);
     const { record, limits } = known;
     if (record.revoked) throw invalidApiKey(`The API key ${maskedKey(record.suffix)} has been revoked. Create a new key on the platform's API keys page.`);
-    this.noteUse(hash);
+    this.noteUse(hash, known);
     return { account: record.account, keyId: record.id, limits };
   }
 
@@ -76,8 +78,6 @@ export class KeyAuthenticator {
   }
 
   private async lookup(hash: string): Promise<KnownKey | 'unknown'> {
-    const cached = this.cache.get(hash);
-    if (cached) return cached;
     const known = await failClosed(this.fetch(hash));
     this.cache.set(hash, known);
     return known;
@@ -87,13 +87,13 @@ export class KeyAuthenticator {
     const record = await findApiKeyByHash(this.redis, hash);
     if (!record) return 'unknown';
     const account = await getAccount(this.redis, record.account);
-    return { record, limits: { requestsPerMinute: account?.requestsPerMinute, tokensPerMinute: account?.tokensPerMinute } };
+    return { record, limits: { requestsPerMinute: account?.requestsPerMinute, tokensPerMinute: account?.tokensPerMinute }, touchedAt: 0 };
   }
 
-  private noteUse(hash: string): void {
+  private noteUse(hash: string, known: KnownKey): void {
     const now = Date.now();
-    if (now - (this.lastTouched.get(hash) ?? 0) < LAST_USED_EVERY_MS) return;
-    this.lastTouched.set(hash, now);
-    touchApiKey(this.redis, hash, now).catch(() => this.lastTouched.delete(hash));
+    if (now - known.touchedAt < LAST_USED_EVERY_MS) return;
+    known.touchedAt = now;
+    touchApiKey(this.redis, hash, now).catch(() => (known.touchedAt = 0));
   }
 }

@@ -11,6 +11,7 @@ import { ApiError, checkContextWindow, modelNotFound, shuttingDown } from '../pr
 import { readJsonBody, sendJson } from '../protocol/http-io.js';
 import { rateCheck } from '../ratelimit/rate-limiter.js';
 import type { RoutedModel } from '../routing/routing-table.js';
+import { Cancellation } from '../upstream/cancellation.js';
 import { readCompletion, readStream } from '../upstream/client.js';
 import { mergeCompletions, mergeStreams } from '../upstream/fan-out.js';
 import type { GatewayContext } from './context.js';
@@ -68,14 +69,14 @@ export async function handleChatCompletion(req: IncomingMessage, res: ServerResp
   const headers = { 'x-request-id': id, ...meter.rateLimitHeaders };
   const identity: ReplyIdentity = { id: `chatcmpl-${id}`, created: Math.floor(Date.now() / 1000), model: request.model };
   // The upstream call ends when the client leaves or when shutdown's grace period is over.
-  const upstreamCall = new AbortController();
+  const upstreamCall = new Cancellation();
   let clientGone = false;
   res.once('close', () => {
     if (res.writableFinished) return;
     clientGone = true;
-    upstreamCall.abort();
+    upstreamCall.cancel();
   });
-  ctx.lifecycle.onStop(res, () => upstreamCall.abort());
+  ctx.lifecycle.onStop(res, () => upstreamCall.cancel());
   const relay = request.stream
     ? new StreamRelay(res, {
         identity,
@@ -95,7 +96,7 @@ export async function handleChatCompletion(req: IncomingMessage, res: ServerResp
   };
   let call: UpstreamCall | undefined;
   try {
-    call = await callWithFailover(ctx, span, model, request, ctx.router.plan(model, request.messages), upstreamCall.signal);
+    call = await callWithFailover(ctx, span, model, request, ctx.router.plan(model, request.messages), upstreamCall);
     const { endpoint } = call;
     if (!relay) {
       const parts = await Promise.all(call.bodies.map((b) => readCompletion(endpoint, b)));

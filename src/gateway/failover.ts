@@ -10,6 +10,7 @@ import { ApiError, noHealthyUpstream, upstreamsBusy } from '../protocol/errors.j
 import { QueueTimeout } from '../routing/endpoint-state.js';
 import type { RoutePlan } from '../routing/router.js';
 import type { RoutedEndpoint, RoutedModel } from '../routing/routing-table.js';
+import type { Cancellation } from '../upstream/cancellation.js';
 import { postChatCompletion, type UpstreamBody } from '../upstream/client.js';
 import type { GatewayContext } from './context.js';
 
@@ -44,7 +45,7 @@ export async function callWithFailover(
   model: RoutedModel,
   request: ChatCompletionRequest,
   plan: RoutePlan,
-  signal: AbortSignal,
+  cancellation: Cancellation,
 ): Promise<UpstreamCall> {
   const { settings } = ctx.routing();
   const { maxAttempts, deadlineMs, queueTimeoutMs } = settings.failover;
@@ -66,7 +67,7 @@ export async function callWithFailover(
     const attemptSpan = ctx.telemetry.child(span, 'upstream attempt', { 'parley.endpoint': endpoint.url, 'parley.attempt': attempts });
     const timeouts = { firstByteMs: Math.max(1, Math.min(settings.upstreamFirstByteTimeoutMs, deadline - started)), idleMs: settings.upstreamIdleTimeoutMs };
     try {
-      const bodies = await Promise.all(upstreamBodies(endpoint, model, request).map((b) => postChatCompletion(endpoint, b, signal, timeouts)));
+      const bodies = await Promise.all(upstreamBodies(endpoint, model, request).map((b) => postChatCompletion(endpoint, b, cancellation, timeouts)));
       state.recordSuccess(Date.now() - started);
       ctx.router.routed(model, endpoint, plan.request);
       attemptSpan.end();
@@ -76,7 +77,7 @@ export async function callWithFailover(
       state.release();
       attemptSpan.setStatus({ code: SpanStatusCode.ERROR, message: err instanceof ApiError ? (err.code ?? err.type) : 'aborted' });
       attemptSpan.end();
-      if (signal.aborted || !isRetryable(err)) {
+      if (cancellation.cancelled || !isRetryable(err)) {
         // The upstream answered (a 4xx is the request's fault, not the endpoint's).
         if (err instanceof ApiError) state.breaker.onSuccess();
         throw err;
@@ -104,7 +105,7 @@ export async function callWithFailover(
     const wait = Math.min(queueTimeoutMs, deadline - Date.now());
     if (wait <= 0) break;
     try {
-      await state.acquireQueued(wait, signal);
+      await state.acquireQueued(wait, cancellation);
     } catch (err) {
       if (err instanceof QueueTimeout) throw upstreamsBusy(request.model, retryAfter);
       throw err;

@@ -3,25 +3,35 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { ApiError, bodyTooLarge, invalidJson, unsupportedContentType } from './errors.js';
 
-export async function readJsonBody(req: IncomingMessage, limitBytes: number): Promise<unknown> {
+export function readJsonBody(req: IncomingMessage, limitBytes: number): Promise<unknown> {
   const type = req.headers['content-type'];
-  if (type !== undefined && !/^application\/(.+\+)?json\b/i.test(type)) throw unsupportedContentType(type);
+  if (type !== undefined && !/^application\/(.+\+)?json\b/i.test(type)) return Promise.reject(unsupportedContentType(type));
   const declared = Number(req.headers['content-length']);
-  if (declared > limitBytes) throw bodyTooLarge(limitBytes);
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of req as AsyncIterable<Buffer>) {
-    size += chunk.length;
-    if (size > limitBytes) throw bodyTooLarge(limitBytes);
-    chunks.push(chunk);
-  }
-  const text = Buffer.concat(chunks, size).toString('utf8');
-  if (text.trim() === '') throw invalidJson('the body is empty');
-  try {
-    return JSON.parse(text);
-  } catch (err) {
-    throw invalidJson((err as Error).message);
-  }
+  if (declared > limitBytes) return Promise.reject(bodyTooLarge(limitBytes));
+  // Events rather than an async iterator, which costs a promise per chunk on every request.
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    const onData = (chunk: Buffer) => {
+      size += chunk.length;
+      if (size <= limitBytes) return void chunks.push(chunk);
+      req.off('data', onData);
+      req.off('end', onEnd);
+      reject(bodyTooLarge(limitBytes));
+    };
+    const onEnd = () => {
+      const text = chunks.length === 1 ? chunks[0].toString('utf8') : Buffer.concat(chunks, size).toString('utf8');
+      if (text.trim() === '') return reject(invalidJson('the body is empty'));
+      try {
+        resolve(JSON.parse(text));
+      } catch (err) {
+        reject(invalidJson((err as Error).message));
+      }
+    };
+    req.on('data', onData);
+    req.once('end', onEnd);
+    req.once('error', reject);
+  });
 }
 
 export function sendJson(res: ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {

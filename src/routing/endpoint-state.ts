@@ -2,6 +2,7 @@
 // waiting, its circuit breaker, latency and how much of its prompts its cache
 // served. It outlives routing-file reloads (keyed by the endpoint's name), so
 // an edit does not forget that an endpoint is down or busy.
+import { Cancelled, type Cancellation } from '../upstream/cancellation.js';
 import { CircuitBreaker, type BreakerSettings, type BreakerState } from './circuit-breaker.js';
 
 export interface EndpointLimits {
@@ -72,8 +73,8 @@ export class EndpointState {
     return true;
   }
 
-  /** Waits in the queue for a slot, up to `timeoutMs` or until `signal` aborts. */
-  async acquireQueued(timeoutMs: number, signal: AbortSignal): Promise<void> {
+  /** Waits in the queue for a slot, up to `timeoutMs` or until the request is cancelled. */
+  async acquireQueued(timeoutMs: number, cancellation: Cancellation): Promise<void> {
     if (this.tryAcquire()) return;
     await new Promise<void>((resolve, reject) => {
       const waiter: Waiter = {
@@ -94,16 +95,15 @@ export class EndpointState {
         drop();
         waiter.reject(new QueueTimeout(`waited ${timeoutMs} ms for ${this.name}`));
       }, timeoutMs);
-      const onAbort = () => {
+      this.waiters.push(waiter);
+      const unsubscribe = cancellation.subscribe(() => {
         drop();
-        waiter.reject(signal.reason instanceof Error ? signal.reason : new Error('aborted'));
-      };
+        waiter.reject(new Cancelled());
+      });
       const cleanup = () => {
         clearTimeout(timer);
-        signal.removeEventListener('abort', onAbort);
+        unsubscribe();
       };
-      signal.addEventListener('abort', onAbort, { once: true });
-      this.waiters.push(waiter);
     });
   }
 

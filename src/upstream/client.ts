@@ -9,6 +9,7 @@ import { StringDecoder } from 'node:string_decoder';
 import { Agent, errors as undiciErrors, type Dispatcher } from 'undici';
 import type { StreamEvent } from '../protocol/chat-response.js';
 import { ApiError, upstreamFailed, upstreamUnreachable } from '../protocol/errors.js';
+import { Cancelled, type Cancellation } from './cancellation.js';
 import { UpstreamBrokeOff, type Dialect } from './dialect.js';
 import { SseParser } from './sse-parser.js';
 
@@ -43,23 +44,23 @@ export class UpstreamBody implements Dispatcher.DispatchHandler {
   private discarding = false;
   private wake: (() => void) | undefined;
   private started: { resolve: () => void; reject: (err: Error) => void } | undefined;
-  private readonly onAbort = () => this.controller?.abort(this.signal.reason);
+  private unsubscribe: (() => void) | undefined;
 
-  private constructor(private readonly signal: AbortSignal) {}
+  private constructor(private readonly cancellation: Cancellation) {}
 
   /** Sends the request; resolves once the upstream's status is in. */
-  static send(options: Dispatcher.DispatchOptions, signal: AbortSignal): Promise<UpstreamBody> {
-    const body = new UpstreamBody(signal);
+  static send(options: Dispatcher.DispatchOptions, cancellation: Cancellation): Promise<UpstreamBody> {
+    const body = new UpstreamBody(cancellation);
     return new Promise((resolve, reject) => {
       body.started = { resolve: () => resolve(body), reject };
-      signal.addEventListener('abort', body.onAbort, { once: true });
       agent.dispatch(options, body);
+      body.unsubscribe = cancellation.subscribe(() => body.controller?.abort(new Cancelled()));
     });
   }
 
   onRequestStart(controller: Dispatcher.DispatchController): void {
     this.controller = controller;
-    if (this.signal.aborted) controller.abort(this.signal.reason);
+    if (this.cancellation.cancelled) controller.abort(new Cancelled());
   }
 
   onResponseStart(_controller: Dispatcher.DispatchController, statusCode: number): void {
@@ -136,7 +137,7 @@ export class UpstreamBody implements Dispatcher.DispatchHandler {
 
   private finish(): void {
     this.ended = true;
-    this.signal.removeEventListener('abort', this.onAbort);
+    this.unsubscribe?.();
     this.notify();
   }
 }
@@ -161,7 +162,7 @@ function chatCompletionsTarget(baseUrl: string): { origin: string; path: string 
 export async function postChatCompletion(
   endpoint: UpstreamEndpoint,
   body: Record<string, unknown>,
-  signal: AbortSignal,
+  cancellation: Cancellation,
   timeouts: UpstreamTimeouts,
 ): Promise<UpstreamBody> {
   const headers: Record<string, string> = { 'content-type': 'application/json', accept: body.stream ? 'text/event-stream' : 'application/json' };
@@ -177,10 +178,10 @@ export async function postChatCompletion(
         headersTimeout: timeouts.firstByteMs,
         bodyTimeout: timeouts.idleMs,
       },
-      signal,
+      cancellation,
     );
   } catch (err) {
-    if (signal.aborted) throw err;
+    if (cancellation.cancelled) throw err;
     throw err instanceof undiciErrors.HeadersTimeoutError ? upstreamFailed(describeFailure(err)) : upstreamUnreachable(describeFailure(err));
   }
   if (res.statusCode >= 200 && res.statusCode < 300) return res;

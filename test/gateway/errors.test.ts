@@ -45,6 +45,23 @@ describe('errors before the upstream', () => {
     await expectError(await postChat(gw, { model: 'm', messages: [{ role: 'user', content: 'x'.repeat(5000) }] }), 413, 'request_too_large');
   });
 
+  it('a body over the size limit sent in chunks, with no Content-Length, is a 413 too', async () => {
+    const body = JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'x'.repeat(5000) }] });
+    const parts = new ReadableStream<Uint8Array>({
+      start(controller) {
+        for (let i = 0; i < body.length; i += 500) controller.enqueue(new TextEncoder().encode(body.slice(i, i + 500)));
+        controller.close();
+      },
+    });
+    const res = await fetch(`${gw.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${gw.apiKey}`, 'content-type': 'application/json' },
+      body: parts,
+      duplex: 'half',
+    } as RequestInit);
+    await expectError(res, 413, 'request_too_large');
+  });
+
   it('none of these reached the upstream', () => {
     expect(upstream.received).toHaveLength(0);
   });

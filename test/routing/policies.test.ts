@@ -7,6 +7,7 @@ import type { Candidate, RoutingPolicy } from '../../src/routing/policies/policy
 import { PrefixAffinityPolicy } from '../../src/routing/policies/prefix-affinity.js';
 import { RoundRobinPolicy } from '../../src/routing/policies/round-robin.js';
 import { BLOCK_CHARS, prefixBlocks } from '../../src/routing/prefix-blocks.js';
+import { Cancellation } from '../../src/upstream/cancellation.js';
 
 const pool = (...loads: number[]): Candidate[] => loads.map((load, i) => ({ name: `e${i}`, load, weight: 1 }));
 const names = (cs: Candidate[]) => cs.map((c) => c.name);
@@ -137,8 +138,8 @@ describe('endpoint concurrency', () => {
     expect(state.tryAcquire()).toBe(true);
     expect(state.tryAcquire()).toBe(false);
     const order: string[] = [];
-    const a = state.acquireQueued(1000, new AbortController().signal).then(() => order.push('a'));
-    const b = state.acquireQueued(1000, new AbortController().signal).then(() => order.push('b'));
+    const a = state.acquireQueued(1000, new Cancellation()).then(() => order.push('a'));
+    const b = state.acquireQueued(1000, new Cancellation()).then(() => order.push('b'));
     expect(state.load).toBe(3);
     expect(state.hasQueueRoom()).toBe(false);
     state.release();
@@ -152,8 +153,22 @@ describe('endpoint concurrency', () => {
   it('gives up waiting after the queue timeout', async () => {
     const state = new EndpointState('e', { maxConcurrent: 1, maxQueue: 1 }, { failureThreshold: 3, openMs: 1000 });
     state.tryAcquire();
-    await expect(state.acquireQueued(30, new AbortController().signal)).rejects.toBeInstanceOf(QueueTimeout);
+    await expect(state.acquireQueued(30, new Cancellation())).rejects.toBeInstanceOf(QueueTimeout);
     expect(state.queued).toBe(0);
+  });
+
+  it('leaves the queue at once when its request is cancelled, and a slot released later goes to the next', async () => {
+    const state = new EndpointState('e', { maxConcurrent: 1, maxQueue: 2 }, { failureThreshold: 3, openMs: 1000 });
+    state.tryAcquire();
+    const leaving = new Cancellation();
+    const left = state.acquireQueued(10_000, leaving);
+    const staying = state.acquireQueued(10_000, new Cancellation());
+    leaving.cancel();
+    await expect(left).rejects.toMatchObject({ name: 'AbortError' });
+    expect(state.queued).toBe(1);
+    state.release();
+    await staying;
+    expect(state.inFlight).toBe(1);
   });
 });
 
