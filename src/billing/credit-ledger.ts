@@ -187,6 +187,16 @@ export interface Settlement {
 /** The UTC day (YYYY-MM-DD) daily usage totals are filed under. */
 export const utcDay = (ms: number) => new Date(ms).toISOString().slice(0, 10);
 
+// Every settlement files under today; the date text is made once a day, not once a request.
+let today = { start: 0, end: 0, day: '' };
+function currentUtcDay(now: number): string {
+  if (now < today.start || now >= today.end) {
+    const start = now - (now % 86_400_000);
+    today = { start, end: start + 86_400_000, day: utcDay(now) };
+  }
+  return today.day;
+}
+
 /**
  * Releases the hold and, for a complete reply, charges it; appends the usage
  * event. Returns the amount charged, or undefined when this request id was
@@ -196,7 +206,7 @@ export async function settleHold(redis: Redis, s: Settlement): Promise<number | 
   const u = s.usage;
   const [done, charged] = (await SETTLE.run(
     redis,
-    [...accountKeys(s.account), redisKeys.settled(s.requestId), redisKeys.usageEvents, redisKeys.dailyUsage(s.account, utcDay(Date.now()))],
+    [...accountKeys(s.account), redisKeys.settled(s.requestId), redisKeys.usageEvents, redisKeys.dailyUsage(s.account, currentUtcDay(Date.now()))],
     [s.requestId, s.cost, s.outcome, s.model, u.prompt_tokens, u.cached_tokens, u.completion_tokens, s.account, s.keyId, s.endpoint, s.reason ?? ''],
   )) as number[];
   return done === 1 ? charged : undefined;
