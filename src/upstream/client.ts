@@ -11,7 +11,7 @@ import type { StreamEvent } from '../protocol/chat-response.js';
 import { ApiError, upstreamFailed, upstreamUnreachable } from '../protocol/errors.js';
 import { Cancelled, type Cancellation } from './cancellation.js';
 import { UpstreamBrokeOff, type Dialect } from './dialect.js';
-import { SseParser } from './sse-parser.js';
+import type { SseEvent } from './sse-parser.js';
 
 export interface UpstreamEndpoint {
   url: string;
@@ -216,16 +216,16 @@ export async function readCompletion(endpoint: UpstreamEndpoint, body: UpstreamB
  * UpstreamBrokeOff.
  */
 export async function* readStream(endpoint: UpstreamEndpoint, body: UpstreamBody): AsyncGenerator<StreamEvent[]> {
-  const parser = new SseParser();
+  const parser = endpoint.dialect.streamParser();
   const open = new Set<number>();
   let sawChoice = false;
   // Events before a bad one in the same read still reach the client; then the failure.
-  const normalize = (batch: ReturnType<SseParser['push']>): { events: StreamEvent[]; failure?: unknown } => {
+  const normalize = (batch: (SseEvent | StreamEvent)[]): { events: StreamEvent[]; failure?: unknown } => {
     const events: StreamEvent[] = [];
     for (const ev of batch) {
       let event: StreamEvent;
       try {
-        event = endpoint.dialect.streamEvent(ev);
+        event = 'data' in ev ? endpoint.dialect.streamEvent(ev) : ev;
       } catch (failure) {
         return { events, failure };
       }

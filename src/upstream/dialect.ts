@@ -4,7 +4,7 @@
 import type { ChatCompletionRequest } from '../protocol/chat-request.js';
 import type { Choice, ChoiceDelta, Completion, StreamEvent, Usage } from '../protocol/chat-response.js';
 import { ApiError, contextLengthExceeded, upstreamFailed, upstreamRejected } from '../protocol/errors.js';
-import type { SseEvent } from './sse-parser.js';
+import { SseParser, type SseEvent } from './sse-parser.js';
 
 export interface UpstreamTarget {
   upstreamModel: string;
@@ -22,6 +22,8 @@ export interface Dialect {
   requestBody(req: ChatCompletionRequest, target: UpstreamTarget): Record<string, unknown>;
   /** A whole (non-streamed) reply. Throws UpstreamBrokeOff when it is not one. */
   completion(body: unknown): Completion;
+  /** A parser for one streamed reply; the events its quick path reads come out already normalized. */
+  streamParser(): SseParser<StreamEvent>;
   /** One event of a streamed reply. Throws UpstreamBrokeOff on an error event or a malformed one. */
   streamEvent(event: SseEvent): StreamEvent;
   /** What an upstream's non-2xx answer means to the caller. */
@@ -45,12 +47,14 @@ const asInt = (v: unknown): number => (typeof v === 'number' && Number.isFinite(
 // The common event of every stream: one choice, a piece of content, nothing
 // else. Recognizing its whole shape costs far less than JSON.parse, and it is
 // most of what a stream carries; any other event takes the full parse.
-const PLAIN_CONTENT_CHUNK =
-  /^\{"id":"[^"\\]*","object":"chat\.completion\.chunk","created":\d+,"model":"[^"\\]*",(?:"system_fingerprint":(?:null|"[^"\\]*"),)?"choices":\[\{"index":(\d+),"delta":\{"content":("(?:[^"\\]|\\.)*")\},"logprobs":null,"finish_reason":null(?:,"stop_reason":null)?\}\](?:,"usage":null)?\}$/;
+const PLAIN_CONTENT_CHUNK_SOURCE =
+  '\\{"id":"[^"\\\\]*","object":"chat\\.completion\\.chunk","created":\\d+,"model":"[^"\\\\]*",(?:"system_fingerprint":(?:null|"[^"\\\\]*"),)?"choices":\\[\\{"index":(\\d+),"delta":\\{"content":("(?:[^"\\\\]|\\\\.)*")\\},"logprobs":null,"finish_reason":null(?:,"stop_reason":null)?\\}\\](?:,"usage":null)?\\}';
+const PLAIN_CONTENT_CHUNK = new RegExp(`^${PLAIN_CONTENT_CHUNK_SOURCE}$`);
+// The same chunk as a whole SSE event, matched where an event starts in the stream's text.
+const PLAIN_CONTENT_EVENT = new RegExp(`data: ${PLAIN_CONTENT_CHUNK_SOURCE}\\n\\n`, 'y');
 
-function plainContentChunk(data: string): StreamEvent | undefined {
-  const m = PLAIN_CONTENT_CHUNK.exec(data);
-  if (!m) return undefined;
+/** A plain content chunk's event from its match; undefined when its content is not valid JSON. */
+function plainContentChunk(m: RegExpExecArray): StreamEvent | undefined {
   // A literal without escapes is its own text between the quotes.
   let content: string;
   if (!m[2].includes('\\')) content = m[2].slice(1, -1);
@@ -139,9 +143,14 @@ export function openAiCompatible(quirks: DialectQuirks): Dialect {
       return { choices, usage };
     },
 
+    streamParser() {
+      return new SseParser({ pattern: PLAIN_CONTENT_EVENT, read: plainContentChunk });
+    },
+
     streamEvent(event) {
       if (event.data === '[DONE]') return { done: true };
-      const plain = event.event === undefined ? plainContentChunk(event.data) : undefined;
+      const match = event.event === undefined ? PLAIN_CONTENT_CHUNK.exec(event.data) : null;
+      const plain = match ? plainContentChunk(match) : undefined;
       if (plain) return plain;
       const body = parse(event.data);
       if (event.event === 'error' || body.error !== undefined || body.object === 'error') {

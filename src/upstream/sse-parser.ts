@@ -8,17 +8,40 @@ export interface SseEvent {
   data: string;
 }
 
-export class SseParser {
+/**
+ * The one event shape that dominates a stream, read straight from the text:
+ * a sticky pattern matching a whole event, blank line included, and what a
+ * match means (undefined: read the event the ordinary way after all).
+ */
+export interface QuickEvent<T> {
+  pattern: RegExp;
+  read(match: RegExpExecArray): T | undefined;
+}
+
+export class SseParser<T = never> {
   private buffer = '';
   private event: string | undefined;
   private data: string[] = [];
 
-  /** Feeds text; returns the events it completed. */
-  push(text: string): SseEvent[] {
+  constructor(private readonly quick?: QuickEvent<T>) {}
+
+  /** Feeds text; returns the events it completed: read by the quick path, or as plain SSE events. */
+  push(text: string): (SseEvent | T)[] {
     this.buffer += text;
-    const out: SseEvent[] = [];
+    const out: (SseEvent | T)[] = [];
     let start = 0;
     for (;;) {
+      if (this.quick && this.data.length === 0 && this.event === undefined) {
+        const { pattern } = this.quick;
+        pattern.lastIndex = start;
+        const match = pattern.exec(this.buffer);
+        const event = match ? this.quick.read(match) : undefined;
+        if (event !== undefined) {
+          out.push(event);
+          start = pattern.lastIndex;
+          continue;
+        }
+      }
       const nl = this.buffer.indexOf('\n', start);
       if (nl === -1) break;
       // Nearly every event is one `data: ` line and a blank line: taken whole, without the line-by-line parse.
@@ -45,7 +68,7 @@ export class SseParser {
     return out;
   }
 
-  private line(line: string, out: SseEvent[]): void {
+  private line(line: string, out: (SseEvent | T)[]): void {
     if (line === '') return this.dispatch(out);
     if (line.startsWith(':')) return;
     const colon = line.indexOf(':');
@@ -60,7 +83,7 @@ export class SseParser {
     }
   }
 
-  private dispatch(out: SseEvent[]): void {
+  private dispatch(out: (SseEvent | T)[]): void {
     if (this.data.length > 0) out.push({ event: this.event, data: this.data.join('\n') });
     this.event = undefined;
     this.data = [];

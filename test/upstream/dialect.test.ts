@@ -37,4 +37,20 @@ describe('reading stream events', () => {
     const e = DIALECTS.deepseek.streamEvent(event({ choices: [], usage: { prompt_tokens: 5, completion_tokens: 1, prompt_cache_hit_tokens: 50 } }));
     expect(e.usage!.cached_tokens).toBe(5);
   });
+
+  it('reads a stream the same through its parser\'s quick path as event by event on the full parse', () => {
+    const texts = ['plain', 'he said "hi"\n\u00e9', '', 'tab\there \\ back'];
+    const chunks = texts.map((content, i) => ({ ...plain, choices: [{ ...plain.choices[0], index: i % 2, delta: { content } }] }));
+    const sse = chunks.map((c) => `data: ${JSON.stringify(c)}\n\n`).join('') + 'data: [DONE]\n\n';
+    const quick = vllm.streamParser().push(sse).map((e) => ('data' in e ? vllm.streamEvent(e) : e));
+    const full = chunks.map((c) => vllm.streamEvent({ event: undefined, data: JSON.stringify({ choices: c.choices, model: c.model, id: c.id }) }));
+    expect(quick).toEqual([...full, { done: true }]);
+  });
+
+  it('still refuses, through the stream parser, a plain-looking chunk whose content is not valid JSON', () => {
+    const broken = JSON.stringify(plain).replace('\\n', '\\x');
+    const [event] = vllm.streamParser().push(`data: ${broken}\n\n`);
+    expect('data' in event).toBe(true);
+    expect(() => vllm.streamEvent(event as { event: undefined; data: string })).toThrow(UpstreamBrokeOff);
+  });
 });

@@ -32,3 +32,23 @@ describe('SseParser', () => {
     expect(p.end()).toEqual([{ event: undefined, data: '[DONE]' }]);
   });
 });
+
+describe('SseParser with a quick path', () => {
+  const quick = { pattern: /data: n(\d+)\n\n/y, read: (m: RegExpExecArray) => (m[1] === '0' ? undefined : { n: Number(m[1]) }) };
+
+  it('reads matching events whole and the rest the ordinary way, in order', () => {
+    const p = new SseParser(quick);
+    expect(p.push('data: n1\n\n: comment\n\nevent: x\ndata: y\n\ndata: n2\n\n')).toEqual([{ n: 1 }, { event: 'x', data: 'y' }, { n: 2 }]);
+  });
+
+  it('waits for the rest of an event split across reads, and does not read a half-parsed event quickly', () => {
+    const p = new SseParser(quick);
+    expect(p.push('data: n')).toEqual([]);
+    expect(p.push('3\n')).toEqual([]);
+    expect(p.push('\ndata: n4\n\n')).toEqual([{ event: undefined, data: 'n3' }, { n: 4 }]);
+  });
+
+  it('falls back to the ordinary parse when the quick read declines', () => {
+    expect(new SseParser(quick).push('data: n0\n\n')).toEqual([{ event: undefined, data: 'n0' }]);
+  });
+});
