@@ -9,7 +9,11 @@
 // 64) for OVERLOAD_SECONDS: served, 503/429, other errors, peak RSS; and
 // afterwards the books: open holds, and grants − charges = balance, exactly.
 //
-//   npm run build && node bench/gateway-throughput.mjs [seconds per run, default 10] [overload seconds, default 60]
+// A loaded small VM is noisy, so the targets take turns: ROUNDS rounds of
+// each, and the table shows each target's median round; the ratios are
+// medians of the same-round ratios.
+//
+//   npm run build && node bench/gateway-throughput.mjs [seconds per run, default 10] [overload seconds, default 60] [rounds, default 3]
 import { execFileSync, fork, spawn } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -18,6 +22,7 @@ import { ROOT, startParley, stopAll, track, waitForPort } from './support.mjs';
 
 const SECONDS = Number(process.argv[2] ?? 10);
 const OVERLOAD_SECONDS = Number(process.argv[3] ?? 60);
+const ROUNDS = Number(process.argv[4] ?? 3);
 const DEMO_CREDIT_MICROS = 1_000_000 * 1_000_000;
 
 function forked(script, args) {
@@ -79,19 +84,32 @@ try {
     ['parley', `${parley.url}/v1/chat/completions`, { authorization: `Bearer ${parley.key}` }],
     ...(portkeyPort ? [['portkey', `http://127.0.0.1:${portkeyPort}/v1/chat/completions`, { 'x-portkey-provider': 'openai', 'x-portkey-custom-host': `${upstream}/v1`, authorization: 'Bearer x' }]] : []),
   ];
+  const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
   const rows = [];
+  const ratios = { whole: { bare: [], portkey: [] }, streamed: { bare: [], portkey: [] } };
   for (const stream of [false, true]) {
-    for (const [name, url, headers] of targets) {
-      const r = await load(url, headers, stream);
-      rows.push({ mode: stream ? 'streamed' : 'whole', target: name, 'req/s': Math.round(r.requests.average), 'p50 ms': r.latency.p50, 'p99 ms': r.latency.p99, non2xx: r.non2xx, errors: r.errors });
+    const mode = stream ? 'streamed' : 'whole';
+    const runs = new Map(targets.map(([name]) => [name, []]));
+    for (let round = 0; round < ROUNDS; round++) {
+      const reqs = {};
+      for (const [name, url, headers] of targets) {
+        const r = await load(url, headers, stream);
+        reqs[name] = r.requests.average;
+        runs.get(name).push({ 'req/s': Math.round(r.requests.average), 'p50 ms': r.latency.p50, 'p99 ms': r.latency.p99, non2xx: r.non2xx, errors: r.errors });
+      }
+      ratios[mode].bare.push(reqs.parley / reqs['bare http-proxy-3']);
+      if (reqs.portkey) ratios[mode].portkey.push(reqs.parley / reqs.portkey);
+    }
+    for (const [name, list] of runs) {
+      const mid = [...list].sort((a, b) => a['req/s'] - b['req/s'])[Math.floor(list.length / 2)];
+      rows.push({ mode, target: name, ...mid, 'req/s by round': list.map((r) => r['req/s']).join(' ') });
     }
   }
   console.table(rows);
   for (const mode of ['whole', 'streamed']) {
-    const bare = rows.find((r) => r.mode === mode && r.target === 'bare http-proxy-3')['req/s'];
-    const parley = rows.find((r) => r.mode === mode && r.target === 'parley')['req/s'];
-    const portkey = rows.find((r) => r.mode === mode && r.target === 'portkey');
-    console.log(`${mode}: parley / bare pass-through = ${(parley / bare).toFixed(2)}${portkey && mode === 'whole' ? `, parley / portkey = ${(parley / portkey['req/s']).toFixed(2)}` : ''}`);
+    const { bare, portkey } = ratios[mode];
+    const vsPortkey = portkey.length > 0 && mode === 'whole' ? `, parley / portkey = ${median(portkey).toFixed(2)}` : '';
+    console.log(`${mode}: parley / bare pass-through = ${median(bare).toFixed(2)} (rounds: ${bare.map((x) => x.toFixed(2)).join(' ')})${vsPortkey}`);
   }
   if (OVERLOAD_SECONDS > 0) await overload(parley);
 } finally {
