@@ -59,7 +59,7 @@ ${LUA_INT}
 return redis.call('ZADD', KEYS[1], 'XX', 'CH', int(now_ms + tonumber(ARGV[2])), ARGV[1])
 `);
 
-// KEYS: account, holds, amounts, settled marker, usage stream, daily usage.
+// KEYS: account, holds, amounts, settled marker, the account's usage stream, daily usage.
 // ARGV: request id, cost, outcome, model, prompt, cached, completion, account, key id, endpoint, reason.
 const SETTLE = luaScript(`
 if redis.call('EXISTS', KEYS[4]) == 1 then return {0, 0} end
@@ -206,7 +206,7 @@ export async function settleHold(redis: Redis, s: Settlement): Promise<number | 
   const u = s.usage;
   const [done, charged] = (await SETTLE.run(
     redis,
-    [...accountKeys(s.account), redisKeys.settled(s.requestId), redisKeys.usageEvents, redisKeys.dailyUsage(s.account, currentUtcDay(Date.now()))],
+    [...accountKeys(s.account), redisKeys.settled(s.requestId), redisKeys.usageEvents(s.account), redisKeys.dailyUsage(s.account, currentUtcDay(Date.now()))],
     [s.requestId, s.cost, s.outcome, s.model, u.prompt_tokens, u.cached_tokens, u.completion_tokens, s.account, s.keyId, s.endpoint, s.reason ?? ''],
   )) as number[];
   return done === 1 ? charged : undefined;

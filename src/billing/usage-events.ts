@@ -1,5 +1,8 @@
 // Reading the usage events settlement appends, for exports and the platform.
+// Each account has a stream of its own, so that reading one account's usage
+// costs what that account used, not what every account did.
 import type { Redis } from 'ioredis';
+import { listAccounts } from '../accounts/accounts.js';
 import { redisKeys } from '../redis/keys.js';
 import { formatMicros } from './prices.js';
 
@@ -41,28 +44,31 @@ function toEvent(id: string, fields: string[]): UsageEvent {
 }
 
 export interface UsageFilter {
-  account?: string;
   key?: string;
   /** Milliseconds since the epoch, inclusive. */
   since?: number;
   until?: number;
 }
 
-/** Events in time order, read from the stream in pages. */
-export async function* readUsageEvents(redis: Redis, filter: UsageFilter = {}): AsyncGenerator<UsageEvent> {
+/** An account's events in time order, read from its stream in pages. */
+export async function* readUsageEvents(redis: Redis, account: string, filter: UsageFilter = {}): AsyncGenerator<UsageEvent> {
   let start = filter.since !== undefined ? String(filter.since) : '-';
   const end = filter.until !== undefined ? String(filter.until) : '+';
   for (;;) {
-    const page = (await redis.xrange(redisKeys.usageEvents, start, end, 'COUNT', 1000)) as [string, string[]][];
+    const page = (await redis.xrange(redisKeys.usageEvents(account), start, end, 'COUNT', 1000)) as [string, string[]][];
     for (const [id, fields] of page) {
       const event = toEvent(id, fields);
-      if (filter.account && event.account !== filter.account) continue;
       if (filter.key && event.key !== filter.key) continue;
       yield event;
     }
     if (page.length < 1000) return;
     start = `(${page[page.length - 1][0]}`;
   }
+}
+
+/** Every account's events: account by account, each in time order. */
+export async function* readAllUsageEvents(redis: Redis, filter: UsageFilter = {}): AsyncGenerator<UsageEvent> {
+  for (const account of await listAccounts(redis)) yield* readUsageEvents(redis, account.id, filter);
 }
 
 const CSV_COLUMNS = 'time,request_id,account,key,model,endpoint,outcome,reason,prompt_tokens,cached_tokens,completion_tokens,cost,charged';

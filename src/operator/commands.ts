@@ -10,7 +10,7 @@ import { resolveKeySecret } from '../accounts/server-secret.js';
 import { createCreditCode } from '../billing/credit-codes.js';
 import { balanceSummary, changeCredit, type CreditChange } from '../billing/credit-ledger.js';
 import { formatMicros, parseAmount } from '../billing/prices.js';
-import { readUsageEvents, usageCsv } from '../billing/usage-events.js';
+import { readAllUsageEvents, readUsageEvents, usageCsv } from '../billing/usage-events.js';
 import { ConfigError } from '../config.js';
 import { connectRedis } from '../redis/connection.js';
 import { startPrivateRedis } from '../redis/private-server.js';
@@ -109,11 +109,8 @@ const ACTIONS: Record<string, (op: Operator, v: Values, positionals: string[]) =
     for (let i = 0; i < count; i++) console.log(await createCreditCode(op.redis, amount));
   },
   async 'usage export'(op, v) {
-    const events = readUsageEvents(op.redis, {
-      account: v.account ? (await account(op, v.account)).id : undefined,
-      since: day(v.since, false),
-      until: day(v.until, true),
-    });
+    const filter = { since: day(v.since, false), until: day(v.until, true) };
+    const events = v.account ? readUsageEvents(op.redis, (await account(op, v.account)).id, filter) : readAllUsageEvents(op.redis, filter);
     const out = v.out ? createWriteStream(v.out) : process.stdout;
     for await (const line of usageCsv(events)) out.write(line);
     if (out !== process.stdout) await new Promise((r) => (out as ReturnType<typeof createWriteStream>).end(r));

@@ -54,7 +54,7 @@ export interface UsageRow {
 /** Charged requests by day and model, newest day first. */
 export async function usageByDayAndModel(redis: Redis, account: string, filter: { key?: string; since: number; until: number }): Promise<UsageRow[]> {
   const rows = new Map<string, UsageRow>();
-  for await (const e of readUsageEvents(redis, { account, key: filter.key, since: filter.since, until: filter.until })) {
+  for await (const e of readUsageEvents(redis, account, { key: filter.key, since: filter.since, until: filter.until })) {
     if (e.outcome !== 'complete') continue;
     const day = utcDay(e.time);
     const id = `${day}\t${e.model}`;

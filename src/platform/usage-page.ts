@@ -57,6 +57,6 @@ export async function downloadUsageCsv(res: ServerResponse, ctx: GatewayContext,
     'content-disposition': `attachment; filename="parley-usage-${filter.from}-to-${filter.to}.csv"`,
     'cache-control': 'no-store',
   });
-  for await (const line of usageCsv(readUsageEvents(ctx.redis, { account: session.account, key: filter.key, since: filter.since, until: filter.until }))) res.write(line);
+  for await (const line of usageCsv(readUsageEvents(ctx.redis, session.account, { key: filter.key, since: filter.since, until: filter.until }))) res.write(line);
   res.end();
 }

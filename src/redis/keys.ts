@@ -15,8 +15,8 @@ export const redisKeys = {
   settled: (requestId: string) => `${P}settled:${requestId}`,
   /** Hash per account and UTC day: "<model>\t<metric>" → total. */
   dailyUsage: (account: string, day: string) => `${P}account:${account}:usage:${day}`,
-  /** Stream of usage events, one per request that reached an upstream. */
-  usageEvents: `${P}usage`,
+  /** Stream of an account's usage events, one per request that reached an upstream. */
+  usageEvents: (account: string) => `${P}account:${account}:usage-events`,
   /** Stream of credit movements: grants, deductions, redeemed codes. */
   ledger: `${P}ledger`,
   /** Member login: email → hash (account, password hash). */

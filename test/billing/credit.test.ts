@@ -20,7 +20,7 @@ async function balance(redis: TestRedis, account: string) {
 
 async function events(redis: TestRedis, account: string): Promise<UsageEvent[]> {
   const out: UsageEvent[] = [];
-  for await (const e of readUsageEvents(redis.client, { account })) out.push(e);
+  for await (const e of readUsageEvents(redis.client, account)) out.push(e);
   return out;
 }
 

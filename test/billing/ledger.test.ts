@@ -2,6 +2,8 @@
 // expiry, settlement at most once, deductions.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { changeCredit, holdCredit, readBalance, settleHold, type Settlement } from '../../src/billing/credit-ledger.js';
+import { readUsageEvents } from '../../src/billing/usage-events.js';
+import { redisKeys } from '../../src/redis/keys.js';
 import { tokenPrices } from '../../src/billing/prices.js';
 import { ApiError } from '../../src/protocol/errors.js';
 import { rateCheck } from '../../src/ratelimit/rate-limiter.js';
@@ -57,6 +59,19 @@ describe('holds and settlement', () => {
     const { account } = await makeAccount(redis, 0.0001); // 100 micro-units
     expect((await holdCredit(redis.client, { account, requestId: 'a', ttlMs: 60_000, prices, promptTokens: 10, n: 1, maxReplyTokens: 45 })).kind).toBe('held');
     expect(await holdCredit(redis.client, { account, requestId: 'b', ttlMs: 60_000, prices, promptTokens: 10, n: 1, maxReplyTokens: 45 })).toEqual({ kind: 'no_credit', available: 0, rateLimitHeaders: {} });
+  });
+
+  it('files each account\'s usage events in a stream of its own', async () => {
+    const a = await makeAccount(redis, 1);
+    const b = await makeAccount(redis, 1);
+    for (const [account, id] of [[a.account, 'ua1'], [b.account, 'ub1'], [a.account, 'ua2']]) {
+      await holdCredit(redis.client, { account, requestId: id, ttlMs: 60_000, prices, promptTokens: 10, n: 1, maxReplyTokens: 10 });
+      await settleHold(redis.client, settlement(account, id, 30));
+    }
+    const read: string[] = [];
+    for await (const e of readUsageEvents(redis.client, a.account)) read.push(e.requestId);
+    expect(read).toEqual(['ua1', 'ua2']);
+    expect(await redis.client.xlen(redisKeys.usageEvents(a.account))).toBe(2);
   });
 
   it('deducts granted credit first and never below zero', async () => {

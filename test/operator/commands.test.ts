@@ -46,6 +46,8 @@ describe('operator commands', () => {
     expect(header).toBe('time,request_id,account,key,model,endpoint,outcome,reason,prompt_tokens,cached_tokens,completion_tokens,cost,charged');
     // 800 × 1 + 200 × 0.1 + 500 × 2 micro-units
     expect(row).toMatch(/,m,.*,complete,,1000,200,500,0\.00182,0\.00182$/);
+    // Without --account: every account's events, this one's included.
+    expect((await runParley(['usage', 'export'], env)).split('\n')).toContain(row);
 
     const keys = await runParley(['keys', 'list', '--account', 'ops@team.example'], env);
     const keyId = /^(key_\w+)\tdefault\tsk-parley-\.\.\.(\S{4})/m.exec(keys)!;
