@@ -59,6 +59,19 @@ describe('the manifests', () => {
     expect(find('Service', 'parley').spec.selector).toEqual(deployment.spec.template.metadata.labels);
   });
 
+  it('run an image whose entrypoint is the parley bin, listening where the Deployment says, as the Deployment\'s user', () => {
+    const dockerfile = readFileSync(join(ROOT, 'Dockerfile'), 'utf8');
+    const final = dockerfile.slice(dockerfile.lastIndexOf('\nFROM '));
+    expect(final).toContain('ENTRYPOINT ["node", "bin/parley.js"]');
+    expect(container.args[0]).toBe('serve');
+    expect(final).toMatch(new RegExp(`ENV .*PORT=${env.PORT}`));
+    expect(final).toContain(`EXPOSE ${env.PORT}`);
+    expect(final).toContain(`USER ${pod.securityContext.runAsUser}`);
+    // What bin/parley.js loads is in the image.
+    expect(readFileSync(join(ROOT, 'bin/parley.js'), 'utf8')).toContain("'../dist/main.js'");
+    for (const copied of ['./dist', './node_modules', './bin', 'package.json']) expect(final).toContain(copied);
+  });
+
   it('mount the routing file as a directory, where --config points, so edits reach the pod', () => {
     const config = container.args[container.args.indexOf('--config') + 1];
     const mount = container.volumeMounts.find((m: { name: string }) => m.name === 'routing');

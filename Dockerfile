@@ -1,0 +1,23 @@
+# Parley's image. The Deployment in k8s/ runs it with `serve` arguments:
+# the entrypoint is the parley bin, so its args are a parley command.
+FROM node:20-bookworm-slim AS build
+WORKDIR /app
+COPY package.json package-lock.json ./
+RUN npm install --no-audit --no-fund --loglevel=error
+COPY tsconfig.json ./
+COPY src ./src
+RUN npx tsc -p tsconfig.json && npm prune --omit=dev --no-audit --no-fund --loglevel=error
+
+FROM node:20-bookworm-slim
+WORKDIR /app
+ENV NODE_ENV=production HOST=0.0.0.0 PORT=8080
+COPY --from=build /app/package.json ./
+COPY --from=build /app/node_modules ./node_modules
+COPY --from=build /app/dist ./dist
+COPY bin ./bin
+COPY config ./config
+# Any user may run it (the Deployment picks uid 10001); nothing in /app is written at run time.
+USER 10001
+EXPOSE 8080
+ENTRYPOINT ["node", "bin/parley.js"]
+CMD ["serve"]
