@@ -69,6 +69,10 @@ export class StreamRelay {
         let out = '';
         let done = false;
         for (const event of batch) {
+          if (event.content) {
+            for (const text of event.content.texts) if (text) contentDeltas++;
+            out += renderer.content(event.content);
+          }
           if (event.choices) {
             for (const c of event.choices) if (c.delta.content) contentDeltas++;
             out += renderer.deltas(event.choices);

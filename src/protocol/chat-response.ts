@@ -42,9 +42,20 @@ export interface ChoiceDelta {
   finish_reason: string | null;
 }
 
-/** What one upstream stream event amounts to, whatever its dialect. */
+/**
+ * Pieces of text for one choice, one stream chunk each, in order: what a
+ * run of plain content events comes to. Most of a stream is such runs, and
+ * carrying them as text spares an object per piece on the way through.
+ */
+export interface ContentRun {
+  index: number;
+  texts: string[];
+}
+
+/** What one upstream stream event (or run of plain content events) amounts to, whatever its dialect. */
 export interface StreamEvent {
   choices?: ChoiceDelta[];
+  content?: ContentRun;
   usage?: Usage;
   done?: true;
 }
@@ -112,20 +123,22 @@ export class ChunkRenderer {
     this.contentTail = `},"logprobs":null,"finish_reason":null}]${this.suffix}\n\n`;
   }
 
+  /** The SSE text for a run of plain content, a chunk per piece. */
+  content(run: ContentRun): string {
+    let out = this.open(run.index);
+    const head = this.contentHeads[run.index];
+    for (const text of run.texts) out += head + jsonString(text) + this.contentTail;
+    return out;
+  }
+
   /** The SSE text for a batch of deltas ('' when there is nothing to send). */
   deltas(choices: ChoiceDelta[]): string {
     let out = '';
     for (const c of choices) {
-      let head = this.contentHeads[c.index];
-      if (head === undefined) {
-        // As OpenAI does: a choice opens with a chunk of its own carrying the role.
-        const opening: ChoiceDelta = { index: c.index, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null };
-        out += sseData(this.prefix + JSON.stringify([opening]) + this.suffix);
-        head = this.contentHeads[c.index] = `data: ${this.prefix}[{"index":${c.index},"delta":{"content":`;
-      }
+      out += this.open(c.index);
       if (c.logprobs === null && c.finish_reason === null && typeof c.delta.content === 'string' && onlyContent(c.delta)) {
         // The common chunk, a piece of text, from text made once per choice.
-        out += head + jsonString(c.delta.content) + this.contentTail;
+        out += this.contentHeads[c.index] + jsonString(c.delta.content) + this.contentTail;
         continue;
       }
       // The role went out in the opening chunk; a delta left empty by removing it is not sent.
@@ -135,6 +148,14 @@ export class ChunkRenderer {
       out += sseData(this.prefix + choice + this.suffix);
     }
     return out;
+  }
+
+  /** As OpenAI does: a choice opens with a chunk of its own carrying the role. '' once it has. */
+  private open(index: number): string {
+    if (this.contentHeads[index] !== undefined) return '';
+    this.contentHeads[index] = `data: ${this.prefix}[{"index":${index},"delta":{"content":`;
+    const opening: ChoiceDelta = { index, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null };
+    return sseData(this.prefix + JSON.stringify([opening]) + this.suffix);
   }
 
   /** The closing text of a reply that finished: the usage chunk if asked for, then [DONE]. */

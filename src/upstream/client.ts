@@ -234,6 +234,10 @@ export async function* readStream(endpoint: UpstreamEndpoint, body: UpstreamBody
         if (c.finish_reason) open.delete(c.index);
         else open.add(c.index);
       }
+      if (event.content) {
+        sawChoice = true;
+        open.add(event.content.index);
+      }
       events.push(event);
     }
     return { events };

@@ -53,19 +53,32 @@ const PLAIN_CONTENT_CHUNK = new RegExp(`^${PLAIN_CONTENT_CHUNK_SOURCE}$`);
 // The same chunk as a whole SSE event, matched where an event starts in the stream's text.
 const PLAIN_CONTENT_EVENT = new RegExp(`data: ${PLAIN_CONTENT_CHUNK_SOURCE}\\n\\n`, 'y');
 
-/** A plain content chunk's event from its match; undefined when its content is not valid JSON. */
-function plainContentChunk(m: RegExpExecArray): StreamEvent | undefined {
+/** A JSON string literal's text; undefined when it is not valid JSON. */
+function literalText(literal: string): string | undefined {
   // A literal without escapes is its own text between the quotes.
-  let content: string;
-  if (!m[2].includes('\\')) content = m[2].slice(1, -1);
-  else {
-    try {
-      content = JSON.parse(m[2]);
-    } catch {
-      return undefined;
-    }
+  if (!literal.includes('\\')) return literal.slice(1, -1);
+  try {
+    return JSON.parse(literal);
+  } catch {
+    return undefined;
   }
-  return { choices: [{ index: Number(m[1]), delta: { content }, logprobs: null, finish_reason: null }] };
+}
+
+/** A plain content chunk's event, from its match on the full parse's path. */
+function plainContentChunk(m: RegExpExecArray): StreamEvent | undefined {
+  const content = literalText(m[2]);
+  return content === undefined ? undefined : { choices: [{ index: Number(m[1]), delta: { content }, logprobs: null, finish_reason: null }] };
+}
+
+/** Adds a plain content event, matched in the stream's text, to the run it continues or as a new one. */
+function readPlainContentEvent(m: RegExpExecArray, out: (SseEvent | StreamEvent)[]): boolean {
+  const text = literalText(m[2]);
+  if (text === undefined) return false;
+  const index = Number(m[1]);
+  const last = out[out.length - 1] as StreamEvent | undefined;
+  if (last?.content?.index === index) last.content.texts.push(text);
+  else out.push({ content: { index, texts: [text] } });
+  return true;
 }
 
 const CONTEXT_ERROR = /context length|context window|context size|maximum context|too many tokens|exceeds the available context/i;
@@ -144,7 +157,7 @@ export function openAiCompatible(quirks: DialectQuirks): Dialect {
     },
 
     streamParser() {
-      return new SseParser({ pattern: PLAIN_CONTENT_EVENT, read: plainContentChunk });
+      return new SseParser({ pattern: PLAIN_CONTENT_EVENT, read: readPlainContentEvent });
     },
 
     streamEvent(event) {

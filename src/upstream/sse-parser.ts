@@ -10,12 +10,13 @@ export interface SseEvent {
 
 /**
  * The one event shape that dominates a stream, read straight from the text:
- * a sticky pattern matching a whole event, blank line included, and what a
- * match means (undefined: read the event the ordinary way after all).
+ * a sticky pattern matching a whole event, blank line included, and a reader
+ * that adds what a match means to the events so far (it may extend the last
+ * one) or returns false to have the event read the ordinary way after all.
  */
 export interface QuickEvent<T> {
   pattern: RegExp;
-  read(match: RegExpExecArray): T | undefined;
+  read(match: RegExpExecArray, out: (SseEvent | T)[]): boolean;
 }
 
 export class SseParser<T = never> {
@@ -35,9 +36,7 @@ export class SseParser<T = never> {
         const { pattern } = this.quick;
         pattern.lastIndex = start;
         const match = pattern.exec(this.buffer);
-        const event = match ? this.quick.read(match) : undefined;
-        if (event !== undefined) {
-          out.push(event);
+        if (match && this.quick.read(match, out)) {
           start = pattern.lastIndex;
           continue;
         }

@@ -26,4 +26,14 @@ describe('ChunkRenderer', () => {
       { numRuns: 300 },
     );
   });
+
+  it('writes a run of pieces exactly as it writes the same pieces one delta each', () => {
+    fc.assert(
+      fc.property(fc.array(fc.string({ unit: 'binary' }), { minLength: 1 }), fc.integer({ min: 0, max: 3 }), (texts, index) => {
+        const asDeltas = new ChunkRenderer(identity, false).deltas(texts.map((content) => ({ index, delta: { content }, logprobs: null, finish_reason: null })));
+        expect(new ChunkRenderer(identity, false).content({ index, texts })).toBe(asDeltas);
+      }),
+      { numRuns: 200 },
+    );
+  });
 });

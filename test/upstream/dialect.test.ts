@@ -42,9 +42,19 @@ describe('reading stream events', () => {
     const texts = ['plain', 'he said "hi"\n\u00e9', '', 'tab\there \\ back'];
     const chunks = texts.map((content, i) => ({ ...plain, choices: [{ ...plain.choices[0], index: i % 2, delta: { content } }] }));
     const sse = chunks.map((c) => `data: ${JSON.stringify(c)}\n\n`).join('') + 'data: [DONE]\n\n';
-    const quick = vllm.streamParser().push(sse).map((e) => ('data' in e ? vllm.streamEvent(e) : e));
+    // The quick path gathers a choice's consecutive pieces into one run; spelled out, they are the full parse's deltas.
+    const quick = vllm.streamParser().push(sse).flatMap((e) => {
+      if ('data' in e) return [vllm.streamEvent(e)];
+      return e.content ? e.content.texts.map((content) => ({ choices: [{ index: e.content!.index, delta: { content }, logprobs: null, finish_reason: null }] })) : [e];
+    });
     const full = chunks.map((c) => vllm.streamEvent({ event: undefined, data: JSON.stringify({ choices: c.choices, model: c.model, id: c.id }) }));
     expect(quick).toEqual([...full, { done: true }]);
+  });
+
+  it('gathers consecutive plain pieces of one choice into one run, and starts a new run when the choice changes', () => {
+    const piece = (index: number, content: string) => `data: ${JSON.stringify({ ...plain, choices: [{ ...plain.choices[0], index, delta: { content } }] })}\n\n`;
+    const events = vllm.streamParser().push(piece(0, 'a') + piece(0, 'b') + piece(1, 'c') + piece(0, 'd'));
+    expect(events).toEqual([{ content: { index: 0, texts: ['a', 'b'] } }, { content: { index: 1, texts: ['c'] } }, { content: { index: 0, texts: ['d'] } }]);
   });
 
   it('still refuses, through the stream parser, a plain-looking chunk whose content is not valid JSON', () => {

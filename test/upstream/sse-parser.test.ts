@@ -34,7 +34,10 @@ describe('SseParser', () => {
 });
 
 describe('SseParser with a quick path', () => {
-  const quick = { pattern: /data: n(\d+)\n\n/y, read: (m: RegExpExecArray) => (m[1] === '0' ? undefined : { n: Number(m[1]) }) };
+  const quick = {
+    pattern: /data: n(\d+)\n\n/y,
+    read: (m: RegExpExecArray, out: unknown[]) => m[1] !== '0' && out.push({ n: Number(m[1]) }) > 0,
+  };
 
   it('reads matching events whole and the rest the ordinary way, in order', () => {
     const p = new SseParser(quick);
