@@ -6,7 +6,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { readBalance } from '../../src/billing/credit-ledger.js';
 import { readUsageEvents, type UsageEvent } from '../../src/billing/usage-events.js';
 import { chunk, completionBody, replyJson, sleep, startFakeUpstream, writeEvents, type FakeUpstream, type Script } from '../support/fake-upstream.js';
-import { makeAccount, modelEntry, postChat, startTestGateway, withGatewayOn, type TestGateway } from '../support/gateway.js';
+import { makeAccount, modelEntry, postChat, startTestGateway, withGatewayOn, type TestGateway, TEST_KEY_SECRET } from '../support/gateway.js';
 import type { TestRedis } from '../support/redis.js';
 
 const messages = [{ role: 'user' as const, content: 'hello' }];
@@ -152,6 +152,23 @@ describe('authentication', () => {
     expect(await revokeApiKey(gw.redis.client, team.keyId)).toBe(true);
     await until(async () => (await postChat({ url: gw.url, apiKey: team.key }, { model: 'm', messages })).status === 401, 1_000);
     await expect(client.chat.completions.create({ model: 'm', messages })).rejects.toMatchObject({ status: 401, code: 'invalid_api_key' });
+  });
+
+  it('keeps no raw key in its in-process caches', async () => {
+    const { KeyAuthenticator } = await import('../../src/accounts/key-authenticator.js');
+    const auth = await KeyAuthenticator.start(gw.redis.client, TEST_KEY_SECRET);
+    try {
+      const team = await makeAccount(gw.redis, 1);
+      expect((await auth.authenticate(`Bearer ${team.key}`)).account).toBe(team.account);
+      expect((await auth.authenticate(`Bearer ${team.key}`)).account).toBe(team.account);
+      const caches = Object.values(auth).filter((v): v is Map<string, unknown> => typeof (v as Map<string, unknown>)?.entries === 'function');
+      expect(caches.length).toBeGreaterThan(0);
+      const held = JSON.stringify(caches.flatMap((c) => [...c.entries()]));
+      expect(held).toContain(team.keyId);
+      expect(held).not.toContain(team.key);
+    } finally {
+      await auth.close();
+    }
   });
 
   it('needs a key for the models list and the balance too', async () => {
