@@ -12,17 +12,20 @@ import { RATE_LIMIT_LUA, rateLimitHeaders, type RateCheck } from '../ratelimit/r
 import type { Usage } from '../protocol/chat-response.js';
 import type { TokenPrices } from './prices.js';
 
+// Defines reclaim(account, holds, amounts): releases the account's holds whose
+// replica stopped extending them. Every script that reads a balance calls it first.
 const RECLAIM_EXPIRED_HOLDS = `
 ${LUA_NOW_MS}
 ${LUA_INT}
-local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now_ms)
-for _, id in ipairs(expired) do
-  local amount = tonumber(redis.call('HGET', KEYS[3], id) or '0')
-  redis.call('HINCRBY', KEYS[1], 'held', int(0 - amount))
-  redis.call('HDEL', KEYS[3], id)
+local function reclaim(account_key, holds_key, amounts_key)
+  local expired = redis.call('ZRANGEBYSCORE', holds_key, '-inf', now_ms)
+  for _, id in ipairs(expired) do
+    local amount = tonumber(redis.call('HGET', amounts_key, id) or '0')
+    redis.call('HINCRBY', account_key, 'held', int(0 - amount))
+    redis.call('HDEL', amounts_key, id)
+  end
+  if #expired > 0 then redis.call('ZREMRANGEBYSCORE', holds_key, '-inf', now_ms) end
 end
-if #expired > 0 then redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now_ms) end
-local function field(name) return tonumber(redis.call('HGET', KEYS[1], name) or '0') end
 `;
 
 // Reply: status (1 held, -1 no credit, -3 no account, -4 rate limited), amount or available or refusal, reply tokens, then the rate window's counts.
@@ -34,6 +37,7 @@ if redis.call('EXISTS', KEYS[1]) == 0 then return {-3, 0, 0, 0, 0} end
 ${RATE_LIMIT_LUA}
 if rate_refused > 0 then return {-4, rate_refused, 0, rate_requests, rate_tokens} end
 ${RECLAIM_EXPIRED_HOLDS}
+reclaim(KEYS[1], KEYS[2], KEYS[3])
 local balance = redis.call('HMGET', KEYS[1], 'granted', 'topped_up', 'held')
 local available = tonumber(balance[1] or '0') + tonumber(balance[2] or '0') - tonumber(balance[3] or '0')
 if available <= 0 then return {-1, available, 0, rate_requests, rate_tokens} end
@@ -59,45 +63,69 @@ ${LUA_INT}
 return redis.call('ZADD', KEYS[1], 'XX', 'CH', int(now_ms + tonumber(ARGV[2])), ARGV[1])
 `);
 
-// KEYS: account, holds, amounts, settled marker, the account's usage stream, daily usage.
-// ARGV: request id, cost, outcome, model, prompt, cached, completion, account, key id, endpoint, reason.
+// Settles a batch: for each settlement, 6 KEYS (account, holds, amounts,
+// settled marker, the account's usage stream, daily usage) and 11 ARGV
+// (request id, cost, outcome, model, prompt, cached, completion, account,
+// key id, endpoint, reason). Replies with a pair each: 1 and the charge when
+// settled now, 0 when settled before, -1 when refused (amounts that are not
+// whole numbers), with nothing written.
+const SETTLE_KEYS = 6;
+const SETTLE_ARGS = 11;
 const SETTLE = luaScript(`
-if redis.call('EXISTS', KEYS[4]) == 1 then return {0, 0} end
 ${RECLAIM_EXPIRED_HOLDS}
-local id = ARGV[1]
-local held = tonumber(redis.call('HGET', KEYS[3], id) or 'nil')
-if held then
-  redis.call('HDEL', KEYS[3], id)
-  redis.call('ZREM', KEYS[2], id)
-  redis.call('HINCRBY', KEYS[1], 'held', int(0 - held))
+local function whole(text)
+  local n = tonumber(text)
+  return n and n == math.floor(n) and n >= 0 and n < 2 ^ 53
 end
-local charge = 0
-if ARGV[3] == 'complete' then
-  local balance = redis.call('HMGET', KEYS[1], 'granted', 'topped_up', 'held')
-  local granted, topped_up = tonumber(balance[1] or '0'), tonumber(balance[2] or '0')
-  -- Never below zero: a hold that expired (or an upstream that overshot) is charged at most what is left.
-  charge = math.min(tonumber(ARGV[2]), math.max(granted + topped_up - tonumber(balance[3] or '0'), 0))
-  local from_granted = math.min(charge, math.max(granted, 0))
-  redis.call('HSET', KEYS[1], 'granted', int(granted - from_granted), 'topped_up', int(topped_up - (charge - from_granted)))
-  local model = ARGV[4]
-  -- The day's first request (of any model) sets the totals' expiry.
-  if redis.call('HINCRBY', KEYS[6], model .. '\\trequests', 1) == 1 then redis.call('EXPIRE', KEYS[6], 400 * 86400) end
-  redis.call('HINCRBY', KEYS[6], model .. '\\tprompt_tokens', ARGV[5])
-  redis.call('HINCRBY', KEYS[6], model .. '\\tcached_tokens', ARGV[6])
-  redis.call('HINCRBY', KEYS[6], model .. '\\tcompletion_tokens', ARGV[7])
-  redis.call('HINCRBY', KEYS[6], model .. '\\tcost', int(charge))
+local function settle(K, A)
+  if redis.call('EXISTS', K[4]) == 1 then return 0, 0 end
+  -- Checked before any write: a script that fails half-way keeps what it wrote, and a retry would write it again.
+  if not (whole(A[2]) and whole(A[5]) and whole(A[6]) and whole(A[7])) then return -1, 0 end
+  reclaim(K[1], K[2], K[3])
+  local id = A[1]
+  local held = tonumber(redis.call('HGET', K[3], id) or 'nil')
+  if held then
+    redis.call('HDEL', K[3], id)
+    redis.call('ZREM', K[2], id)
+    redis.call('HINCRBY', K[1], 'held', int(0 - held))
+  end
+  local charge = 0
+  if A[3] == 'complete' then
+    local balance = redis.call('HMGET', K[1], 'granted', 'topped_up', 'held')
+    local granted, topped_up = tonumber(balance[1] or '0'), tonumber(balance[2] or '0')
+    -- Never below zero: a hold that expired (or an upstream that overshot) is charged at most what is left.
+    charge = math.min(tonumber(A[2]), math.max(granted + topped_up - tonumber(balance[3] or '0'), 0))
+    local from_granted = math.min(charge, math.max(granted, 0))
+    redis.call('HSET', K[1], 'granted', int(granted - from_granted), 'topped_up', int(topped_up - (charge - from_granted)))
+    local model = A[4]
+    -- The day's first request (of any model) sets the totals' expiry.
+    if redis.call('HINCRBY', K[6], model .. '\\trequests', 1) == 1 then redis.call('EXPIRE', K[6], 400 * 86400) end
+    redis.call('HINCRBY', K[6], model .. '\\tprompt_tokens', A[5])
+    redis.call('HINCRBY', K[6], model .. '\\tcached_tokens', A[6])
+    redis.call('HINCRBY', K[6], model .. '\\tcompletion_tokens', A[7])
+    redis.call('HINCRBY', K[6], model .. '\\tcost', int(charge))
+  end
+  redis.call('SET', K[4], '1', 'EX', 2 * 86400)
+  redis.call('XADD', K[5], '*', 'request_id', id, 'account', A[8], 'key', A[9], 'model', A[4], 'endpoint', A[10],
+    'outcome', A[3], 'reason', A[11], 'prompt_tokens', A[5], 'cached_tokens', A[6], 'completion_tokens', A[7],
+    'cost', A[2], 'charged', int(charge))
+  return 1, charge
 end
-redis.call('SET', KEYS[4], '1', 'EX', 2 * 86400)
-redis.call('XADD', KEYS[5], '*', 'request_id', id, 'account', ARGV[8], 'key', ARGV[9], 'model', ARGV[4], 'endpoint', ARGV[10],
-  'outcome', ARGV[3], 'reason', ARGV[11], 'prompt_tokens', ARGV[5], 'cached_tokens', ARGV[6], 'completion_tokens', ARGV[7],
-  'cost', ARGV[2], 'charged', int(charge))
-return {1, charge}
+local reply = {}
+for i = 0, #KEYS / ${SETTLE_KEYS} - 1 do
+  local done, charge = settle({unpack(KEYS, i * ${SETTLE_KEYS} + 1, (i + 1) * ${SETTLE_KEYS})}, {unpack(ARGV, i * ${SETTLE_ARGS} + 1, (i + 1) * ${SETTLE_ARGS})})
+  reply[#reply + 1] = done
+  reply[#reply + 1] = charge
+end
+return reply
 `);
 
 const BALANCE = luaScript(`
 if redis.call('EXISTS', KEYS[1]) == 0 then return {0, 0, 0, 0} end
 ${RECLAIM_EXPIRED_HOLDS}
-return {1, field('granted'), field('topped_up'), field('held')}
+reclaim(KEYS[1], KEYS[2], KEYS[3])
+local balance = redis.call('HMGET', KEYS[1], 'granted', 'topped_up', 'held')
+return {1, tonumber(balance[1] or '0'), tonumber(balance[2] or '0'), tonumber(balance[3] or '0')}
 `);
 
 // ARGV: kind (grant | top_up | deduct), amount, note. Deductions take granted credit first and stop at zero.
@@ -197,19 +225,32 @@ function currentUtcDay(now: number): string {
   return today.day;
 }
 
+/** What became of a settlement: charged (0 for a reply that did not complete), settled before, or refused as malformed. */
+export type SettleResult = { charged: number } | 'already settled' | 'refused';
+
 /**
- * Releases the hold and, for a complete reply, charges it; appends the usage
- * event. Returns the amount charged, or undefined when this request id was
- * already settled (a retry of the settlement itself).
+ * Releases each settlement's hold and, for a complete reply, charges it;
+ * appends its usage event. One script for the whole batch, each settlement
+ * applied whole or, when malformed, not at all.
  */
+export async function settleHolds(redis: Redis, batch: Settlement[]): Promise<SettleResult[]> {
+  const day = currentUtcDay(Date.now());
+  const keys: string[] = [];
+  const args: (string | number)[] = [];
+  for (const s of batch) {
+    const u = s.usage;
+    keys.push(...accountKeys(s.account), redisKeys.settled(s.requestId), redisKeys.usageEvents(s.account), redisKeys.dailyUsage(s.account, day));
+    args.push(s.requestId, s.cost, s.outcome, s.model, u.prompt_tokens, u.cached_tokens, u.completion_tokens, s.account, s.keyId, s.endpoint, s.reason ?? '');
+  }
+  const reply = (await SETTLE.run(redis, keys, args)) as number[];
+  return batch.map((_, i) => (reply[2 * i] === 1 ? { charged: reply[2 * i + 1] } : reply[2 * i] === 0 ? 'already settled' : 'refused'));
+}
+
+/** One settlement alone: what it was charged, or undefined when it was settled before. */
 export async function settleHold(redis: Redis, s: Settlement): Promise<number | undefined> {
-  const u = s.usage;
-  const [done, charged] = (await SETTLE.run(
-    redis,
-    [...accountKeys(s.account), redisKeys.settled(s.requestId), redisKeys.usageEvents(s.account), redisKeys.dailyUsage(s.account, currentUtcDay(Date.now()))],
-    [s.requestId, s.cost, s.outcome, s.model, u.prompt_tokens, u.cached_tokens, u.completion_tokens, s.account, s.keyId, s.endpoint, s.reason ?? ''],
-  )) as number[];
-  return done === 1 ? charged : undefined;
+  const [result] = await settleHolds(redis, [s]);
+  if (result === 'refused') throw new Error(`settlement ${s.requestId} refused: its amounts are not whole numbers`);
+  return result === 'already settled' ? undefined : result.charged;
 }
 
 export interface Balance {

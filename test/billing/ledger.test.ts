@@ -2,6 +2,7 @@
 // expiry, settlement at most once, deductions.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { changeCredit, holdCredit, readBalance, settleHold, type Settlement } from '../../src/billing/credit-ledger.js';
+import { SettlementQueue } from '../../src/billing/settlement-queue.js';
 import { readUsageEvents } from '../../src/billing/usage-events.js';
 import { redisKeys } from '../../src/redis/keys.js';
 import { tokenPrices } from '../../src/billing/prices.js';
@@ -72,6 +73,33 @@ describe('holds and settlement', () => {
     for await (const e of readUsageEvents(redis.client, a.account)) read.push(e.requestId);
     expect(read).toEqual(['ua1', 'ua2']);
     expect(await redis.client.xlen(redisKeys.usageEvents(a.account))).toBe(2);
+  });
+
+  it('sends the settlements of one event-loop turn to Redis in one script call', async () => {
+    const { account } = await makeAccount(redis, 1);
+    const ids = Array.from({ length: 20 }, (_, i) => `batch-${i}`);
+    for (const id of ids) await holdCredit(redis.client, { account, requestId: id, ttlMs: 60_000, prices, promptTokens: 10, n: 1, maxReplyTokens: 10 });
+    const calls = async () => Number(/cmdstat_evalsha:calls=(\d+)/.exec(await redis.client.info('commandstats'))?.[1] ?? 0);
+    const before = await calls();
+    const queue = new SettlementQueue(redis.client);
+    await Promise.all(ids.map((id) => queue.settle(settlement(account, id, 30))));
+    expect((await calls()) - before).toBe(1);
+    expect(await readBalance(redis.client, account)).toEqual({ granted: 1_000_000 - 20 * 30, toppedUp: 0, held: 0 });
+  });
+
+  it('refuses a malformed settlement in a batch without writing anything for it, and lands the rest', async () => {
+    const { account } = await makeAccount(redis, 1);
+    for (const id of ['good-1', 'bad', 'good-2']) await holdCredit(redis.client, { account, requestId: id, ttlMs: 60_000, prices, promptTokens: 10, n: 1, maxReplyTokens: 10 });
+    const heldEach = (await readBalance(redis.client, account))!.held / 3;
+    const queue = new SettlementQueue(redis.client);
+    const bad = { ...settlement(account, 'bad', 30), usage: { prompt_tokens: Number.NaN, completion_tokens: 1, cached_tokens: 0 } };
+    await Promise.all([queue.settle(settlement(account, 'good-1', 30)), queue.settle(bad), queue.settle(settlement(account, 'good-2', 30))]);
+    // Charged for the two good ones only; the bad one's hold stays until it expires, and it has no usage event.
+    expect(await readBalance(redis.client, account)).toEqual({ granted: 1_000_000 - 2 * 30, toppedUp: 0, held: heldEach });
+    const settled: string[] = [];
+    for await (const e of readUsageEvents(redis.client, account)) settled.push(e.requestId);
+    expect(settled).toEqual(['good-1', 'good-2']);
+    await expect(settleHold(redis.client, bad)).rejects.toThrow(/refused/);
   });
 
   it('deducts granted credit first and never below zero', async () => {
