@@ -55,17 +55,16 @@ export class StreamRelay {
     let contentDeltas = 0;
     let firstSent = false;
     let finished: Usage | undefined;
-    const finish = () => {
+    /** Ends the reply; `last` is the final batch's text, sent in the same write as the closing chunks. */
+    const finish = (last = '') => {
       // Metering needs usage; an upstream that sent none is measured by what it streamed.
       finished = usage ?? { prompt_tokens: this.opts.countedPromptTokens, completion_tokens: contentDeltas, cached_tokens: 0 };
       clearTimeout(this.keepAlive);
-      this.res.end(renderer.end(finished));
+      this.res.end(last + renderer.end(finished));
     };
     try {
       this.write('');
       for await (const batch of events) {
-        // The client has its [DONE]; the upstream's last bytes are only being read off its connection.
-        if (finished) continue;
         let out = '';
         let done = false;
         for (const event of batch) {
@@ -80,17 +79,21 @@ export class StreamRelay {
           if (event.usage) usage = event.usage;
           done ||= event.done === true;
         }
+        if (contentDeltas > 0 && !firstSent) {
+          firstSent = true;
+          this.opts.onFirstChunk?.();
+        }
+        if (done) {
+          // The stream's reader ends on its own after [DONE], leaving the upstream connection for the next request.
+          finish(out);
+          continue;
+        }
         if (out) {
-          if (contentDeltas > 0 && !firstSent) {
-            firstSent = true;
-            this.opts.onFirstChunk?.();
-          }
           this.write(out);
           // A client reading slower than the upstream writes holds the upstream back, not Parley's memory.
           if (this.res.writableNeedDrain) await this.drained();
         }
-        if (done) finish();
-        else this.keepAlive.refresh();
+        this.keepAlive.refresh();
       }
       if (!finished) finish();
       return { kind: 'complete', usage: finished! };
