@@ -48,7 +48,8 @@ local function count_request()
   if not KEYS[4] then return end
   rate_requests = redis.call('HINCRBY', KEYS[4], 'requests', 1)
   rate_tokens = redis.call('HINCRBY', KEYS[4], 'tokens', ARGV[8])
-  redis.call('PEXPIRE', KEYS[4], ${WINDOW_MS + 5000})
+  -- The window's first request sets when it goes.
+  if rate_requests == 1 then redis.call('PEXPIRE', KEYS[4], ${WINDOW_MS + 5000}) end
 end
 `;
 

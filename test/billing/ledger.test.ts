@@ -119,6 +119,10 @@ describe('admission: the rate limit and the hold in one script', () => {
     const hold = await holdCredit(redis.client, { account, requestId: 'r1', ttlMs: 60_000, prices, promptTokens: 10, n: 1, maxReplyTokens: 20 }, rateCheck('key-a', limits, 30));
     expect(hold.kind).toBe('held');
     expect(hold.rateLimitHeaders).toMatchObject({ 'x-ratelimit-remaining-requests': '1', 'x-ratelimit-remaining-tokens': '970' });
+    // The window expires on its own, a little after its minute.
+    const ttl = await redis.client.pttl(rateCheck('key-a', limits, 30).key);
+    expect(ttl).toBeGreaterThan(0);
+    expect(ttl).toBeLessThanOrEqual(65_000);
   });
 
   it('refuses with a 429 past the budget, and holds nothing for the refused request', async () => {
