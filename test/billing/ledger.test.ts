@@ -116,11 +116,12 @@ describe('admission: the rate limit and the hold in one script', () => {
 
   it('counts a held request against its key and answers the x-ratelimit headers', async () => {
     const { account } = await makeAccount(redis, 1);
-    const hold = await holdCredit(redis.client, { account, requestId: 'r1', ttlMs: 60_000, prices, promptTokens: 10, n: 1, maxReplyTokens: 20 }, rateCheck('key-a', limits, 30));
+    const check = rateCheck('key-a', limits, 30);
+    const hold = await holdCredit(redis.client, { account, requestId: 'r1', ttlMs: 60_000, prices, promptTokens: 10, n: 1, maxReplyTokens: 20 }, check);
     expect(hold.kind).toBe('held');
     expect(hold.rateLimitHeaders).toMatchObject({ 'x-ratelimit-remaining-requests': '1', 'x-ratelimit-remaining-tokens': '970' });
     // The window expires on its own, a little after its minute.
-    const ttl = await redis.client.pttl(rateCheck('key-a', limits, 30).key);
+    const ttl = await redis.client.pttl(check.key);
     expect(ttl).toBeGreaterThan(0);
     expect(ttl).toBeLessThanOrEqual(65_000);
   });
