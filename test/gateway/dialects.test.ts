@@ -141,7 +141,9 @@ describe('stream quirks', () => {
     const t = await withUpstream('llamacpp', (req, res) => {
       const i = call++;
       expect(req.body.n).toBeUndefined();
-      if (req.body.stream) return writeEvents(res, [chunk({ content: `s${req.body.seed}` }), chunk({}, 'stop'), { ...chunk({}), choices: [], usage: { prompt_tokens: 10, completion_tokens: 1 } }]);
+      // The content chunk has the exact shape the stream parser reads on its quick path.
+      const content = { ...chunk({}), choices: [{ index: 0, delta: { content: `s${req.body.seed}` }, logprobs: null, finish_reason: null }] };
+      if (req.body.stream) return writeEvents(res, [content, chunk({}, 'stop'), { ...chunk({}), choices: [], usage: { prompt_tokens: 10, completion_tokens: 1 } }]);
       replyJson(res, completionBody(`reply-${i}`, { prompt_tokens: 10, completion_tokens: 3, prompt_tokens_details: { cached_tokens: 4 + i } }));
     });
     try {
