@@ -202,6 +202,29 @@ describe('a revocation reaches every replica within a second', () => {
   });
 });
 
+describe('an upstream that streams no usage', () => {
+  it('is metered by the pieces it streamed, and the client\'s usage chunk says the same', async () => {
+    const pieces = ['one', ' two', '', ' three'];
+    const noUsage: Script = (_req, res) =>
+      writeEvents(res, [
+        ...pieces.map((content) => ({ ...chunk({}), choices: [{ index: 0, delta: { content }, logprobs: null, finish_reason: null }] })),
+        chunk({}, 'stop'),
+      ]);
+    const prices = { inputCacheMiss: 1, inputCacheHit: 1, output: 1_000 };
+    await withGatewayOn([noUsage], ([url]) => ({ models: [modelEntry('m', [{ kind: 'vllm', url }], { pricesPerMillion: prices })] }), async (gw) => {
+      const stream = await gw.client.chat.completions.create({ model: 'm', messages, stream: true, stream_options: { include_usage: true } });
+      let usage;
+      for await (const c of stream) usage = c.usage ?? usage;
+      // Three pieces with text (the empty one is no token); with no tokenizer, no prompt tokens are claimed.
+      expect(usage).toMatchObject({ prompt_tokens: 0, completion_tokens: 3 });
+      await until(async () => (await events(gw.redis, gw.account)).length === 1);
+      const [event] = await events(gw.redis, gw.account);
+      // 3 tokens at 1,000 per million tokens: 3,000 micro-units.
+      expect(event).toMatchObject({ outcome: 'complete', completionTokens: 3, charged: 3_000 });
+    });
+  });
+});
+
 describe('concurrency', () => {
   it('50 concurrent requests on a balance that pays for about 10: never below zero, balance + charges = grants', async () => {
     // Every reply takes all the tokens it may, slowly, so that holds overlap.
