@@ -77,11 +77,16 @@ local function whole(text)
   local n = tonumber(text)
   return n and n == math.floor(n) and n >= 0 and n < 2 ^ 53
 end
+-- The clock stands still within a script, so an account's expired holds are reclaimed once per batch.
+local reclaimed = {}
 local function settle(K, A)
   if redis.call('EXISTS', K[4]) == 1 then return 0, 0 end
   -- Checked before any write: a script that fails half-way keeps what it wrote, and a retry would write it again.
   if not (whole(A[2]) and whole(A[5]) and whole(A[6]) and whole(A[7])) then return -1, 0 end
-  reclaim(K[1], K[2], K[3])
+  if not reclaimed[K[1]] then
+    reclaim(K[1], K[2], K[3])
+    reclaimed[K[1]] = true
+  end
   local id = A[1]
   local held = tonumber(redis.call('HGET', K[3], id) or 'nil')
   if held then
