@@ -81,6 +81,8 @@ async function engine(argv: string[]): Promise<void> {
   console.log(`parley engine: serving ${modelPath} on ${running.url}`);
   process.send?.({ type: 'ready', url: running.url, contextSize: running.contextSize });
   onShutdown(running.close);
+  // Started by a gateway: when it is gone (even killed with -9), its channel closes, and the engine stops too.
+  if (process.connected) process.once('disconnect', () => process.kill(process.pid, 'SIGTERM'));
 }
 
 const [command, ...rest] = process.argv.slice(2);

@@ -1,7 +1,9 @@
 // Local engines that Parley starts itself for endpoints written as `local:`
 // in the routing file (the quickstart's upstream). Each runs as a child
 // `parley engine` process, so llama.cpp never shares the gateway's event
-// loop, and is restarted on the same port if it dies.
+// loop, and is restarted on the same port if it crashes. An engine asked to
+// stop (SIGTERM or SIGINT, as Ctrl-C sends to the whole process group) is not
+// restarted, and an engine whose gateway is gone stops itself (see main.ts).
 import { fork, type ChildProcess } from 'node:child_process';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -47,9 +49,12 @@ class ManagedEngine {
       });
       child.on('exit', (code, signal) => {
         if (!started) return reject(new Error(`local engine for ${this.modelPath} exited during start (${signal ?? code})`));
-        if (this.stopping) return;
+        // An engine exits 0 only when told to stop; a crash is a failure code or a fatal signal.
+        if (this.stopping || code === 0 || signal === 'SIGTERM' || signal === 'SIGINT') return;
         console.error(`parley: local engine on port ${this.port} exited (${signal ?? code}); restarting`);
-        setTimeout(() => this.spawn().catch((err) => console.error(`parley: ${err.message}`)), 500).unref();
+        setTimeout(() => {
+          if (!this.stopping) this.spawn().catch((err) => console.error(`parley: ${err.message}`));
+        }, 500).unref();
       });
     });
   }

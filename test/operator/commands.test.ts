@@ -1,6 +1,7 @@
 // The operator's commands through the real `parley` bin, against the
 // gateway's Redis; and what only a separate process shows: the demo key
 // printed once, holds of a replica killed with -9 reclaimed.
+import { execFileSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -131,4 +132,75 @@ describe('parley serve as a process', () => {
       await upstream.close();
     }
   });
+});
+
+describe('the local engine a gateway starts', () => {
+  /** The engine processes `parley serve` (pid) runs as its children. */
+  const enginesOf = (pid: number): number[] => {
+    let children = '';
+    try {
+      children = execFileSync('ps', ['-o', 'pid=,args=', '--ppid', String(pid)], { encoding: 'utf8' });
+    } catch {
+      // ps exits 1 when the process has no children at all.
+    }
+    return children
+      .split('\n')
+      .filter((line) => / engine /.test(line))
+      .map((line) => Number(line.trim().split(/\s+/)[0]));
+  };
+  const alive = (pid: number) => {
+    try {
+      process.kill(pid, 0);
+      return true;
+    } catch {
+      return false;
+    }
+  };
+  const waitFor = async (check: () => boolean, ms: number) => {
+    const deadline = Date.now() + ms;
+    while (!check() && Date.now() < deadline) await sleep(100);
+    return check();
+  };
+
+  it('is restarted when it crashes, stops with its gateway when the gateway is killed with -9, and is not restarted when told to stop', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'parley-engine-'));
+    const config = routingFile(dir, {
+      models: [{ id: 'tiny', contextWindow: 1024, pricesPerMillion: { inputCacheMiss: 1, inputCacheHit: 1, output: 1 }, endpoints: [{ kind: 'parley-engine', local: { contextSize: 1024, parallel: 1 } }] }],
+    });
+    const args = ['--config', config, '--data-dir', join(dir, 'data')];
+    const env = { REDIS_URL: '', PARLEY_KEY_SECRET: '' };
+
+    try {
+      await engineLifetimes(args, env, dir);
+    } finally {
+      // The gateway killed with -9 leaves its private Redis running (the next start reuses it); this test is the last to use it.
+      try {
+        execFileSync('pkill', ['-f', join(dir, 'data', 'redis')]);
+      } catch {
+        // already gone
+      }
+    }
+  }, 120_000);
+
+  async function engineLifetimes(args: string[], env: Record<string, string>, dir: string): Promise<void> {
+    const first = await startParleyServe(args, env);
+    const [engine] = enginesOf(first.child.pid!);
+    expect(engine).toBeGreaterThan(0);
+    process.kill(engine, 'SIGKILL');
+    expect(await waitFor(() => enginesOf(first.child.pid!).some((p) => p !== engine), 30_000)).toBe(true);
+    const [restarted] = enginesOf(first.child.pid!);
+    await first.stop('SIGKILL');
+    expect(await waitFor(() => !alive(restarted), 10_000)).toBe(true);
+
+    // Ctrl-C reaches the engine as well as the gateway, and the gateway may take a while to close:
+    // the engine, told to stop, is not started again meanwhile, and nothing is left running.
+    const second = await startParleyServe(args, env);
+    const [engine2] = enginesOf(second.child.pid!);
+    process.kill(engine2, 'SIGINT');
+    await sleep(1_500);
+    expect(enginesOf(second.child.pid!)).toEqual([]);
+    await second.stop('SIGINT');
+    expect(alive(engine2)).toBe(false);
+    expect(execFileSync('ps', ['-eo', 'args='], { encoding: 'utf8' }).split('\n').filter((line) => line.includes(join(dir, 'data')) && / engine /.test(line))).toEqual([]);
+  }
 });
