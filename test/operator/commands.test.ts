@@ -11,7 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readBalance } from '../../src/billing/credit-ledger.js';
 import { chunk, completionBody, replyJson, sleep, startFakeUpstream, type FakeUpstream } from '../support/fake-upstream.js';
 import { TEST_KEY_SECRET, modelEntry, postChat, startTestGateway, type TestGateway } from '../support/gateway.js';
-import { runParley, startParleyServe } from '../support/parley-process.js';
+import { runParley, startParleyServe, type ParleyProcess } from '../support/parley-process.js';
 
 const messages = [{ role: 'user' as const, content: 'hello' }];
 
@@ -183,7 +183,18 @@ describe('the local engine a gateway starts', () => {
   }, 120_000);
 
   async function engineLifetimes(args: string[], env: Record<string, string>, dir: string): Promise<void> {
+    const started: ParleyProcess[] = [];
+    try {
+      await checkEngineLifetimes(args, env, dir, started);
+    } finally {
+      // A failed check leaves nothing running behind it.
+      await Promise.all(started.map((p) => p.stop('SIGKILL')));
+    }
+  }
+
+  async function checkEngineLifetimes(args: string[], env: Record<string, string>, dir: string, started: ParleyProcess[]): Promise<void> {
     const first = await startParleyServe(args, env);
+    started.push(first);
     const [engine] = enginesOf(first.child.pid!);
     expect(engine).toBeGreaterThan(0);
     process.kill(engine, 'SIGKILL');
@@ -195,6 +206,7 @@ describe('the local engine a gateway starts', () => {
     // Ctrl-C reaches the engine as well as the gateway, and the gateway may take a while to close:
     // the engine, told to stop, is not started again meanwhile, and nothing is left running.
     const second = await startParleyServe(args, env);
+    started.push(second);
     const [engine2] = enginesOf(second.child.pid!);
     process.kill(engine2, 'SIGINT');
     await sleep(1_500);
