@@ -45,13 +45,11 @@ type Json = Record<string, any>;
 const asInt = (v: unknown): number => (typeof v === 'number' && Number.isFinite(v) && v >= 0 ? Math.floor(v) : 0);
 
 // The common event of every stream: one choice, a piece of content, nothing
-// else. Recognizing its whole shape costs far less than JSON.parse, and it is
-// most of what a stream carries; any other event takes the full parse.
-const PLAIN_CONTENT_CHUNK_SOURCE =
-  '\\{"id":"[^"\\\\]*","object":"chat\\.completion\\.chunk","created":\\d+,"model":"[^"\\\\]*",(?:"system_fingerprint":(?:null|"[^"\\\\]*"),)?"choices":\\[\\{"index":(\\d+),"delta":\\{"content":("(?:[^"\\\\]|\\\\.)*")\\},"logprobs":null,"finish_reason":null(?:,"stop_reason":null)?\\}\\](?:,"usage":null)?\\}';
-const PLAIN_CONTENT_CHUNK = new RegExp(`^${PLAIN_CONTENT_CHUNK_SOURCE}$`);
-// The same chunk as a whole SSE event, matched where an event starts in the stream's text.
-const PLAIN_CONTENT_EVENT = new RegExp(`data: ${PLAIN_CONTENT_CHUNK_SOURCE}\\n\\n`, 'y');
+// else, as a whole SSE event. Recognizing its shape where an event starts in
+// the stream's text costs far less than JSON.parse, and it is most of what a
+// stream carries; any other event, or other framing, takes the full parse.
+const PLAIN_CONTENT_EVENT =
+  /data: \{"id":"[^"\\]*","object":"chat\.completion\.chunk","created":\d+,"model":"[^"\\]*",(?:"system_fingerprint":(?:null|"[^"\\]*"),)?"choices":\[\{"index":(\d+),"delta":\{"content":("(?:[^"\\]|\\.)*")\},"logprobs":null,"finish_reason":null(?:,"stop_reason":null)?\}\](?:,"usage":null)?\}\n\n/y;
 
 /** A JSON string literal's text; undefined when it is not valid JSON. */
 function literalText(literal: string): string | undefined {
@@ -62,12 +60,6 @@ function literalText(literal: string): string | undefined {
   } catch {
     return undefined;
   }
-}
-
-/** A plain content chunk's event, from its match on the full parse's path. */
-function plainContentChunk(m: RegExpExecArray): StreamEvent | undefined {
-  const content = literalText(m[2]);
-  return content === undefined ? undefined : { choices: [{ index: Number(m[1]), delta: { content }, logprobs: null, finish_reason: null }] };
 }
 
 /** Adds a plain content event, matched in the stream's text, to the run it continues or as a new one. */
@@ -162,9 +154,6 @@ export function openAiCompatible(quirks: DialectQuirks): Dialect {
 
     streamEvent(event) {
       if (event.data === '[DONE]') return { done: true };
-      const match = event.event === undefined ? PLAIN_CONTENT_CHUNK.exec(event.data) : null;
-      const plain = match ? plainContentChunk(match) : undefined;
-      if (plain) return plain;
       const body = parse(event.data);
       if (event.event === 'error' || body.error !== undefined || body.object === 'error') {
         throw new UpstreamBrokeOff(`the upstream sent an error event: ${errorMessage(body) ?? 'no message'}`);
