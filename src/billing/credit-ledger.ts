@@ -12,8 +12,9 @@ import { RATE_LIMIT_LUA, rateLimitHeaders, type RateCheck } from '../ratelimit/r
 import type { Usage } from '../protocol/chat-response.js';
 import type { TokenPrices } from './prices.js';
 
-// Defines reclaim(account, holds, amounts): releases the account's holds whose
-// replica stopped extending them. Every script that reads a balance calls it first.
+// Defines reclaim(account, holds, amounts), which releases the account's holds
+// whose replica stopped extending them (every script that reads a balance
+// calls it first), and balance_of(account): granted, topped up, held.
 const RECLAIM_EXPIRED_HOLDS = `
 ${LUA_NOW_MS}
 ${LUA_INT}
@@ -26,20 +27,23 @@ local function reclaim(account_key, holds_key, amounts_key)
   end
   if #expired > 0 then redis.call('ZREMRANGEBYSCORE', holds_key, '-inf', now_ms) end
 end
+local function balance_of(account_key)
+  local b = redis.call('HMGET', account_key, 'granted', 'topped_up', 'held')
+  return tonumber(b[1] or '0'), tonumber(b[2] or '0'), tonumber(b[3] or '0')
+end
 `;
-
-// Reply: status (1 held, -1 no credit, -3 no account, -4 rate limited), amount or available or refusal, reply tokens, then the rate window's counts.
 
 // KEYS: account, holds, amounts, and the rate window when the key has limits.
 // ARGV: request id, ttl ms, prompt pico, output pico for all n replies per token, max reply tokens, then the rate check's.
+// Reply: status (1 held, -1 no credit, -3 no account, -4 rate limited), amount or available or refusal, reply tokens, then the rate window's counts.
 const HOLD = luaScript(`
 if redis.call('EXISTS', KEYS[1]) == 0 then return {-3, 0, 0, 0, 0} end
 ${RATE_LIMIT_LUA}
 if rate_refused > 0 then return {-4, rate_refused, 0, rate_requests, rate_tokens} end
 ${RECLAIM_EXPIRED_HOLDS}
 reclaim(KEYS[1], KEYS[2], KEYS[3])
-local balance = redis.call('HMGET', KEYS[1], 'granted', 'topped_up', 'held')
-local available = tonumber(balance[1] or '0') + tonumber(balance[2] or '0') - tonumber(balance[3] or '0')
+local granted, topped_up, held = balance_of(KEYS[1])
+local available = granted + topped_up - held
 if available <= 0 then return {-1, available, 0, rate_requests, rate_tokens} end
 local prompt_pico, output_pico, max_tokens = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local tokens = max_tokens
@@ -96,10 +100,9 @@ local function settle(K, A)
   end
   local charge = 0
   if A[3] == 'complete' then
-    local balance = redis.call('HMGET', K[1], 'granted', 'topped_up', 'held')
-    local granted, topped_up = tonumber(balance[1] or '0'), tonumber(balance[2] or '0')
+    local granted, topped_up, held_now = balance_of(K[1])
     -- Never below zero: a hold that expired (or an upstream that overshot) is charged at most what is left.
-    charge = math.min(tonumber(A[2]), math.max(granted + topped_up - tonumber(balance[3] or '0'), 0))
+    charge = math.min(tonumber(A[2]), math.max(granted + topped_up - held_now, 0))
     local from_granted = math.min(charge, math.max(granted, 0))
     redis.call('HSET', K[1], 'granted', int(granted - from_granted), 'topped_up', int(topped_up - (charge - from_granted)))
     local model = A[4]
@@ -129,8 +132,7 @@ const BALANCE = luaScript(`
 if redis.call('EXISTS', KEYS[1]) == 0 then return {0, 0, 0, 0} end
 ${RECLAIM_EXPIRED_HOLDS}
 reclaim(KEYS[1], KEYS[2], KEYS[3])
-local balance = redis.call('HMGET', KEYS[1], 'granted', 'topped_up', 'held')
-return {1, tonumber(balance[1] or '0'), tonumber(balance[2] or '0'), tonumber(balance[3] or '0')}
+return {1, balance_of(KEYS[1])}
 `);
 
 // ARGV: kind (grant | top_up | deduct), amount, note. Deductions take granted credit first and stop at zero.
