@@ -40,6 +40,16 @@ function requestId(req: IncomingMessage): string {
 
 export async function handleChatCompletion(req: IncomingMessage, res: ServerResponse, ctx: GatewayContext, span: Span): Promise<void> {
   const started = performance.now();
+  // The upstream call ends when the client leaves (even before it has begun:
+  // while its hold is on the way) or when shutdown's grace period is over.
+  const upstreamCall = new Cancellation();
+  let clientGone = false;
+  res.once('close', () => {
+    if (res.writableFinished) return;
+    clientGone = true;
+    upstreamCall.cancel();
+  });
+  ctx.lifecycle.onStop(res, () => upstreamCall.cancel());
   const caller = await ctx.keys.authenticate(req.headers.authorization);
   const table = ctx.routing();
   const { settings } = table;
@@ -68,15 +78,6 @@ export async function handleChatCompletion(req: IncomingMessage, res: ServerResp
   span.setAttribute('parley.request_id', id);
   const headers = { 'x-request-id': id, ...meter.rateLimitHeaders };
   const identity: ReplyIdentity = { id: `chatcmpl-${id}`, created: Math.floor(Date.now() / 1000), model: request.model };
-  // The upstream call ends when the client leaves or when shutdown's grace period is over.
-  const upstreamCall = new Cancellation();
-  let clientGone = false;
-  res.once('close', () => {
-    if (res.writableFinished) return;
-    clientGone = true;
-    upstreamCall.cancel();
-  });
-  ctx.lifecycle.onStop(res, () => upstreamCall.cancel());
   const relay = request.stream
     ? new StreamRelay(res, {
         identity,

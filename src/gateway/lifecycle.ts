@@ -18,13 +18,26 @@ export class Lifecycle {
     return this.inFlight;
   }
 
-  track(res: ServerResponse): void {
+  /**
+   * Counts a request as in flight until both its handler (`work`) has finished
+   * and its response has closed: a client that leaves early closes the
+   * response while the handler may still be waiting on Redis for its hold,
+   * and that hold must be settled before shutdown lets Redis go.
+   */
+  track<T>(res: ServerResponse, work: Promise<T>): Promise<T> {
     this.inFlight++;
-    res.once('close', () => {
-      this.stoppers.delete(res);
+    let open = 2;
+    const finished = () => {
+      if (--open > 0) return;
       this.inFlight--;
       if (this.inFlight === 0) this.idle?.();
+    };
+    res.once('close', () => {
+      this.stoppers.delete(res);
+      finished();
     });
+    work.then(finished, finished);
+    return work;
   }
 
   /** What ends the request answered by `res` if it is still running when the grace period is over. */

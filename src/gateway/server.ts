@@ -36,7 +36,10 @@ export function createGatewayServer(ctx: GatewayContext): Server {
     if (method === 'GET' && path === '/readyz') return readiness(res, ctx);
     if (method === 'GET' && path === '/metrics') return ctx.telemetry.serveMetrics(req, res);
     if (ctx.lifecycle.draining) throw shuttingDown();
-    ctx.lifecycle.track(res);
+    return ctx.lifecycle.track(res, routeTracked(req, res, span, method, path, search));
+  };
+  /** The routes a shutdown waits for. */
+  const routeTracked = async (req: IncomingMessage, res: ServerResponse, span: Span, method: string, path: string, search: string) => {
     if (method === 'POST' && path === '/v1/chat/completions') return handleChatCompletion(req, res, ctx, span);
     if (method === 'GET' && path === '/admin/endpoints') return getEndpoints(req, res, ctx);
     if (await handlePlatform(req, res, ctx, path, new URLSearchParams(search))) return;

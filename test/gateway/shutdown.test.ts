@@ -1,11 +1,17 @@
 // Graceful shutdown: readiness goes false, new requests get a 503, streams in
 // flight finish within the grace period and are charged; streams still running
-// after it end with the error event and cost nothing.
+// after it end with the error event and cost nothing; a request whose client
+// left while its hold was on the way is settled before Redis is let go.
 import { describe, expect, it } from 'vitest';
 import { readBalance } from '../../src/billing/credit-ledger.js';
 import { chunk, sleep, startFakeUpstream } from '../support/fake-upstream.js';
 import { modelEntry, postChat, startTestGateway } from '../support/gateway.js';
 import { startTestRedis } from '../support/redis.js';
+
+/** A script that spins for 300 ms; Redis serves nobody else meanwhile. */
+const BUSY_300_MS = `local t = redis.call('TIME')
+local start = t[1] * 1000000 + t[2]
+repeat t = redis.call('TIME') until t[1] * 1000000 + t[2] - start > 300000`;
 
 const messages = [{ role: 'user' as const, content: 'hello' }];
 
@@ -67,6 +73,37 @@ describe('graceful shutdown', () => {
       expect(await after()).toEqual({ granted: before.granted, held: 0 });
     } finally {
       await cleanup();
+    }
+  });
+
+  it('a client that leaves while its hold is on the way is not served or charged, and shutdown waits to release that hold', async () => {
+    const upstream = await streaming(1, 0);
+    const redis = await startTestRedis();
+    const gw = await startTestGateway({ models: [modelEntry('m', [{ kind: 'vllm', url: upstream.url }])] }, { redis });
+    try {
+      const before = (await readBalance(redis.client, gw.account))!;
+      expect(await (await postChat(gw, { model: 'm', messages, stream: true })).text()).toContain('[DONE]'); // the key is now cached: only the hold waits on Redis
+      // Its settlement lands just after the reply.
+      await expect.poll(async () => (await readBalance(redis.client, gw.account))!.granted).toBeLessThan(before.granted);
+      const charged = (await readBalance(redis.client, gw.account))!;
+      // A script keeps Redis busy for 300 ms: the hold below reaches it only after its client has gone.
+      const busy = redis.client.eval(BUSY_300_MS, 0);
+      await sleep(20);
+      const leaving = new AbortController();
+      const request = fetch(`${gw.url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${gw.apiKey}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'm', messages, stream: true }),
+        signal: leaving.signal,
+      }).catch(() => 'left');
+      await sleep(100);
+      leaving.abort();
+      expect(await request).toBe('left');
+      await gw.close(5_000);
+      await busy;
+      expect(await readBalance(redis.client, gw.account)).toMatchObject({ granted: charged.granted, held: 0 });
+    } finally {
+      await Promise.all([redis.stop(), upstream.close()]);
     }
   });
 });
