@@ -181,7 +181,8 @@ export async function postChatCompletion(
       cancellation,
     );
   } catch (err) {
-    if (cancellation.cancelled) throw err;
+    // A call its client has left ends as cancelled, whatever else went wrong meanwhile.
+    if (cancellation.cancelled) throw new Cancelled();
     throw err instanceof undiciErrors.HeadersTimeoutError ? upstreamFailed(describeFailure(err)) : upstreamUnreachable(describeFailure(err));
   }
   if (res.statusCode >= 200 && res.statusCode < 300) return res;

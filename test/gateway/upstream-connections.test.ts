@@ -2,9 +2,13 @@
 // request: after [DONE] Parley reads the body to its end instead of
 // destroying it, and the client gets its [DONE] without waiting for that.
 // A client that reads slowly holds the upstream back instead of filling
-// Parley's memory.
+// Parley's memory. A call its client has left ends as cancelled, whatever
+// else went wrong meanwhile.
 import { request } from 'node:http';
 import { describe, expect, it } from 'vitest';
+import { Cancellation } from '../../src/upstream/cancellation.js';
+import { postChatCompletion } from '../../src/upstream/client.js';
+import { DIALECTS } from '../../src/upstream/dialects/index.js';
 import { chunk, sleep, startFakeUpstream } from '../support/fake-upstream.js';
 import { modelEntry, postChat, startTestGateway } from '../support/gateway.js';
 
@@ -66,5 +70,13 @@ describe('upstream connections', () => {
       await gw.close();
       await upstream.close();
     }
+  });
+
+  it('end as cancelled when the client has left, even if the upstream could not be reached meanwhile', async () => {
+    const left = new Cancellation();
+    left.cancel();
+    // Nothing listens on port 1: the connection is refused while the call is already cancelled.
+    const call = postChatCompletion({ url: 'http://127.0.0.1:1/v1', apiKey: undefined, dialect: DIALECTS.vllm }, { model: 'm' }, left, { firstByteMs: 1_000, idleMs: 1_000 });
+    await expect(call).rejects.toMatchObject({ name: 'AbortError' });
   });
 });
