@@ -69,7 +69,7 @@ export class StreamRelay {
         let done = false;
         for (const event of batch) {
           if (event.content) {
-            for (const text of event.content.texts) if (text) contentDeltas++;
+            contentDeltas += event.content.pieces;
             out += renderer.content(event.content);
           }
           if (event.choices) {

@@ -43,13 +43,16 @@ export interface ChoiceDelta {
 }
 
 /**
- * Pieces of text for one choice, one stream chunk each, in order: what a
- * run of plain content events comes to. Most of a stream is such runs, and
- * carrying them as text spares an object per piece on the way through.
+ * Pieces of text for one choice, one stream chunk each, in order: what a run
+ * of plain content events comes to. Most of a stream is such runs; they keep
+ * the upstream's text and are rewritten in one step, not piece by piece.
  */
 export interface ContentRun {
   index: number;
-  texts: string[];
+  /** How many pieces; each has some text. */
+  pieces: number;
+  /** Every piece as a JSON string literal between `before` and `after`, all joined. */
+  render(before: string, after: string): string;
 }
 
 /** What one upstream stream event (or run of plain content events) amounts to, whatever its dialect. */
@@ -125,10 +128,8 @@ export class ChunkRenderer {
 
   /** The SSE text for a run of plain content, a chunk per piece. */
   content(run: ContentRun): string {
-    let out = this.open(run.index);
-    const head = this.contentHeads[run.index];
-    for (const text of run.texts) out += head + jsonString(text) + this.contentTail;
-    return out;
+    const opening = this.open(run.index);
+    return opening + run.render(this.contentHeads[run.index], this.contentTail);
   }
 
   /** The SSE text for a batch of deltas ('' when there is nothing to send). */

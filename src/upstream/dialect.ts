@@ -45,32 +45,41 @@ type Json = Record<string, any>;
 const asInt = (v: unknown): number => (typeof v === 'number' && Number.isFinite(v) && v >= 0 ? Math.floor(v) : 0);
 
 // The common event of every stream: one choice, a piece of content, nothing
-// else, as a whole SSE event. Recognizing its shape where an event starts in
-// the stream's text costs far less than JSON.parse, and it is most of what a
-// stream carries; any other event, or other framing, takes the full parse.
-const PLAIN_CONTENT_EVENT =
-  /data: \{"id":"[^"\\]*","object":"chat\.completion\.chunk","created":\d+,"model":"[^"\\]*",(?:"system_fingerprint":(?:null|"[^"\\]*"),)?"choices":\[\{"index":(\d+),"delta":\{"content":("(?:[^"\\]|\\.)*")\},"logprobs":null,"finish_reason":null(?:,"stop_reason":null)?\}\](?:,"usage":null)?\}\n\n/y;
+// else, as a whole SSE event. Most of a stream is runs of such events, and
+// they are recognized and rewritten by the regular-expression engine alone: a
+// run is matched in one step, and rendered by one replace whose replacement
+// is a template, with no JavaScript per event. The piece stays the JSON
+// string literal the upstream wrote: the pattern admits valid literals only,
+// so it is copied as it is. Any other event (an empty piece too), or other
+// framing, takes the full parse.
+const plainContentEvent = (index: string, literal: string) =>
+  String.raw`data: \{"id":"[^"\\]*","object":"chat\.completion\.chunk","created":\d+,"model":"[^"\\]*",(?:"system_fingerprint":(?:null|"[^"\\]*"),)?"choices":\[\{"index":${index},"delta":\{"content":${literal}\},"logprobs":null,"finish_reason":null(?:,"stop_reason":null)?\}\](?:,"usage":null)?\}\n\n`;
+/** A JSON string literal with some text in it. */
+const JSON_STRING = String.raw`"(?:[^"\\\u0000-\u001f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})+"`;
+/** Consecutive plain content events of one choice, its index in group 1. */
+const PLAIN_CONTENT_RUN = new RegExp(`${plainContentEvent(String.raw`(\d+)`, JSON_STRING)}(?:${plainContentEvent(String.raw`\1`, JSON_STRING)})*`, 'y');
+/** Each event of such a run, its piece's literal in group 1. */
+const PLAIN_CONTENT_PIECE = new RegExp(plainContentEvent(String.raw`\d+`, `(${JSON_STRING})`), 'g');
 
-/** A JSON string literal's text; undefined when it is not valid JSON. */
-function literalText(literal: string): string | undefined {
-  // A literal without escapes is its own text between the quotes.
-  if (!literal.includes('\\')) return literal.slice(1, -1);
-  try {
-    return JSON.parse(literal);
-  } catch {
-    return undefined;
-  }
+/** How many times `what` occurs in `text`. */
+function occurrences(text: string, what: string): number {
+  let count = 0;
+  for (let at = text.indexOf(what); at !== -1; at = text.indexOf(what, at + what.length)) count++;
+  return count;
 }
 
-/** Adds a plain content event, matched in the stream's text, to the run it continues or as a new one. */
-function readPlainContentEvent(m: RegExpExecArray, out: (SseEvent | StreamEvent)[]): boolean {
-  const text = literalText(m[2]);
-  if (text === undefined) return false;
-  const index = Number(m[1]);
-  const last = out[out.length - 1] as StreamEvent | undefined;
-  if (last?.content?.index === index) last.content.texts.push(text);
-  else out.push({ content: { index, texts: [text] } });
-  return true;
+/** A run of plain content events, matched in the stream's text. */
+function readPlainContentRun(m: RegExpExecArray): StreamEvent {
+  const source = m[0];
+  const template = (text: string) => text.replaceAll('$', '$$$$');
+  return {
+    content: {
+      index: Number(m[1]),
+      // Inside a literal a newline is escaped: these are the events' own.
+      pieces: occurrences(source, '\n\n'),
+      render: (before, after) => source.replace(PLAIN_CONTENT_PIECE, `${template(before)}$1${template(after)}`),
+    },
+  };
 }
 
 const CONTEXT_ERROR = /context length|context window|context size|maximum context|too many tokens|exceeds the available context/i;
@@ -149,7 +158,7 @@ export function openAiCompatible(quirks: DialectQuirks): Dialect {
     },
 
     streamParser() {
-      return new SseParser({ pattern: PLAIN_CONTENT_EVENT, read: readPlainContentEvent });
+      return new SseParser({ pattern: PLAIN_CONTENT_RUN, read: readPlainContentRun });
     },
 
     streamEvent(event) {

@@ -9,14 +9,13 @@ export interface SseEvent {
 }
 
 /**
- * The one event shape that dominates a stream, read straight from the text:
- * a sticky pattern matching a whole event, blank line included, and a reader
- * that adds what a match means to the events so far (it may extend the last
- * one) or returns false to have the event read the ordinary way after all.
+ * The events that dominate a stream, read straight from the text: a sticky
+ * pattern matching one or more whole events, blank lines included, and what
+ * a match amounts to.
  */
-export interface QuickEvent<T> {
+export interface QuickEvents<T> {
   pattern: RegExp;
-  read(match: RegExpExecArray, out: (SseEvent | T)[]): boolean;
+  read(match: RegExpExecArray): T;
 }
 
 export class SseParser<T = never> {
@@ -24,7 +23,7 @@ export class SseParser<T = never> {
   private event: string | undefined;
   private data: string[] = [];
 
-  constructor(private readonly quick?: QuickEvent<T>) {}
+  constructor(private readonly quick?: QuickEvents<T>) {}
 
   /** Feeds text; returns the events it completed: read by the quick path, or as plain SSE events. */
   push(text: string): (SseEvent | T)[] {
@@ -36,7 +35,8 @@ export class SseParser<T = never> {
         const { pattern } = this.quick;
         pattern.lastIndex = start;
         const match = pattern.exec(this.buffer);
-        if (match && this.quick.read(match, out)) {
+        if (match) {
+          out.push(this.quick.read(match));
           start = pattern.lastIndex;
           continue;
         }

@@ -1,9 +1,13 @@
 import { describe, expect, it } from 'vitest';
+import type { ContentRun, StreamEvent } from '../../src/protocol/chat-response.js';
 import { UpstreamBrokeOff } from '../../src/upstream/dialect.js';
 import { DIALECTS } from '../../src/upstream/dialects/index.js';
 
 const vllm = DIALECTS.vllm;
 const event = (data: unknown) => ({ event: undefined, data: typeof data === 'string' ? data : JSON.stringify(data) });
+
+/** A run's pieces, spelled out through its own rendering. */
+const piecesOf = (run: ContentRun): string[] => JSON.parse(`[${run.render('', ',').slice(0, -1)}]`);
 
 describe('reading stream events', () => {
   const plain = { id: 'c-1', object: 'chat.completion.chunk', created: 5, model: 'x', choices: [{ index: 2, delta: { content: 'he said "hi"\n\u00e9' }, logprobs: null, finish_reason: null }] };
@@ -45,7 +49,7 @@ describe('reading stream events', () => {
     // The quick path gathers a choice's consecutive pieces into one run; spelled out, they are the full parse's deltas.
     const quick = vllm.streamParser().push(sse).flatMap((e) => {
       if ('data' in e) return [vllm.streamEvent(e)];
-      return e.content ? e.content.texts.map((content) => ({ choices: [{ index: e.content!.index, delta: { content }, logprobs: null, finish_reason: null }] })) : [e];
+      return e.content ? piecesOf(e.content).map((content) => ({ choices: [{ index: e.content!.index, delta: { content }, logprobs: null, finish_reason: null }] })) : [e];
     });
     const full = chunks.map((c) => vllm.streamEvent({ event: undefined, data: JSON.stringify({ choices: c.choices, model: c.model, id: c.id }) }));
     expect(quick).toEqual([...full, { done: true }]);
@@ -53,8 +57,28 @@ describe('reading stream events', () => {
 
   it('gathers consecutive plain pieces of one choice into one run, and starts a new run when the choice changes', () => {
     const piece = (index: number, content: string) => `data: ${JSON.stringify({ ...plain, choices: [{ ...plain.choices[0], index, delta: { content } }] })}\n\n`;
-    const events = vllm.streamParser().push(piece(0, 'a') + piece(0, 'b') + piece(1, 'c') + piece(0, 'd'));
-    expect(events).toEqual([{ content: { index: 0, texts: ['a', 'b'] } }, { content: { index: 1, texts: ['c'] } }, { content: { index: 0, texts: ['d'] } }]);
+    const events = vllm.streamParser().push(piece(0, 'a') + piece(0, 'b') + piece(1, 'c') + piece(0, '') + piece(0, 'd'));
+    expect(events.map((e) => ('data' in e ? vllm.streamEvent(e) : { index: e.content!.index, pieces: piecesOf(e.content!), count: e.content!.pieces }))).toEqual([
+      { index: 0, pieces: ['a', 'b'], count: 2 },
+      { index: 1, pieces: ['c'], count: 1 },
+      // An empty piece is no token: it takes the full parse, and ends the run.
+      { choices: [{ index: 0, delta: { content: '' }, logprobs: null, finish_reason: null }] },
+      { index: 0, pieces: ['d'], count: 1 },
+    ]);
+  });
+
+  it('copies each piece as the literal the upstream wrote, between text taken as it is', () => {
+    const sse = `data: {"id":"u","object":"chat.completion.chunk","created":1,"model":"x","choices":[{"index":0,"delta":{"content":"caf\\u00e9 \\"q\\""},"logprobs":null,"finish_reason":null}]}\n\n`;
+    const [run] = vllm.streamParser().push(sse) as StreamEvent[];
+    // Dollar signs in the surrounding text (a model id may have them) are not replacement patterns.
+    expect(run.content!.render('<$1 $& $$>', '<$`>')).toBe('<$1 $& $$>"caf\\u00e9 \\"q\\""<$`>');
+  });
+
+  it('leaves a plain-looking chunk with a raw control character to the full parse, which refuses it as JSON does', () => {
+    const raw = `data: ${JSON.stringify(plain).replace('\\n', '\n')}\n\n`;
+    const [e] = vllm.streamParser().push(raw);
+    expect('data' in e).toBe(true);
+    expect(() => vllm.streamEvent(e as { event: undefined; data: string })).toThrow(UpstreamBrokeOff);
   });
 
   it('still refuses, through the stream parser, a plain-looking chunk whose content is not valid JSON', () => {
