@@ -11,7 +11,9 @@
 //
 // A loaded small VM is noisy, so the targets take turns: ROUNDS rounds of
 // each, and the table shows each target's median round; the ratios are
-// medians of the same-round ratios.
+// medians of the same-round ratios. Every target first serves an unmeasured
+// warm-up run per mode, so that each is measured with its code compiled,
+// as a long-running server is, not while the JIT is still at work.
 //
 //   npm run build && node bench/gateway-throughput.mjs [seconds per run, default 10] [overload seconds, default 60] [rounds, default 3]
 import { execFileSync, fork, spawn } from 'node:child_process';
@@ -23,6 +25,7 @@ import { ROOT, startParley, stopAll, track, waitForPort } from './support.mjs';
 const SECONDS = Number(process.argv[2] ?? 10);
 const OVERLOAD_SECONDS = Number(process.argv[3] ?? 60);
 const ROUNDS = Number(process.argv[4] ?? 3);
+const WARMUP_SECONDS = 5;
 const DEMO_CREDIT_MICROS = 1_000_000 * 1_000_000;
 
 function forked(script, args) {
@@ -90,6 +93,7 @@ try {
   for (const stream of [false, true]) {
     const mode = stream ? 'streamed' : 'whole';
     const runs = new Map(targets.map(([name]) => [name, []]));
+    for (const [, url, headers] of targets) await load(url, headers, stream, 32, WARMUP_SECONDS);
     for (let round = 0; round < ROUNDS; round++) {
       const reqs = {};
       for (const [name, url, headers] of targets) {
