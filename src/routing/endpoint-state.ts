@@ -75,35 +75,30 @@ export class EndpointState {
 
   /** Waits in the queue for a slot, up to `timeoutMs` or until the request is cancelled. */
   async acquireQueued(timeoutMs: number, cancellation: Cancellation): Promise<void> {
+    // A request whose client has already left takes no place in the queue.
+    if (cancellation.cancelled) throw new Cancelled();
     if (this.tryAcquire()) return;
     await new Promise<void>((resolve, reject) => {
+      const leave = (err: Error) => {
+        const i = this.waiters.indexOf(waiter);
+        if (i >= 0) this.waiters.splice(i, 1);
+        waiter.reject(err);
+      };
+      const timer = setTimeout(() => leave(new QueueTimeout(`waited ${timeoutMs} ms for ${this.name}`)), timeoutMs);
+      const unsubscribe = cancellation.subscribe(() => leave(new Cancelled()));
       const waiter: Waiter = {
         resolve: () => {
-          cleanup();
+          clearTimeout(timer);
+          unsubscribe();
           resolve();
         },
         reject: (err) => {
-          cleanup();
+          clearTimeout(timer);
+          unsubscribe();
           reject(err);
         },
       };
-      const drop = () => {
-        const i = this.waiters.indexOf(waiter);
-        if (i >= 0) this.waiters.splice(i, 1);
-      };
-      const timer = setTimeout(() => {
-        drop();
-        waiter.reject(new QueueTimeout(`waited ${timeoutMs} ms for ${this.name}`));
-      }, timeoutMs);
       this.waiters.push(waiter);
-      const unsubscribe = cancellation.subscribe(() => {
-        drop();
-        waiter.reject(new Cancelled());
-      });
-      const cleanup = () => {
-        clearTimeout(timer);
-        unsubscribe();
-      };
     });
   }
 

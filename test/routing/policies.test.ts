@@ -170,6 +170,19 @@ describe('endpoint concurrency', () => {
     await staying;
     expect(state.inFlight).toBe(1);
   });
+
+  it('refuses at once, taking no place in the queue, a request cancelled before it began to wait', async () => {
+    const state = new EndpointState('e', { maxConcurrent: 1, maxQueue: 2 }, { failureThreshold: 3, openMs: 1000 });
+    state.tryAcquire();
+    const gone = new Cancellation();
+    gone.cancel();
+    await expect(state.acquireQueued(20, gone)).rejects.toMatchObject({ name: 'AbortError' });
+    expect(state.queued).toBe(0);
+    // Past the queue timeout nothing else fires: an error thrown from a timer would fail this test as uncaught.
+    await new Promise((r) => setTimeout(r, 50));
+    state.release();
+    expect(state.inFlight).toBe(0);
+  });
 });
 
 describe('the router across reloads', () => {
