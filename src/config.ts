@@ -108,6 +108,8 @@ const billingSettings = z
     holdTtlMs: z.int().min(500).default(120_000),
     /** Credit for the demo account `parley serve` makes on a fresh private Redis; 0 makes none. */
     demoCredit: z.number().nonnegative().default(10),
+    /** How long each request's usage event is kept; without it, for good. Daily totals are kept 400 days regardless. */
+    usageRetentionDays: z.int().positive().optional(),
   })
   .prefault({});
 

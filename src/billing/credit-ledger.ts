@@ -67,12 +67,13 @@ ${LUA_INT}
 return redis.call('ZADD', KEYS[1], 'XX', 'CH', int(now_ms + tonumber(ARGV[2])), ARGV[1])
 `);
 
-// Settles a batch: for each settlement, 6 KEYS (account, holds, amounts,
-// settled marker, the account's usage stream, daily usage) and 11 ARGV
-// (request id, cost, outcome, model, prompt, cached, completion, account,
-// key id, endpoint, reason). Replies with a pair each: 1 and the charge when
-// settled now, 0 when settled before, -1 when refused (amounts that are not
-// whole numbers), with nothing written.
+// Settles a batch: ARGV[1] is how long usage events are kept in ms (0: for
+// good); then for each settlement, 6 KEYS (account, holds, amounts, settled
+// marker, the account's usage stream, daily usage) and 11 ARGV (request id,
+// cost, outcome, model, prompt, cached, completion, account, key id,
+// endpoint, reason). Replies with a pair each: 1 and the charge when settled
+// now, 0 when settled before, -1 when refused (amounts that are not whole
+// numbers), with nothing written.
 const SETTLE_KEYS = 6;
 const SETTLE_ARGS = 11;
 const SETTLE = luaScript(`
@@ -83,6 +84,7 @@ local function whole(text)
 end
 -- The clock stands still within a script, so an account's expired holds are reclaimed once per batch.
 local reclaimed = {}
+local keep_ms = tonumber(ARGV[1])
 local function settle(K, A)
   if redis.call('EXISTS', K[4]) == 1 then return 0, 0 end
   -- Checked before any write: a script that fails half-way keeps what it wrote, and a retry would write it again.
@@ -114,14 +116,16 @@ local function settle(K, A)
     redis.call('HINCRBY', K[6], model .. '\\tcost', int(charge))
   end
   redis.call('SET', K[4], '1', 'EX', 2 * 86400)
-  redis.call('XADD', K[5], '*', 'request_id', id, 'account', A[8], 'key', A[9], 'model', A[4], 'endpoint', A[10],
+  -- Appending trims the events past retention (a few at a time, never a sweep); MINID 0 trims none.
+  local keep_after = keep_ms > 0 and int(now_ms - keep_ms) or '0'
+  redis.call('XADD', K[5], 'MINID', '=', keep_after, '*', 'request_id', id, 'account', A[8], 'key', A[9], 'model', A[4], 'endpoint', A[10],
     'outcome', A[3], 'reason', A[11], 'prompt_tokens', A[5], 'cached_tokens', A[6], 'completion_tokens', A[7],
     'cost', A[2], 'charged', int(charge))
   return 1, charge
 end
 local reply = {}
 for i = 0, #KEYS / ${SETTLE_KEYS} - 1 do
-  local done, charge = settle({unpack(KEYS, i * ${SETTLE_KEYS} + 1, (i + 1) * ${SETTLE_KEYS})}, {unpack(ARGV, i * ${SETTLE_ARGS} + 1, (i + 1) * ${SETTLE_ARGS})})
+  local done, charge = settle({unpack(KEYS, i * ${SETTLE_KEYS} + 1, (i + 1) * ${SETTLE_KEYS})}, {unpack(ARGV, i * ${SETTLE_ARGS} + 2, (i + 1) * ${SETTLE_ARGS} + 1)})
   reply[#reply + 1] = done
   reply[#reply + 1] = charge
 end
@@ -237,13 +241,14 @@ export type SettleResult = { charged: number } | 'already settled' | 'refused';
 
 /**
  * Releases each settlement's hold and, for a complete reply, charges it;
- * appends its usage event. One script for the whole batch, each settlement
+ * appends its usage event, dropping the account's events older than
+ * `keepEventsMs` (0: none). One script for the whole batch, each settlement
  * applied whole or, when malformed, not at all.
  */
-export async function settleHolds(redis: Redis, batch: Settlement[]): Promise<SettleResult[]> {
+export async function settleHolds(redis: Redis, batch: Settlement[], keepEventsMs = 0): Promise<SettleResult[]> {
   const day = currentUtcDay(Date.now());
   const keys: string[] = [];
-  const args: (string | number)[] = [];
+  const args: (string | number)[] = [keepEventsMs];
   for (const s of batch) {
     const u = s.usage;
     keys.push(...accountKeys(s.account), redisKeys.settled(s.requestId), redisKeys.usageEvents(s.account), redisKeys.dailyUsage(s.account, day));
@@ -254,8 +259,8 @@ export async function settleHolds(redis: Redis, batch: Settlement[]): Promise<Se
 }
 
 /** One settlement alone: what it was charged, or undefined when it was settled before. */
-export async function settleHold(redis: Redis, s: Settlement): Promise<number | undefined> {
-  const [result] = await settleHolds(redis, [s]);
+export async function settleHold(redis: Redis, s: Settlement, keepEventsMs = 0): Promise<number | undefined> {
+  const [result] = await settleHolds(redis, [s], keepEventsMs);
   if (result === 'refused') throw new Error(`settlement ${s.requestId} refused: its amounts are not whole numbers`);
   return result === 'already settled' ? undefined : result.charged;
 }

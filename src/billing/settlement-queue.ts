@@ -17,7 +17,8 @@ export class SettlementQueue {
   private readonly pending = new Set<Promise<void>>();
   private batch: { settlement: Settlement; landed: () => void }[] = [];
 
-  constructor(private readonly redis: Redis) {}
+  /** `keepEventsMs`: how long usage events are kept, read at each batch (the routing file may change); 0 keeps them for good. */
+  constructor(private readonly redis: Redis, private readonly keepEventsMs: () => number = () => 0) {}
 
   /** Settles as soon as Redis answers, retrying in the background; resolves once it has landed. */
   settle(s: Settlement): Promise<void> {
@@ -49,7 +50,7 @@ export class SettlementQueue {
   private async run(part: { settlement: Settlement; landed: () => void }[]): Promise<void> {
     for (let wait = FIRST_RETRY_MS; ; wait = Math.min(wait * 2, MAX_RETRY_MS)) {
       try {
-        const results = await settleHolds(this.redis, part.map((p) => p.settlement));
+        const results = await settleHolds(this.redis, part.map((p) => p.settlement), this.keepEventsMs());
         part.forEach((p, i) => {
           // Retrying cannot mend a malformed settlement; its hold expires unpaid.
           if (results[i] === 'refused') console.error(`parley: settlement ${p.settlement.requestId} refused: its amounts are not whole numbers`);

@@ -59,7 +59,9 @@ export async function startGateway(opts: GatewayOptions): Promise<RunningGateway
   router.apply(table);
   const lifecycle = new Lifecycle();
   const telemetry = new Telemetry(router);
-  const context: GatewayContext = { routing: () => table, router, lifecycle, telemetry, redis, keys, settlements: new SettlementQueue(redis), keySecret: secret };
+  const keepUsageEventsMs = () => (table.billing.usageRetentionDays ?? 0) * 86_400_000;
+  const settlements = new SettlementQueue(redis, keepUsageEventsMs);
+  const context: GatewayContext = { routing: () => table, router, lifecycle, telemetry, redis, keys, settlements, keySecret: secret };
   const server = createGatewayServer(context);
   // Streams can be long; Node's default request timeout would cut them.
   server.requestTimeout = 0;

@@ -116,6 +116,17 @@ describe('charges', () => {
   });
 });
 
+describe('usage event retention', () => {
+  it('follows the routing file: events older than billing.usageRetentionDays go as new ones are settled', async () => {
+    await withGatewayOn([answering({ prompt_tokens: 10, completion_tokens: 5 })], ([url]) => ({ billing: { usageRetentionDays: 30 }, models: [modelEntry('m', [{ kind: 'vllm', url }], { pricesPerMillion: PRICES })] }), async (gw) => {
+      await gw.redis.client.xadd(`parley:account:${gw.account}:usage-events`, '1000-0', 'request_id', 'from-1970');
+      await gw.client.chat.completions.create({ model: 'm', messages });
+      await until(async () => (await events(gw.redis, gw.account)).some((e) => e.outcome === 'complete'));
+      expect((await events(gw.redis, gw.account)).map((e) => e.outcome)).toEqual(['complete']);
+    });
+  });
+});
+
 describe('authentication', () => {
   let upstream: FakeUpstream;
   let gw: TestGateway;

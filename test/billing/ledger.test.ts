@@ -102,6 +102,21 @@ describe('holds and settlement', () => {
     await expect(settleHold(redis.client, bad)).rejects.toThrow(/refused/);
   });
 
+  it('drops usage events older than the retention it is given as it appends a new one, and keeps them all without one', async () => {
+    const { account } = await makeAccount(redis, 1);
+    await redis.client.xadd(redisKeys.usageEvents(account), '1000-0', 'request_id', 'from-1970');
+    const requestIds = async () => {
+      const ids: string[] = [];
+      for await (const e of readUsageEvents(redis.client, account)) ids.push(e.requestId);
+      return ids;
+    };
+    for (const id of ['kept', 'trimming']) await holdCredit(redis.client, { account, requestId: id, ttlMs: 60_000, prices, promptTokens: 10, n: 1, maxReplyTokens: 10 });
+    await settleHold(redis.client, settlement(account, 'kept', 30));
+    expect(await requestIds()).toEqual(['from-1970', 'kept']);
+    await settleHold(redis.client, settlement(account, 'trimming', 30), 86_400_000);
+    expect(await requestIds()).toEqual(['kept', 'trimming']);
+  });
+
   it('deducts granted credit first and never below zero', async () => {
     const { account } = await makeAccount(redis, 1);
     await changeCredit(redis.client, account, 'top_up', 2_000_000, 'code');
