@@ -1,0 +1,31 @@
+// Reading a request body on a real connection.
+import { createServer, request, type IncomingMessage } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { describe, expect, it } from 'vitest';
+import { readJsonBody } from '../../src/protocol/http-io.js';
+import { sleep } from '../support/fake-upstream.js';
+
+/** The server's side of one request whose client sends `body` (of `declared` bytes) and then leaves. */
+async function requestWhoseClientLeft(body: string, declared: number): Promise<IncomingMessage> {
+  const server = createServer();
+  const arrived = new Promise<IncomingMessage>((resolve) => server.once('request', resolve));
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const client = request({ port: (server.address() as AddressInfo).port, method: 'POST', headers: { 'content-type': 'application/json', 'content-length': declared } });
+  client.on('error', () => {});
+  client.write(body);
+  const req = await arrived;
+  client.destroy();
+  await new Promise((resolve) => req.once('close', resolve));
+  server.close();
+  return req;
+}
+
+describe('readJsonBody', () => {
+  it('gives up at once on a request whose client left before its body was read, whole or not', async () => {
+    for (const [body, declared] of [['{"a":1}', 7], ['{"a":', 100]] as const) {
+      const req = await requestWhoseClientLeft(body, declared);
+      const outcome = await Promise.race([readJsonBody(req, 1_000_000).then(() => 'read', (err) => err.name), sleep(1_000).then(() => 'still waiting')]);
+      expect(outcome).toBe('AbortError');
+    }
+  });
+});
