@@ -11,6 +11,19 @@ export type ErrorType =
   | 'server_error'
   | 'service_unavailable';
 
+/**
+ * Not a failure to report: the request's client has left (or shutdown's grace
+ * period ended it), so there is no one to answer. The server drops the
+ * connection on it instead of rendering a body.
+ */
+export class Cancelled extends Error {
+  override readonly name = 'AbortError';
+
+  constructor() {
+    super('the request was cancelled');
+  }
+}
+
 export class ApiError extends Error {
   constructor(
     readonly status: number,

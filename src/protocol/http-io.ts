@@ -1,8 +1,7 @@
 // Reading a JSON request body and writing JSON answers in the wire format,
 // shared by the gateway and the local engine.
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { Cancelled } from '../upstream/cancellation.js';
-import { ApiError, bodyTooLarge, invalidJson, unsupportedContentType } from './errors.js';
+import { ApiError, bodyTooLarge, Cancelled, invalidJson, unsupportedContentType } from './errors.js';
 
 export function readJsonBody(req: IncomingMessage, limitBytes: number): Promise<unknown> {
   // A client that left before the body was read (while its key was looked up) sends no more events: waiting would be for ever.

@@ -2,7 +2,8 @@
 // waiting, its circuit breaker, latency and how much of its prompts its cache
 // served. It outlives routing-file reloads (keyed by the endpoint's name), so
 // an edit does not forget that an endpoint is down or busy.
-import { Cancelled, type Cancellation } from '../upstream/cancellation.js';
+import { Cancelled } from '../protocol/errors.js';
+import type { Cancellation } from '../upstream/cancellation.js';
 import { CircuitBreaker, type BreakerSettings, type BreakerState } from './circuit-breaker.js';
 
 export interface EndpointLimits {

@@ -24,12 +24,3 @@ export class Cancellation {
     return () => this.listeners.delete(listener);
   }
 }
-
-/** The error a cancelled wait or call ends with. */
-export class Cancelled extends Error {
-  override readonly name = 'AbortError';
-
-  constructor() {
-    super('the request was cancelled');
-  }
-}

@@ -8,8 +8,8 @@
 import { StringDecoder } from 'node:string_decoder';
 import { Agent, errors as undiciErrors, type Dispatcher } from 'undici';
 import type { StreamEvent } from '../protocol/chat-response.js';
-import { ApiError, upstreamFailed, upstreamUnreachable } from '../protocol/errors.js';
-import { Cancelled, type Cancellation } from './cancellation.js';
+import { ApiError, Cancelled, upstreamFailed, upstreamUnreachable } from '../protocol/errors.js';
+import type { Cancellation } from './cancellation.js';
 import { UpstreamBrokeOff, type Dialect } from './dialect.js';
 import type { SseEvent } from './sse-parser.js';
 
