@@ -87,15 +87,17 @@ export class EndpointState {
       };
       const timer = setTimeout(() => leave(new QueueTimeout(`waited ${timeoutMs} ms for ${this.name}`)), timeoutMs);
       const unsubscribe = cancellation.subscribe(() => leave(new Cancelled()));
+      const stopWaiting = () => {
+        clearTimeout(timer);
+        unsubscribe();
+      };
       const waiter: Waiter = {
         resolve: () => {
-          clearTimeout(timer);
-          unsubscribe();
+          stopWaiting();
           resolve();
         },
         reject: (err) => {
-          clearTimeout(timer);
-          unsubscribe();
+          stopWaiting();
           reject(err);
         },
       };

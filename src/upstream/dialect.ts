@@ -68,16 +68,18 @@ function occurrences(text: string, what: string): number {
   return count;
 }
 
+/** Text taken as it is inside a replacement template, where `$` has meanings. */
+const literalReplacement = (text: string) => text.replaceAll('$', '$$$$');
+
 /** A run of plain content events, matched in the stream's text. */
 function readPlainContentRun(m: RegExpExecArray): StreamEvent {
   const source = m[0];
-  const template = (text: string) => text.replaceAll('$', '$$$$');
   return {
     content: {
       index: Number(m[1]),
       // Inside a literal a newline is escaped: these are the events' own.
       pieces: occurrences(source, '\n\n'),
-      render: (before, after) => source.replace(PLAIN_CONTENT_PIECE, `${template(before)}$1${template(after)}`),
+      render: (before, after) => source.replace(PLAIN_CONTENT_PIECE, `${literalReplacement(before)}$1${literalReplacement(after)}`),
     },
   };
 }
