@@ -8,7 +8,8 @@
 import type { Redis } from 'ioredis';
 import { redisKeys } from '../redis/keys.js';
 import { LUA_INT, LUA_NOW_MS, luaScript } from '../redis/lua-script.js';
-import { RATE_LIMIT_LUA, rateLimitHeaders, type RateCheck } from '../ratelimit/rate-limiter.js';
+import { ApiError } from '../protocol/errors.js';
+import { RATE_LIMIT_LUA, rateLimitHeaders, rateLimitRefusal, type RateCheck } from '../ratelimit/rate-limiter.js';
 import type { Usage } from '../protocol/chat-response.js';
 import type { TokenPrices } from './prices.js';
 
@@ -33,32 +34,105 @@ local function balance_of(account_key)
 end
 `;
 
-// KEYS: account, holds, amounts, and the rate window when the key has limits.
-// ARGV: request id, ttl ms, prompt pico, output pico for all n replies per token, max reply tokens, then the rate check's.
-// Reply: status (1 held, -1 no credit, -3 no account, -4 rate limited), amount or available or refusal, reply tokens, then the rate window's counts.
-const HOLD = luaScript(`
-if redis.call('EXISTS', KEYS[1]) == 0 then return {-3, 0, 0, 0, 0} end
-${RATE_LIMIT_LUA}
-if rate_refused > 0 then return {-4, rate_refused, 0, rate_requests, rate_tokens} end
+// For scripts that work on a batch: each account is read once, when the
+// batch first touches it (K: its account, holds and amounts keys; false when
+// there is no such account), changed in Lua, and written back once by
+// write_accounts() at the end. A script runs alone, so nothing can change the
+// account in between; and a batch of n costs a few commands per account
+// rather than a dozen per request.
+const BATCHED_ACCOUNTS = `
 ${RECLAIM_EXPIRED_HOLDS}
-reclaim(KEYS[1], KEYS[2], KEYS[3])
-local granted, topped_up, held = balance_of(KEYS[1])
-local available = granted + topped_up - held
-if available <= 0 then return {-1, available, 0, rate_requests, rate_tokens} end
-local prompt_pico, output_pico, max_tokens = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
-local tokens = max_tokens
-local amount = math.ceil((prompt_pico + output_pico * tokens) / 1000000)
-if amount > available then
-  if output_pico == 0 then return {-1, available, 0, rate_requests, rate_tokens} end
-  tokens = math.floor((available * 1000000 - prompt_pico) / output_pico)
-  if tokens < 1 then return {-1, available, 0, rate_requests, rate_tokens} end
-  amount = math.ceil((prompt_pico + output_pico * tokens) / 1000000)
+local accounts, accounts_read = {}, {}
+local function account(K)
+  local a = accounts[K[1]]
+  if a == nil then
+    a = false
+    if redis.call('EXISTS', K[1]) == 1 then
+      reclaim(K[1], K[2], K[3])
+      local granted, topped_up, held = balance_of(K[1])
+      a = { key = K[1], holds = K[2], amounts = K[3], granted = granted, topped_up = topped_up, held = held,
+            changed = false, opened_expiries = {}, opened_amounts = {}, closed = {} }
+      accounts_read[#accounts_read + 1] = a
+    end
+    accounts[K[1]] = a
+  end
+  return a
 end
-count_request()
-redis.call('ZADD', KEYS[2], int(now_ms + tonumber(ARGV[2])), ARGV[1])
-redis.call('HSET', KEYS[3], ARGV[1], int(amount))
-redis.call('HINCRBY', KEYS[1], 'held', int(amount))
-return {1, amount, tokens, rate_requests, rate_tokens}
+local function open_hold(a, id, expiry, amount)
+  a.held, a.changed = a.held + amount, true
+  a.opened_expiries[#a.opened_expiries + 1] = expiry
+  a.opened_expiries[#a.opened_expiries + 1] = id
+  a.opened_amounts[#a.opened_amounts + 1] = id
+  a.opened_amounts[#a.opened_amounts + 1] = int(amount)
+end
+-- Releases a hold that is still open; one that expired was reclaimed already.
+local function close_hold(a, id)
+  local amount = tonumber(redis.call('HGET', a.amounts, id) or 'nil')
+  if not amount then return end
+  a.held, a.changed = a.held - amount, true
+  a.closed[#a.closed + 1] = id
+end
+local function write_accounts()
+  for _, a in ipairs(accounts_read) do
+    if #a.opened_expiries > 0 then
+      redis.call('ZADD', a.holds, unpack(a.opened_expiries))
+      redis.call('HSET', a.amounts, unpack(a.opened_amounts))
+    end
+    if #a.closed > 0 then
+      redis.call('HDEL', a.amounts, unpack(a.closed))
+      redis.call('ZREM', a.holds, unpack(a.closed))
+    end
+    if a.changed then redis.call('HSET', a.key, 'granted', int(a.granted), 'topped_up', int(a.topped_up), 'held', int(a.held)) end
+  end
+end
+`;
+
+// Holds a batch, in order, as if one script ran per hold. For each hold 4
+// KEYS (account, holds, amounts, and its rate window, or any key when it has
+// no rate check) and 9 ARGV (request id, ttl ms, prompt pico, output pico for
+// all n replies per token, max reply tokens, 1 with a rate check or 0, then
+// the check's requests limit, tokens limit and this request's tokens).
+// Replies 5 per hold: status (1 held, -1 no credit, -3 no account, -4 rate
+// limited), the amount held or available or which limit refused it, reply
+// tokens, then the rate window's counts.
+const HOLD_KEYS = 4;
+const HOLD_ARGS = 9;
+const HOLD = luaScript(`
+${BATCHED_ACCOUNTS}
+${RATE_LIMIT_LUA}
+local function hold(K, A)
+  local a = account(K)
+  if not a then return {-3, 0, 0, 0, 0} end
+  local w
+  if A[6] == '1' then
+    w = rate_window(K[4])
+    local refused = rate_refusal(w, tonumber(A[7]), tonumber(A[8]), tonumber(A[9]))
+    if refused > 0 then return {-4, refused, 0, w.requests, w.tokens} end
+  end
+  local function counts() if w then return w.requests, w.tokens end return 0, 0 end
+  local available = a.granted + a.topped_up - a.held
+  if available <= 0 then return {-1, available, 0, counts()} end
+  local prompt_pico, output_pico = tonumber(A[3]), tonumber(A[4])
+  local tokens = tonumber(A[5])
+  local amount = math.ceil((prompt_pico + output_pico * tokens) / 1000000)
+  if amount > available then
+    if output_pico == 0 then return {-1, available, 0, counts()} end
+    tokens = math.floor((available * 1000000 - prompt_pico) / output_pico)
+    if tokens < 1 then return {-1, available, 0, counts()} end
+    amount = math.ceil((prompt_pico + output_pico * tokens) / 1000000)
+  end
+  if w then count_request(w, tonumber(A[9])) end
+  open_hold(a, A[1], int(now_ms + tonumber(A[2])), amount)
+  return {1, amount, tokens, counts()}
+end
+local reply = {}
+for i = 0, #KEYS / ${HOLD_KEYS} - 1 do
+  local r = hold({unpack(KEYS, i * ${HOLD_KEYS} + 1, (i + 1) * ${HOLD_KEYS})}, {unpack(ARGV, i * ${HOLD_ARGS} + 1, (i + 1) * ${HOLD_ARGS})})
+  for _, v in ipairs(r) do reply[#reply + 1] = v end
+end
+write_accounts()
+write_rate_windows()
+return reply
 `);
 
 const EXTEND = luaScript(`
@@ -67,57 +141,59 @@ ${LUA_INT}
 return redis.call('ZADD', KEYS[1], 'XX', 'CH', int(now_ms + tonumber(ARGV[2])), ARGV[1])
 `);
 
-// Settles a batch: ARGV[1] is how long usage events are kept in ms (0: for
-// good); then for each settlement, 6 KEYS (account, holds, amounts, settled
-// marker, the account's usage stream, daily usage) and 11 ARGV (request id,
-// cost, outcome, model, prompt, cached, completion, account, key id,
-// endpoint, reason). Replies with a pair each: 1 and the charge when settled
-// now, 0 when settled before, -1 when refused (amounts that are not whole
-// numbers), with nothing written.
+// Settles a batch, in order, as if one script ran per settlement: ARGV[1] is
+// how long usage events are kept in ms (0: for good); then for each
+// settlement, 6 KEYS (account, holds, amounts, settled marker, the account's
+// usage stream, daily usage) and 11 ARGV (request id, cost, outcome, model,
+// prompt, cached, completion, account, key id, endpoint, reason). Replies
+// with a pair each: 1 and the charge when settled now, 0 when settled
+// before, -1 when refused (amounts that are not whole numbers), with nothing
+// written. Daily totals are summed in Lua and added once per batch and model.
 const SETTLE_KEYS = 6;
 const SETTLE_ARGS = 11;
 const SETTLE = luaScript(`
-${RECLAIM_EXPIRED_HOLDS}
+${BATCHED_ACCOUNTS}
 local function whole(text)
   local n = tonumber(text)
   return n and n == math.floor(n) and n >= 0 and n < 2 ^ 53
 end
--- The clock stands still within a script, so an account's expired holds are reclaimed once per batch.
-local reclaimed = {}
 local keep_ms = tonumber(ARGV[1])
+-- Appending trims the events past retention (a few at a time, never a sweep); MINID 0 trims none.
+local keep_after = keep_ms > 0 and int(now_ms - keep_ms) or '0'
+-- Each day's totals per model, summed over the batch: requests, prompt, cached and completion tokens, cost.
+local TOTALS = { 'requests', 'prompt_tokens', 'cached_tokens', 'completion_tokens', 'cost' }
+local totals, totals_read = {}, {}
+local function add_to_totals(key, model, prompt, cached, completion, cost)
+  local by_model = totals[key]
+  if not by_model then
+    by_model = {}
+    totals[key] = by_model
+  end
+  local t = by_model[model]
+  if not t then
+    t = { key = key, model = model, 0, 0, 0, 0, 0 }
+    by_model[model] = t
+    totals_read[#totals_read + 1] = t
+  end
+  t[1], t[2], t[3], t[4], t[5] = t[1] + 1, t[2] + prompt, t[3] + cached, t[4] + completion, t[5] + cost
+end
 local function settle(K, A)
-  if redis.call('EXISTS', K[4]) == 1 then return 0, 0 end
   -- Checked before any write: a script that fails half-way keeps what it wrote, and a retry would write it again.
   if not (whole(A[2]) and whole(A[5]) and whole(A[6]) and whole(A[7])) then return -1, 0 end
-  if not reclaimed[K[1]] then
-    reclaim(K[1], K[2], K[3])
-    reclaimed[K[1]] = true
-  end
+  if not redis.call('SET', K[4], '1', 'NX', 'EX', 2 * 86400) then return 0, 0 end
+  local a = account(K)
   local id = A[1]
-  local held = tonumber(redis.call('HGET', K[3], id) or 'nil')
-  if held then
-    redis.call('HDEL', K[3], id)
-    redis.call('ZREM', K[2], id)
-    redis.call('HINCRBY', K[1], 'held', int(0 - held))
-  end
   local charge = 0
-  if A[3] == 'complete' then
-    local granted, topped_up, held_now = balance_of(K[1])
-    -- Never below zero: a hold that expired (or an upstream that overshot) is charged at most what is left.
-    charge = math.min(tonumber(A[2]), math.max(granted + topped_up - held_now, 0))
-    local from_granted = math.min(charge, math.max(granted, 0))
-    redis.call('HSET', K[1], 'granted', int(granted - from_granted), 'topped_up', int(topped_up - (charge - from_granted)))
-    local model = A[4]
-    -- The day's first request (of any model) sets the totals' expiry.
-    if redis.call('HINCRBY', K[6], model .. '\\trequests', 1) == 1 then redis.call('EXPIRE', K[6], 400 * 86400) end
-    redis.call('HINCRBY', K[6], model .. '\\tprompt_tokens', A[5])
-    redis.call('HINCRBY', K[6], model .. '\\tcached_tokens', A[6])
-    redis.call('HINCRBY', K[6], model .. '\\tcompletion_tokens', A[7])
-    redis.call('HINCRBY', K[6], model .. '\\tcost', int(charge))
+  if a then
+    close_hold(a, id)
+    if A[3] == 'complete' then
+      -- Never below zero: a hold that expired (or an upstream that overshot) is charged at most what is left.
+      charge = math.min(tonumber(A[2]), math.max(a.granted + a.topped_up - a.held, 0))
+      local from_granted = math.min(charge, math.max(a.granted, 0))
+      a.granted, a.topped_up, a.changed = a.granted - from_granted, a.topped_up - (charge - from_granted), true
+      add_to_totals(K[6], A[4], tonumber(A[5]), tonumber(A[6]), tonumber(A[7]), charge)
+    end
   end
-  redis.call('SET', K[4], '1', 'EX', 2 * 86400)
-  -- Appending trims the events past retention (a few at a time, never a sweep); MINID 0 trims none.
-  local keep_after = keep_ms > 0 and int(now_ms - keep_ms) or '0'
   redis.call('XADD', K[5], 'MINID', '=', keep_after, '*', 'request_id', id, 'account', A[8], 'key', A[9], 'model', A[4], 'endpoint', A[10],
     'outcome', A[3], 'reason', A[11], 'prompt_tokens', A[5], 'cached_tokens', A[6], 'completion_tokens', A[7],
     'cost', A[2], 'charged', int(charge))
@@ -128,6 +204,12 @@ for i = 0, #KEYS / ${SETTLE_KEYS} - 1 do
   local done, charge = settle({unpack(KEYS, i * ${SETTLE_KEYS} + 1, (i + 1) * ${SETTLE_KEYS})}, {unpack(ARGV, i * ${SETTLE_ARGS} + 2, (i + 1) * ${SETTLE_ARGS} + 1)})
   reply[#reply + 1] = done
   reply[#reply + 1] = charge
+end
+write_accounts()
+for _, t in ipairs(totals_read) do
+  -- The day's first request (of any model) sets the totals' expiry.
+  if redis.call('HINCRBY', t.key, t.model .. '\\t' .. TOTALS[1], t[1]) == t[1] then redis.call('EXPIRE', t.key, 400 * 86400) end
+  for i = 2, #TOTALS do redis.call('HINCRBY', t.key, t.model .. '\\t' .. TOTALS[i], int(t[i])) end
 end
 return reply
 `);
@@ -182,24 +264,41 @@ export type HoldResult = (
   rateLimitHeaders: Record<string, string>;
 };
 
+export interface HoldAsk {
+  hold: HoldRequest;
+  /** The key's rate limit, checked and counted first. */
+  rate?: RateCheck;
+}
+
 /**
- * Holds the most the request can cost, or as many reply tokens as the
- * available balance pays for. With a rate check, the request is first
- * counted against its key's budget in the same script: a 429 when the budget
- * is spent, thrown with its headers.
+ * Holds, for each ask in order, the most its request can cost, or as many
+ * reply tokens as the available balance pays for. With a rate check, the
+ * request is first counted against its key's budget: the 429 that refuses it
+ * when the budget is spent. One script for the whole batch.
  */
-export async function holdCredit(redis: Redis, h: HoldRequest, rate?: RateCheck): Promise<HoldResult> {
-  const keys = accountKeys(h.account);
-  const args: number[] = [h.ttlMs, h.promptTokens * h.prices.missPico, h.n * h.prices.outputPico, h.maxReplyTokens];
-  if (rate) {
-    keys.push(rate.key);
-    args.push(...rate.args);
+export async function holdCredits(redis: Redis, asks: HoldAsk[]): Promise<(HoldResult | ApiError)[]> {
+  const keys: string[] = [];
+  const args: (string | number)[] = [];
+  for (const { hold: h, rate } of asks) {
+    keys.push(...accountKeys(h.account), rate?.key ?? redisKeys.account(h.account));
+    args.push(h.requestId, h.ttlMs, h.promptTokens * h.prices.missPico, h.n * h.prices.outputPico, h.maxReplyTokens, rate ? 1 : 0, ...(rate?.args ?? [0, 0, 0]));
   }
-  const [status, amount, tokens, requests, tokensUsed] = (await HOLD.run(redis, keys, [h.requestId, ...args])) as number[];
-  if (status === -3) return { kind: 'no_account', rateLimitHeaders: {} };
-  const headers = rate ? rateLimitHeaders(rate, status === -4 ? amount : 0, requests, tokensUsed) : {};
-  if (status === -1) return { kind: 'no_credit', available: amount, rateLimitHeaders: headers };
-  return { kind: 'held', amount, maxReplyTokens: tokens, rateLimitHeaders: headers };
+  const reply = (await HOLD.run(redis, keys, args)) as number[];
+  return asks.map(({ rate }, i): HoldResult | ApiError => {
+    const [status, amount, tokens, requests, tokensUsed] = reply.slice(5 * i, 5 * i + 5);
+    if (status === -3) return { kind: 'no_account', rateLimitHeaders: {} };
+    const headers = rate ? rateLimitHeaders(rate, requests, tokensUsed) : {};
+    if (status === -4) return rateLimitRefusal(rate!, amount, headers);
+    if (status === -1) return { kind: 'no_credit', available: amount, rateLimitHeaders: headers };
+    return { kind: 'held', amount, maxReplyTokens: tokens, rateLimitHeaders: headers };
+  });
+}
+
+/** One hold alone (see holdCredits); a 429 is thrown. */
+export async function holdCredit(redis: Redis, h: HoldRequest, rate?: RateCheck): Promise<HoldResult> {
+  const [result] = await holdCredits(redis, [{ hold: h, rate }]);
+  if (result instanceof ApiError) throw result;
+  return result;
 }
 
 /** Pushes an open hold's expiry forward while its request is still being served. */

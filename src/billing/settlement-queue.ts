@@ -7,6 +7,7 @@
 // in one script call: under load that is several requests' worth for the
 // price of one round trip.
 import type { Redis } from 'ioredis';
+import { TurnBatches } from '../redis/turn-batches.js';
 import { settleHolds, type Settlement } from './credit-ledger.js';
 
 const FIRST_RETRY_MS = 200;
@@ -15,17 +16,14 @@ const MAX_BATCH = 64;
 
 export class SettlementQueue {
   private readonly pending = new Set<Promise<void>>();
-  private batch: { settlement: Settlement; landed: () => void }[] = [];
+  private readonly batches = new TurnBatches<{ settlement: Settlement; landed: () => void }>(MAX_BATCH, (part) => void this.run(part));
 
   /** `keepEventsMs`: how long usage events are kept, read at each batch (the routing file may change); 0 keeps them for good. */
   constructor(private readonly redis: Redis, private readonly keepEventsMs: () => number = () => 0) {}
 
   /** Settles as soon as Redis answers, retrying in the background; resolves once it has landed. */
   settle(s: Settlement): Promise<void> {
-    const attempt = new Promise<void>((landed) => {
-      if (this.batch.length === 0) setImmediate(() => this.flush());
-      this.batch.push({ settlement: s, landed });
-    }).finally(() => this.pending.delete(attempt));
+    const attempt = new Promise<void>((landed) => this.batches.add({ settlement: s, landed })).finally(() => this.pending.delete(attempt));
     this.pending.add(attempt);
     return attempt;
   }
@@ -39,12 +37,6 @@ export class SettlementQueue {
     const timeout = new Promise((r) => setTimeout(r, timeoutMs).unref());
     await Promise.race([Promise.all(this.pending), timeout]);
     return this.pending.size;
-  }
-
-  private flush(): void {
-    const taken = this.batch;
-    this.batch = [];
-    for (let i = 0; i < taken.length; i += MAX_BATCH) void this.run(taken.slice(i, i + MAX_BATCH));
   }
 
   private async run(part: { settlement: Settlement; landed: () => void }[]): Promise<void> {

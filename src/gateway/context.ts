@@ -2,6 +2,7 @@
 // shared state behind keys, credit and rate limits.
 import type { Redis } from 'ioredis';
 import type { KeyAuthenticator } from '../accounts/key-authenticator.js';
+import type { HoldQueue } from '../billing/hold-queue.js';
 import type { SettlementQueue } from '../billing/settlement-queue.js';
 import type { Router } from '../routing/router.js';
 import type { Telemetry } from '../telemetry/telemetry.js';
@@ -15,6 +16,7 @@ export interface GatewayContext {
   telemetry: Telemetry;
   redis: Redis;
   keys: KeyAuthenticator;
+  holds: HoldQueue;
   settlements: SettlementQueue;
   /** The secret API keys are hashed with, for keys made on the platform. */
   keySecret: string;

@@ -3,7 +3,7 @@
 // at the end: charged for a complete reply, released for anything else.
 import type { Span } from '@opentelemetry/api';
 import type { Caller } from '../accounts/key-authenticator.js';
-import { extendHold, holdCredit, type SettleOutcome } from '../billing/credit-ledger.js';
+import { extendHold, type SettleOutcome } from '../billing/credit-ledger.js';
 import { replyCost } from '../billing/prices.js';
 import type { Usage } from '../protocol/chat-response.js';
 import { insufficientBalance } from '../protocol/errors.js';
@@ -46,20 +46,23 @@ export class Meter {
 
   /**
    * Counts the request against its key's rate limit and holds credit for it,
-   * in one round trip: 429 when the key's budget is spent, 402 when the
+   * in one script call shared with the holds asked for in the same turn: 429 when the key's budget is spent, 402 when the
    * available balance pays for none of it, 503 when Redis is unreachable.
    */
   static async open(ctx: GatewayContext, span: Span, m: MeterRequest, rate: RateCheck): Promise<Meter> {
     const hold = await failClosed(
-      holdCredit(ctx.redis, {
-        account: m.caller.account,
-        requestId: m.settlementId,
-        ttlMs: ctx.routing().billing.holdTtlMs,
-        prices: m.model.prices,
-        promptTokens: m.promptTokens,
-        n: m.n,
-        maxReplyTokens: m.maxReplyTokens,
-      }, rate),
+      ctx.holds.hold({
+        hold: {
+          account: m.caller.account,
+          requestId: m.settlementId,
+          ttlMs: ctx.routing().billing.holdTtlMs,
+          prices: m.model.prices,
+          promptTokens: m.promptTokens,
+          n: m.n,
+          maxReplyTokens: m.maxReplyTokens,
+        },
+        rate,
+      }),
     );
     if (hold.kind !== 'held') throw insufficientBalance();
     ctx.telemetry.holdOpened();

@@ -7,6 +7,7 @@ import { ensureDemoAccount } from '../accounts/demo-account.js';
 import { KeyAuthenticator } from '../accounts/key-authenticator.js';
 import { resolveKeySecret } from '../accounts/server-secret.js';
 import { MICROS_PER_UNIT } from '../billing/prices.js';
+import { HoldQueue } from '../billing/hold-queue.js';
 import { SettlementQueue } from '../billing/settlement-queue.js';
 import { loadRoutingFile, watchRoutingFile } from '../config.js';
 import { LocalEngines } from '../engine/supervisor.js';
@@ -61,7 +62,7 @@ export async function startGateway(opts: GatewayOptions): Promise<RunningGateway
   const telemetry = new Telemetry(router);
   const keepUsageEventsMs = () => (table.billing.usageRetentionDays ?? 0) * 86_400_000;
   const settlements = new SettlementQueue(redis, keepUsageEventsMs);
-  const context: GatewayContext = { routing: () => table, router, lifecycle, telemetry, redis, keys, settlements, keySecret: secret };
+  const context: GatewayContext = { routing: () => table, router, lifecycle, telemetry, redis, keys, holds: new HoldQueue(redis), settlements, keySecret: secret };
   const server = createGatewayServer(context);
   // Streams can be long; Node's default request timeout would cut them.
   server.requestTimeout = 0;

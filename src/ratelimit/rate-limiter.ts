@@ -6,7 +6,7 @@
 // The check runs inside the credit hold's script (billing/credit-ledger.ts),
 // so a request is admitted in one round trip to Redis, and a request refused
 // for want of credit spends none of the key's budget.
-import { rateLimitExceeded } from '../protocol/errors.js';
+import { rateLimitExceeded, type ApiError } from '../protocol/errors.js';
 import { redisKeys } from '../redis/keys.js';
 
 export interface RateLimits {
@@ -31,46 +31,63 @@ export function rateCheck(keyId: string, limits: RateLimits, tokens: number, now
 }
 
 /**
- * Lua for a script that has the window's key in KEYS[4] (or no fourth key:
- * no rate limit) and the check's args in ARGV[6..8]. It sets `rate_refused`
- * (0, or 1 for requests, 2 for tokens) and the window's counts, and defines
- * `count_request()` for the script to call once it admits the request.
+ * Lua for a script that admits requests (it needs LUA_INT). Each window a
+ * script touches is read once (`rate_window(key)`) and its new counts are
+ * added once, by `write_rate_windows()` at the script's end; in between,
+ * `rate_refusal` says whether one more request fits (0, or 1 over the
+ * requests limit, 2 over the tokens limit) and `count_request` counts it.
  */
 export const RATE_LIMIT_LUA = `
-local rate_refused, rate_requests, rate_tokens = 0, 0, 0
-if KEYS[4] then
-  local counts = redis.call('HMGET', KEYS[4], 'requests', 'tokens')
-  rate_requests, rate_tokens = tonumber(counts[1] or '0'), tonumber(counts[2] or '0')
-  if rate_requests + 1 > tonumber(ARGV[6]) then rate_refused = 1
-  elseif rate_tokens + tonumber(ARGV[8]) > tonumber(ARGV[7]) then rate_refused = 2 end
+local rate_windows, rate_windows_read = {}, {}
+local function rate_window(key)
+  local w = rate_windows[key]
+  if not w then
+    local counts = redis.call('HMGET', key, 'requests', 'tokens')
+    w = { key = key, requests = tonumber(counts[1] or '0'), tokens = tonumber(counts[2] or '0'), added_requests = 0, added_tokens = 0 }
+    rate_windows[key] = w
+    rate_windows_read[#rate_windows_read + 1] = w
+  end
+  return w
 end
-local function count_request()
-  if not KEYS[4] then return end
-  rate_requests = redis.call('HINCRBY', KEYS[4], 'requests', 1)
-  rate_tokens = redis.call('HINCRBY', KEYS[4], 'tokens', ARGV[8])
-  -- The window's first request sets when it goes.
-  if rate_requests == 1 then redis.call('PEXPIRE', KEYS[4], ${WINDOW_MS + 5000}) end
+local function rate_refusal(w, requests_limit, tokens_limit, tokens)
+  if w.requests + 1 > requests_limit then return 1 end
+  if w.tokens + tokens > tokens_limit then return 2 end
+  return 0
+end
+local function count_request(w, tokens)
+  w.requests, w.tokens = w.requests + 1, w.tokens + tokens
+  w.added_requests, w.added_tokens = w.added_requests + 1, w.added_tokens + tokens
+end
+local function write_rate_windows()
+  for _, w in ipairs(rate_windows_read) do
+    if w.added_requests > 0 then
+      -- The window's first requests set when it goes.
+      if redis.call('HINCRBY', w.key, 'requests', w.added_requests) == w.added_requests then redis.call('PEXPIRE', w.key, ${WINDOW_MS + 5000}) end
+      redis.call('HINCRBY', w.key, 'tokens', int(w.added_tokens))
+    end
+  end
 end
 `;
 
-/**
- * OpenAI's `x-ratelimit-*` headers from the window's counts. Throws the 429
- * carrying them when the script refused the request.
- */
-export function rateLimitHeaders(check: RateCheck, refused: number, requests: number, tokensUsed: number): Record<string, string> {
+const secondsToReset = (now: number) => Math.max(1, Math.ceil((Math.floor(now / WINDOW_MS + 1) * WINDOW_MS - now) / 1000));
+
+/** OpenAI's `x-ratelimit-*` headers from the window's counts. */
+export function rateLimitHeaders(check: RateCheck, requests: number, tokensUsed: number): Record<string, string> {
   const { limits, now } = check;
-  const resetSeconds = Math.max(1, Math.ceil((Math.floor(now / WINDOW_MS + 1) * WINDOW_MS - now) / 1000));
-  const headers = {
+  const reset = `${secondsToReset(now)}s`;
+  return {
     'x-ratelimit-limit-requests': String(limits.requestsPerMinute),
     'x-ratelimit-remaining-requests': String(Math.max(0, limits.requestsPerMinute - requests)),
-    'x-ratelimit-reset-requests': `${resetSeconds}s`,
+    'x-ratelimit-reset-requests': reset,
     'x-ratelimit-limit-tokens': String(limits.tokensPerMinute),
     'x-ratelimit-remaining-tokens': String(Math.max(0, limits.tokensPerMinute - tokensUsed)),
-    'x-ratelimit-reset-tokens': `${resetSeconds}s`,
+    'x-ratelimit-reset-tokens': reset,
   };
-  if (refused) {
-    const [what, limit] = refused === 1 ? (['requests', limits.requestsPerMinute] as const) : (['tokens', limits.tokensPerMinute] as const);
-    throw rateLimitExceeded(what, limit, resetSeconds, headers);
-  }
-  return headers;
+}
+
+/** The 429 for a request the script refused (1: over the requests limit, 2: over the tokens limit), carrying its headers. */
+export function rateLimitRefusal(check: RateCheck, refused: number, headers: Record<string, string>): ApiError {
+  const { limits, now } = check;
+  const [what, limit] = refused === 1 ? (['requests', limits.requestsPerMinute] as const) : (['tokens', limits.tokensPerMinute] as const);
+  return rateLimitExceeded(what, limit, secondsToReset(now), headers);
 }

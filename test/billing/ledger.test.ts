@@ -1,7 +1,8 @@
 // The credit scripts alone, against a real redis-server: holds, their
 // expiry, settlement at most once, deductions.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { changeCredit, holdCredit, readBalance, settleHold, type Settlement } from '../../src/billing/credit-ledger.js';
+import { changeCredit, holdCredit, readBalance, settleHold, utcDay, type HoldRequest, type Settlement } from '../../src/billing/credit-ledger.js';
+import { HoldQueue } from '../../src/billing/hold-queue.js';
 import { SettlementQueue } from '../../src/billing/settlement-queue.js';
 import { readUsageEvents } from '../../src/billing/usage-events.js';
 import { redisKeys } from '../../src/redis/keys.js';
@@ -18,6 +19,8 @@ beforeAll(async () => {
   redis = await startTestRedis();
 });
 afterAll(() => redis.stop());
+
+const scriptCalls = async () => Number(/cmdstat_evalsha:calls=(\d+)/.exec(await redis.client.info('commandstats'))?.[1] ?? 0);
 
 const settlement = (account: string, requestId: string, cost: number): Settlement => ({
   account, keyId: 'k', requestId, model: 'm', endpoint: 'e', outcome: 'complete',
@@ -79,11 +82,10 @@ describe('holds and settlement', () => {
     const { account } = await makeAccount(redis, 1);
     const ids = Array.from({ length: 20 }, (_, i) => `batch-${i}`);
     for (const id of ids) await holdCredit(redis.client, { account, requestId: id, ttlMs: 60_000, prices, promptTokens: 10, n: 1, maxReplyTokens: 10 });
-    const calls = async () => Number(/cmdstat_evalsha:calls=(\d+)/.exec(await redis.client.info('commandstats'))?.[1] ?? 0);
-    const before = await calls();
+    const before = await scriptCalls();
     const queue = new SettlementQueue(redis.client);
     await Promise.all(ids.map((id) => queue.settle(settlement(account, id, 30))));
-    expect((await calls()) - before).toBe(1);
+    expect((await scriptCalls()) - before).toBe(1);
     expect(await readBalance(redis.client, account)).toEqual({ granted: 1_000_000 - 20 * 30, toppedUp: 0, held: 0 });
   });
 
@@ -158,5 +160,59 @@ describe('admission: the rate limit and the hold in one script', () => {
     const ask = () => holdCredit(redis.client, { account, requestId: 'c', ttlMs: 60_000, prices, promptTokens: 10, n: 1, maxReplyTokens: 20 }, rateCheck('key-c', limits, 30));
     for (let i = 0; i < 3; i++) expect((await ask()).kind).toBe('no_credit');
     expect((await ask()).rateLimitHeaders['x-ratelimit-remaining-requests']).toBe('2');
+  });
+});
+
+describe('batches: what one turn asks for goes to Redis in one script call, applied in order', () => {
+  // Each: 10 prompt tokens at 1 micro-unit plus 20 reply tokens at 2, so 50 micro-units in full.
+  const ask = (account: string, requestId: string): HoldRequest => ({ account, requestId, ttlMs: 60_000, prices, promptTokens: 10, n: 1, maxReplyTokens: 20 });
+
+  it('holds in order until the balance runs out: in full, then lowered, then refused', async () => {
+    const { account } = await makeAccount(redis, 0.00012); // 120 micro-units
+    const holds = new HoldQueue(redis.client);
+    const before = await scriptCalls();
+    const results = await Promise.all(['h1', 'h2', 'h3', 'h4'].map((id) => holds.hold({ hold: ask(account, id) })));
+    expect((await scriptCalls()) - before).toBe(1);
+    expect(results).toEqual([
+      { kind: 'held', amount: 50, maxReplyTokens: 20, rateLimitHeaders: {} },
+      { kind: 'held', amount: 50, maxReplyTokens: 20, rateLimitHeaders: {} },
+      { kind: 'held', amount: 20, maxReplyTokens: 5, rateLimitHeaders: {} },
+      { kind: 'no_credit', available: 0, rateLimitHeaders: {} },
+    ]);
+    expect(await readBalance(redis.client, account)).toEqual({ granted: 120, toppedUp: 0, held: 120 });
+    expect(await redis.client.hgetall(redisKeys.holdAmounts(account))).toEqual({ h1: '50', h2: '50', h3: '20' });
+  });
+
+  it('counts each held request against its key in order and refuses the one past the budget with a 429', async () => {
+    const { account } = await makeAccount(redis, 1);
+    const holds = new HoldQueue(redis.client);
+    const check = rateCheck('key-batch', { requestsPerMinute: 2, tokensPerMinute: 1_000 }, 30);
+    const results = await Promise.allSettled(['r1', 'r2', 'r3'].map((id) => holds.hold({ hold: ask(account, id), rate: check })));
+    expect(results.map((r) => (r.status === 'fulfilled' ? r.value.rateLimitHeaders['x-ratelimit-remaining-requests'] : (r.reason as ApiError).status))).toEqual(['1', '0', 429]);
+    expect(await redis.client.hgetall(check.key)).toEqual({ requests: '2', tokens: '60' });
+    expect(await redis.client.pttl(check.key)).toBeGreaterThan(0);
+    expect((await readBalance(redis.client, account))!.held).toBe(100);
+  });
+
+  it('charges settlements in order, each at most what is left, and adds them to the day\'s totals per model', async () => {
+    const { account } = await makeAccount(redis, 0.0001); // 100 micro-units
+    const queue = new SettlementQueue(redis.client);
+    const before = await scriptCalls();
+    await Promise.all([
+      queue.settle({ ...settlement(account, 's1', 40), model: 'a' }),
+      queue.settle({ ...settlement(account, 's2', 40), model: 'b' }),
+      queue.settle({ ...settlement(account, 's3', 40), model: 'a' }),
+    ]);
+    expect((await scriptCalls()) - before).toBe(1);
+    const charged: number[] = [];
+    for await (const e of readUsageEvents(redis.client, account)) charged.push(e.charged);
+    expect(charged).toEqual([40, 40, 20]);
+    expect(await readBalance(redis.client, account)).toEqual({ granted: 0, toppedUp: 0, held: 0 });
+    const day = redisKeys.dailyUsage(account, utcDay(Date.now()));
+    expect(await redis.client.hgetall(day)).toEqual({
+      'a\trequests': '2', 'a\tprompt_tokens': '20', 'a\tcached_tokens': '0', 'a\tcompletion_tokens': '20', 'a\tcost': '60',
+      'b\trequests': '1', 'b\tprompt_tokens': '10', 'b\tcached_tokens': '0', 'b\tcompletion_tokens': '10', 'b\tcost': '40',
+    });
+    expect(await redis.client.ttl(day)).toBeGreaterThan(399 * 86400);
   });
 });
