@@ -7,7 +7,7 @@ import type { AddressInfo } from 'node:net';
 import type { LlamaContextSequence } from 'node-llama-cpp';
 import { parseChatCompletionRequest, requestedMaxTokens, type ChatCompletionRequest } from '../protocol/chat-request.js';
 import { ChunkRenderer, renderCompletion, type Choice, type ReplyIdentity, type TokenLogprob } from '../protocol/chat-response.js';
-import { ApiError, checkContextWindow, internalError, invalidParameter, routeNotFound } from '../protocol/errors.js';
+import { ApiError, Cancelled, checkContextWindow, internalError, invalidParameter, routeNotFound } from '../protocol/errors.js';
 import { readJsonBody, sendError, sendJson, SSE_HEADERS } from '../protocol/http-io.js';
 import { ChatPrompt } from './chat-prompt.js';
 import { generateChoice, type ChoiceResult, type Piece, type Sampling } from './generate.js';
@@ -125,6 +125,8 @@ export async function startEngine(opts: EngineOptions): Promise<RunningEngine> {
 
   const server: Server = createServer((req, res) => {
     handle(req, res).catch((err) => {
+      // A client that left has no one to answer.
+      if (err instanceof Cancelled) return void res.destroy();
       if (!(err instanceof ApiError)) console.error('parley engine:', err);
       sendError(res, err instanceof ApiError ? err : internalError());
     });

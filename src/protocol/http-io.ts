@@ -32,7 +32,11 @@ export function readJsonBody(req: IncomingMessage, limitBytes: number): Promise<
     };
     req.on('data', onData);
     req.once('end', onEnd);
-    req.once('error', reject);
+    // A client that leaves half-way through its body is gone, not a failure of Parley's.
+    req.once('error', () => reject(new Cancelled()));
+    req.once('close', () => {
+      if (!req.complete) reject(new Cancelled());
+    });
   });
 }
 

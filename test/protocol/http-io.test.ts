@@ -28,4 +28,20 @@ describe('readJsonBody', () => {
       expect(outcome).toBe('AbortError');
     }
   });
+
+  it('gives up, as cancelled, on a client that leaves half-way through its body while it is being read', async () => {
+    const server = createServer();
+    const arrived = new Promise<IncomingMessage>((resolve) => server.once('request', resolve));
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const client = request({ port: (server.address() as AddressInfo).port, method: 'POST', headers: { 'content-type': 'application/json', 'content-length': 100 } });
+    client.on('error', () => {});
+    client.write('{"a":');
+    const req = await arrived;
+    const reading = readJsonBody(req, 1_000_000).then(() => 'read', (err: Error) => err.name);
+    await sleep(50);
+    client.destroy();
+    const outcome = await Promise.race([reading, sleep(1_000).then(() => 'still waiting')]);
+    server.close();
+    expect(outcome).toBe('AbortError');
+  });
 });
