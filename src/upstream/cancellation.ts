@@ -14,12 +14,14 @@ export class Cancellation {
     this.listeners.clear();
   }
 
-  /** Calls `listener` on cancellation, at once if it already happened; returns what unsubscribes it. */
+  /**
+   * Calls `listener` when the work is cancelled later; returns what
+   * unsubscribes it. Never calls it from within this call: a listener that
+   * ran before its caller had kept the unsubscriber was how a cancelled
+   * request once crashed the queue, so callers check `cancelled` first.
+   */
   subscribe(listener: () => void): () => void {
-    if (this.cancelled) {
-      listener();
-      return () => {};
-    }
+    if (this.cancelled) return () => {};
     this.listeners.add(listener);
     return () => this.listeners.delete(listener);
   }
