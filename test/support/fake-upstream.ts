@@ -79,3 +79,27 @@ export function completionBody(content: string, usage: Record<string, unknown>, 
     usage, ...extra,
   };
 }
+
+/** Resolves once `check` holds, polling; throws past `timeoutMs`. */
+export async function until(check: () => Promise<boolean>, timeoutMs = 5_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error('condition not met in time');
+    await sleep(20);
+  }
+}
+
+/** A vLLM-style upstream that answers `n` choices with the usage a test sets. */
+export function answering(usage: { prompt_tokens: number; completion_tokens: number; cached?: number }): Script {
+  const u = { prompt_tokens: usage.prompt_tokens, completion_tokens: usage.completion_tokens, total_tokens: usage.prompt_tokens + usage.completion_tokens, prompt_tokens_details: { cached_tokens: usage.cached ?? 0 } };
+  return (req, res) => {
+    const n = req.body.n ?? 1;
+    if (req.body.stream) {
+      const deltas = Array.from({ length: n }, (_, i) => ({ ...chunk({ content: `reply ${i}` }), choices: [{ index: i, delta: { content: `reply ${i}` }, finish_reason: 'stop' }] }));
+      return writeEvents(res, [...deltas, { ...chunk({}), choices: [], usage: u }]);
+    }
+    const body = completionBody('x', u);
+    body.choices = Array.from({ length: n }, (_, i) => ({ index: i, message: { role: 'assistant', content: `reply ${i}` }, finish_reason: 'stop' }));
+    replyJson(res, body);
+  };
+}

@@ -1,0 +1,98 @@
+// API keys through Parley with a real redis-server and the real `openai`
+// client: every 401 case, revocation reaching every replica within a
+// second, and no raw key kept in memory.
+import OpenAI from 'openai';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { readBalance } from '../../src/billing/credit-ledger.js';
+import { answering, startFakeUpstream, until, type FakeUpstream } from '../support/fake-upstream.js';
+import { makeAccount, modelEntry, postChat, startTestGateway, type TestGateway, TEST_KEY_SECRET } from '../support/gateway.js';
+
+const messages = [{ role: 'user' as const, content: 'hello' }];
+
+const balance = async (gw: TestGateway) => (await readBalance(gw.redis.client, gw.account))!;
+
+describe('authentication', () => {
+  let upstream: FakeUpstream;
+  let gw: TestGateway;
+  beforeAll(async () => {
+    upstream = await startFakeUpstream(answering({ prompt_tokens: 5, completion_tokens: 5 }));
+    gw = await startTestGateway({ models: [modelEntry('m', [{ kind: 'vllm', url: upstream.url }])] });
+  });
+  afterAll(async () => {
+    await gw.close();
+    await upstream.close();
+  });
+
+  const cases: [string, Record<string, string>][] = [
+    ['no Authorization header', {}],
+    ['a scheme other than Bearer', { authorization: 'Basic dXNlcjpwYXNz' }],
+    ['a malformed key', { authorization: 'Bearer not-a-key' }],
+    ['an unknown key', { authorization: `Bearer sk-parley-${'A'.repeat(43)}` }],
+  ];
+  it.each(cases)('answers 401 invalid_api_key for %s, with no upstream call and no charge', async (_name, headers) => {
+    const before = await balance(gw);
+    const calls = upstream.received.length;
+    const res = await fetch(`${gw.url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify({ model: 'm', messages }) });
+    expect(res.status).toBe(401);
+    expect((await res.json()).error).toMatchObject({ type: 'authentication_error', code: 'invalid_api_key' });
+    expect(upstream.received.length).toBe(calls);
+    expect(await balance(gw)).toEqual(before);
+  });
+
+  it('answers 401 through the openai client for a revoked key', async () => {
+    const team = await makeAccount(gw.redis, 1);
+    const client = new OpenAI({ baseURL: `${gw.url}/v1`, apiKey: team.key, maxRetries: 0 });
+    await client.chat.completions.create({ model: 'm', messages });
+    const { revokeApiKey } = await import('../../src/accounts/api-keys.js');
+    expect(await revokeApiKey(gw.redis.client, team.keyId)).toBe(true);
+    await until(async () => (await postChat({ url: gw.url, apiKey: team.key }, { model: 'm', messages })).status === 401, 1_000);
+    await expect(client.chat.completions.create({ model: 'm', messages })).rejects.toMatchObject({ status: 401, code: 'invalid_api_key' });
+  });
+
+  it('keeps no raw key in its in-process caches', async () => {
+    const { KeyAuthenticator } = await import('../../src/accounts/key-authenticator.js');
+    const auth = await KeyAuthenticator.start(gw.redis.client, TEST_KEY_SECRET);
+    try {
+      const team = await makeAccount(gw.redis, 1);
+      expect((await auth.authenticate(`Bearer ${team.key}`)).account).toBe(team.account);
+      expect((await auth.authenticate(`Bearer ${team.key}`)).account).toBe(team.account);
+      const caches = Object.values(auth).filter((v): v is Map<string, unknown> => typeof (v as Map<string, unknown>)?.entries === 'function');
+      expect(caches.length).toBeGreaterThan(0);
+      const held = JSON.stringify(caches.flatMap((c) => [...c.entries()]));
+      expect(held).toContain(team.keyId);
+      expect(held).not.toContain(team.key);
+    } finally {
+      await auth.close();
+    }
+  });
+
+  it('needs a key for the models list and the balance too', async () => {
+    for (const path of ['/v1/models', '/v1/models/m', '/user/balance']) {
+      expect((await fetch(`${gw.url}${path}`)).status).toBe(401);
+    }
+  });
+});
+
+describe('a revocation reaches every replica within a second', () => {
+  it('two gateways on one Redis both refuse the key once it is revoked', async () => {
+    const upstream = await startFakeUpstream(answering({ prompt_tokens: 5, completion_tokens: 5 }));
+    const config = { models: [modelEntry('m', [{ kind: 'vllm', url: upstream.url }])] };
+    const a = await startTestGateway(config);
+    const b = await startTestGateway(config, { redis: a.redis });
+    try {
+      const team = await makeAccount(a.redis, 1);
+      for (const gw of [a, b]) expect((await postChat({ url: gw.url, apiKey: team.key }, { model: 'm', messages })).status).toBe(200);
+      const { revokeApiKey } = await import('../../src/accounts/api-keys.js');
+      await revokeApiKey(a.redis.client, team.keyId);
+      const revokedAt = Date.now();
+      for (const gw of [a, b]) {
+        await until(async () => (await postChat({ url: gw.url, apiKey: team.key }, { model: 'm', messages })).status === 401, 1_000);
+      }
+      expect(Date.now() - revokedAt).toBeLessThan(1_000);
+    } finally {
+      await b.close();
+      await a.close();
+      await upstream.close();
+    }
+  });
+});

@@ -1,0 +1,54 @@
+// Requests and tokens per minute per key, through Parley with a real
+// redis-server: the 429 and OpenAI's x-ratelimit headers.
+import { describe, expect, it } from 'vitest';
+import { answering, startFakeUpstream } from '../support/fake-upstream.js';
+import { makeAccount, modelEntry, postChat, startTestGateway } from '../support/gateway.js';
+
+const messages = [{ role: 'user' as const, content: 'hello' }];
+
+describe('rate limits', () => {
+  it('answers 429 rate_limit_exceeded with Retry-After and OpenAI\'s x-ratelimit headers', async () => {
+    const upstream = await startFakeUpstream(answering({ prompt_tokens: 5, completion_tokens: 5 }));
+    const gw = await startTestGateway({ rateLimits: { requestsPerMinute: 2 }, models: [modelEntry('m', [{ kind: 'vllm', url: upstream.url }])] });
+    try {
+      const first = await postChat(gw, { model: 'm', messages, max_tokens: 10 });
+      expect(first.status).toBe(200);
+      expect(first.headers.get('x-ratelimit-limit-requests')).toBe('2');
+      expect(first.headers.get('x-ratelimit-remaining-requests')).toBe('1');
+      expect(first.headers.get('x-ratelimit-limit-tokens')).toBe('2000000');
+      expect(first.headers.get('x-ratelimit-reset-requests')).toMatch(/^\d+s$/);
+      expect((await postChat(gw, { model: 'm', messages, max_tokens: 10 })).status).toBe(200);
+      const calls = upstream.received.length;
+      const limited = await postChat(gw, { model: 'm', messages, max_tokens: 10 });
+      expect(limited.status).toBe(429);
+      expect((await limited.json()).error).toMatchObject({ type: 'rate_limit_error', code: 'rate_limit_exceeded' });
+      expect(Number(limited.headers.get('retry-after'))).toBeGreaterThan(0);
+      expect(limited.headers.get('x-ratelimit-remaining-requests')).toBe('0');
+      expect(upstream.received.length).toBe(calls);
+    } finally {
+      await gw.close();
+      await upstream.close();
+    }
+  });
+
+  it('counts tokens per minute, with an account\'s own limit over the default', async () => {
+    const upstream = await startFakeUpstream(answering({ prompt_tokens: 5, completion_tokens: 5 }));
+    const gw = await startTestGateway({ models: [modelEntry('m', [{ kind: 'vllm', url: upstream.url }])] });
+    try {
+      const { setAccountLimits } = await import('../../src/accounts/accounts.js');
+      const team = await makeAccount(gw.redis, 1);
+      await setAccountLimits(gw.redis.client, team.account, { requestsPerMinute: null, tokensPerMinute: 500 });
+      const ask = () => postChat({ url: gw.url, apiKey: team.key }, { model: 'm', messages, max_tokens: 200 });
+      const first = await ask();
+      expect(first.status).toBe(200);
+      expect(first.headers.get('x-ratelimit-limit-tokens')).toBe('500');
+      expect((await ask()).status).toBe(200);
+      const third = await ask();
+      expect(third.status).toBe(429);
+      expect((await third.json()).error.message).toContain('500 tokens per minute');
+    } finally {
+      await gw.close();
+      await upstream.close();
+    }
+  });
+});
