@@ -4,11 +4,13 @@
 // policy: the share of prompt tokens the upstreams served from their prefix
 // caches, and the wall time.
 //
-//   npm run build && node bench/prefix-routing.mjs [replicas, default 4] [order: round-robin | shuffled]
+//   npm run build && node bench/prefix-routing.mjs [replicas, default 4] [order: round-robin | shuffled] [gateways, default 1]
 //
 // `shuffled` sends the tenants in a seeded random order instead of strictly
 // in turn: with tenants a multiple of replicas, strict turns make round robin
-// place every tenant on one replica by coincidence.
+// place every tenant on one replica by coincidence. With several gateways
+// (Parley replicas on one Redis, as on Kubernetes), request i goes to
+// gateway i mod gateways, as a load balancer in front of them would spread it.
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -18,6 +20,7 @@ import { freePort, startEngine, startParley, stopAll } from './support.mjs';
 
 const REPLICAS = Number(process.argv[2] ?? 4);
 const ORDER = process.argv[3] ?? 'round-robin';
+const GATEWAYS = Number(process.argv[4] ?? 1);
 const TENANTS = 8;
 const REQUESTS = 80;
 const IN_FLIGHT = 2;
@@ -38,10 +41,10 @@ function systemPrompt(count, run, tenant) {
 }
 
 async function runPolicy(run, policy, endpoints, count) {
-  const gateway = await startParley(
-    [{ id: 'tiny', contextWindow: 4096, pricesPerMillion: { inputCacheMiss: 1, inputCacheHit: 0.1, output: 2 }, routing: { policy }, endpoints }],
-    { health: { probe: { intervalMs: 0 } } },
-  );
+  const models = [{ id: 'tiny', contextWindow: 4096, pricesPerMillion: { inputCacheMiss: 1, inputCacheHit: 0.1, output: 2 }, routing: { policy }, endpoints }];
+  const settings = { health: { probe: { intervalMs: 0 } } };
+  const gateways = [await startParley(models, settings)];
+  while (gateways.length < GATEWAYS) gateways.push(await startParley(models, settings, [], gateways[0]));
   const prompts = Array.from({ length: TENANTS }, (_, t) => systemPrompt(count, run, t));
   let seed = 12345;
   const tenantOf = Array.from({ length: REQUESTS }, (_, i) => (ORDER === 'shuffled' ? ((seed = (Math.imul(seed, 1664525) + 1013904223) >>> 0) >>> 16) % TENANTS : i % TENANTS));
@@ -52,6 +55,7 @@ async function runPolicy(run, policy, endpoints, count) {
   const worker = async () => {
     while (next < REQUESTS) {
       const i = next++;
+      const gateway = gateways[i % GATEWAYS];
       const res = await fetch(`${gateway.url}/v1/chat/completions`, {
         method: 'POST',
         headers: { 'content-type': 'application/json', authorization: `Bearer ${gateway.key}` },
@@ -65,7 +69,8 @@ async function runPolicy(run, policy, endpoints, count) {
   };
   await Promise.all(Array.from({ length: IN_FLIGHT }, worker));
   const wall = (performance.now() - started) / 1000;
-  gateway.child.kill('SIGTERM');
+  // The first replica last: it owns the private Redis the others use.
+  for (const g of gateways.reverse()) g.child.kill('SIGTERM');
   return { policy, 'cached share': +(cached / prompt).toFixed(3), 'wall s': +wall.toFixed(1), 'prompt tokens': prompt, 'cached tokens': cached };
 }
 
@@ -82,7 +87,7 @@ try {
     rows.push(await runPolicy(run, policy, endpoints, count));
     for (const e of engines) e.kill('SIGKILL');
   }
-  console.log(`${REPLICAS} replicas, ${TENANTS} tenants with ~${SYSTEM_TOKENS}-token system prompts, ${REQUESTS} requests in ${ORDER} tenant order, ${IN_FLIGHT} in flight`);
+  console.log(`${GATEWAYS} gateway${GATEWAYS > 1 ? 's' : ''}, ${REPLICAS} replicas, ${TENANTS} tenants with ~${SYSTEM_TOKENS}-token system prompts, ${REQUESTS} requests in ${ORDER} tenant order, ${IN_FLIGHT} in flight`);
   console.table(rows);
 } finally {
   stopAll();

@@ -42,9 +42,14 @@ export async function waitForPort(url, timeoutMs = 60_000) {
 
 export const freePort = () => 20000 + Math.floor(Math.random() * 20000);
 
-/** `parley serve` on a routing file made of `models` (and `gateway` settings; `nodeArgs` such as --cpu-prof); resolves to its URL and demo key. */
-export async function startParley(models, gateway = {}, nodeArgs = []) {
-  const dir = mkdtempSync(join(tmpdir(), 'parley-bench-'));
+/**
+ * `parley serve` on a routing file made of `models` (and `gateway` settings;
+ * `nodeArgs` such as --cpu-prof); resolves to its URL and demo key. Given
+ * `replicaOf` (what an earlier call resolved to), it starts another replica
+ * on the same data folder, and so the same private Redis and demo key.
+ */
+export async function startParley(models, gateway = {}, nodeArgs = [], replicaOf = undefined) {
+  const dir = replicaOf?.dataDir ?? mkdtempSync(join(tmpdir(), 'parley-bench-'));
   const config = join(dir, 'routing.json');
   writeFileSync(config, JSON.stringify({
     gateway,
@@ -58,6 +63,12 @@ export async function startParley(models, gateway = {}, nodeArgs = []) {
     env: { ...process.env, REDIS_URL: '' },
   }));
   let output = '';
+  const url = `http://127.0.0.1:${port}`;
+  if (replicaOf) {
+    // The demo key is printed on the first start only.
+    await waitForPort(`${url}/healthz`);
+    return { url, key: replicaOf.key, child, dataDir: dir };
+  }
   const key = await new Promise((resolve, reject) => {
     child.stdout.on('data', (d) => {
       output += d;
@@ -66,7 +77,7 @@ export async function startParley(models, gateway = {}, nodeArgs = []) {
     });
     child.once('exit', (code) => reject(new Error(`parley serve exited ${code}: ${output}`)));
   });
-  return { url: `http://127.0.0.1:${port}`, key, child, dataDir: dir };
+  return { url, key, child, dataDir: dir };
 }
 
 /** A `parley engine` on `port` serving Parley's own model. */
