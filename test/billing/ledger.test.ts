@@ -183,6 +183,16 @@ describe('batches: what one turn asks for goes to Redis in one script call, appl
     expect(await redis.client.hgetall(redisKeys.holdAmounts(account))).toEqual({ h1: '50', h2: '50', h3: '20' });
   });
 
+  it('answers each hold of a batch for its own account: one unknown, one funded, one with nothing left', async () => {
+    const funded = await makeAccount(redis, 1);
+    const empty = await makeAccount(redis, 0);
+    const holds = new HoldQueue(redis.client);
+    const results = await Promise.all([ask('no-such-account', 'm1'), ask(funded.account, 'm2'), ask(empty.account, 'm3')].map((hold) => holds.hold({ hold })));
+    expect(results.map((r) => r.kind)).toEqual(['no_account', 'held', 'no_credit']);
+    expect((await readBalance(redis.client, funded.account))!.held).toBe(50);
+    expect(await redis.client.exists(redisKeys.account('no-such-account'))).toBe(0);
+  });
+
   it('counts each held request against its key in order and refuses the one past the budget with a 429', async () => {
     const { account } = await makeAccount(redis, 1);
     const holds = new HoldQueue(redis.client);
