@@ -34,7 +34,8 @@ local function balance_of(account_key)
 end
 `;
 
-// For scripts that work on a batch: each account is read once, when the
+// For scripts that work on a batch, item by item (each_item), each with its
+// own slice of KEYS and ARGV: each account is read once, when the
 // batch first touches it (K: its account, holds and amounts keys; false when
 // there is no such account), changed in Lua, and written back once by
 // write_accounts() at the end. A script runs alone, so nothing can change the
@@ -42,6 +43,12 @@ end
 // rather than a dozen per request.
 const BATCHED_ACCOUNTS = `
 ${RECLAIM_EXPIRED_HOLDS}
+-- Calls f(K, A) for each item of the batch: nkeys KEYS and nargs ARGV each, its ARGV from first_arg on.
+local function each_item(nkeys, nargs, first_arg, f)
+  for i = 0, #KEYS / nkeys - 1 do
+    f({unpack(KEYS, i * nkeys + 1, (i + 1) * nkeys)}, {unpack(ARGV, first_arg + i * nargs, first_arg + (i + 1) * nargs - 1)})
+  end
+end
 local accounts, accounts_read = {}, {}
 local function account(K)
   local a = accounts[K[1]]
@@ -100,6 +107,10 @@ const HOLD_ARGS = 9;
 const HOLD = luaScript(`
 ${BATCHED_ACCOUNTS}
 ${RATE_LIMIT_LUA}
+local function window_counts(w)
+  if w then return w.requests, w.tokens end
+  return 0, 0
+end
 local function hold(K, A)
   local a = account(K)
   if not a then return {-3, 0, 0, 0, 0} end
@@ -109,27 +120,25 @@ local function hold(K, A)
     local refused = rate_refusal(w, tonumber(A[7]), tonumber(A[8]), tonumber(A[9]))
     if refused > 0 then return {-4, refused, 0, w.requests, w.tokens} end
   end
-  local function counts() if w then return w.requests, w.tokens end return 0, 0 end
   local available = a.granted + a.topped_up - a.held
-  if available <= 0 then return {-1, available, 0, counts()} end
+  if available <= 0 then return {-1, available, 0, window_counts(w)} end
   local prompt_pico, output_pico = tonumber(A[3]), tonumber(A[4])
   local tokens = tonumber(A[5])
   local amount = math.ceil((prompt_pico + output_pico * tokens) / 1000000)
   if amount > available then
-    if output_pico == 0 then return {-1, available, 0, counts()} end
+    if output_pico == 0 then return {-1, available, 0, window_counts(w)} end
     tokens = math.floor((available * 1000000 - prompt_pico) / output_pico)
-    if tokens < 1 then return {-1, available, 0, counts()} end
+    if tokens < 1 then return {-1, available, 0, window_counts(w)} end
     amount = math.ceil((prompt_pico + output_pico * tokens) / 1000000)
   end
   if w then count_request(w, tonumber(A[9])) end
   open_hold(a, A[1], int(now_ms + tonumber(A[2])), amount)
-  return {1, amount, tokens, counts()}
+  return {1, amount, tokens, window_counts(w)}
 end
 local reply = {}
-for i = 0, #KEYS / ${HOLD_KEYS} - 1 do
-  local r = hold({unpack(KEYS, i * ${HOLD_KEYS} + 1, (i + 1) * ${HOLD_KEYS})}, {unpack(ARGV, i * ${HOLD_ARGS} + 1, (i + 1) * ${HOLD_ARGS})})
-  for _, v in ipairs(r) do reply[#reply + 1] = v end
-end
+each_item(${HOLD_KEYS}, ${HOLD_ARGS}, 1, function(K, A)
+  for _, v in ipairs(hold(K, A)) do reply[#reply + 1] = v end
+end)
 write_accounts()
 write_rate_windows()
 return reply
@@ -200,11 +209,11 @@ local function settle(K, A)
   return 1, charge
 end
 local reply = {}
-for i = 0, #KEYS / ${SETTLE_KEYS} - 1 do
-  local done, charge = settle({unpack(KEYS, i * ${SETTLE_KEYS} + 1, (i + 1) * ${SETTLE_KEYS})}, {unpack(ARGV, i * ${SETTLE_ARGS} + 2, (i + 1) * ${SETTLE_ARGS} + 1)})
+each_item(${SETTLE_KEYS}, ${SETTLE_ARGS}, 2, function(K, A)
+  local done, charge = settle(K, A)
   reply[#reply + 1] = done
   reply[#reply + 1] = charge
-end
+end)
 write_accounts()
 for _, t in ipairs(totals_read) do
   -- The day's first request (of any model) sets the totals' expiry.

@@ -46,8 +46,9 @@ export class Meter {
 
   /**
    * Counts the request against its key's rate limit and holds credit for it,
-   * in one script call shared with the holds asked for in the same turn: 429 when the key's budget is spent, 402 when the
-   * available balance pays for none of it, 503 when Redis is unreachable.
+   * in one script call shared with the holds asked for in the same turn: 429
+   * when the key's budget is spent, 402 when the available balance pays for
+   * none of it, 503 when Redis is unreachable.
    */
   static async open(ctx: GatewayContext, span: Span, m: MeterRequest, rate: RateCheck): Promise<Meter> {
     const hold = await failClosed(

@@ -4,8 +4,8 @@
 // admission as OpenAI does: the prompt plus the most the reply may take.
 //
 // The check runs inside the credit hold's script (billing/credit-ledger.ts),
-// so a request is admitted in one round trip to Redis, and a request refused
-// for want of credit spends none of the key's budget.
+// so a request is admitted by one script, shared with the holds of its turn,
+// and a request refused for want of credit spends none of the key's budget.
 import { rateLimitExceeded, type ApiError } from '../protocol/errors.js';
 import { redisKeys } from '../redis/keys.js';
 
