@@ -303,13 +303,6 @@ export async function holdCredits(redis: Redis, asks: HoldAsk[]): Promise<(HoldR
   });
 }
 
-/** One hold alone (see holdCredits); a 429 is thrown. */
-export async function holdCredit(redis: Redis, h: HoldRequest, rate?: RateCheck): Promise<HoldResult> {
-  const [result] = await holdCredits(redis, [{ hold: h, rate }]);
-  if (result instanceof ApiError) throw result;
-  return result;
-}
-
 /** Pushes an open hold's expiry forward while its request is still being served. */
 export async function extendHold(redis: Redis, account: string, requestId: string, ttlMs: number): Promise<void> {
   await EXTEND.run(redis, [redisKeys.holds(account)], [requestId, ttlMs]);
@@ -364,13 +357,6 @@ export async function settleHolds(redis: Redis, batch: Settlement[], keepEventsM
   }
   const reply = (await SETTLE.run(redis, keys, args)) as number[];
   return batch.map((_, i) => (reply[2 * i] === 1 ? { charged: reply[2 * i + 1] } : reply[2 * i] === 0 ? 'already settled' : 'refused'));
-}
-
-/** One settlement alone: what it was charged, or undefined when it was settled before. */
-export async function settleHold(redis: Redis, s: Settlement, keepEventsMs = 0): Promise<number | undefined> {
-  const [result] = await settleHolds(redis, [s], keepEventsMs);
-  if (result === 'refused') throw new Error(`settlement ${s.requestId} refused: its amounts are not whole numbers`);
-  return result === 'already settled' ? undefined : result.charged;
 }
 
 export interface Balance {

@@ -1,7 +1,8 @@
 // The credit scripts alone, against a real redis-server: holds, their
 // expiry, settlement at most once, deductions.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { changeCredit, holdCredit, readBalance, settleHold, utcDay, type HoldRequest, type Settlement } from '../../src/billing/credit-ledger.js';
+import { changeCredit, readBalance, utcDay, type HoldRequest, type Settlement } from '../../src/billing/credit-ledger.js';
+import { holdCredit, settleHold } from '../support/ledger.js';
 import { HoldQueue } from '../../src/billing/hold-queue.js';
 import { SettlementQueue } from '../../src/billing/settlement-queue.js';
 import { readUsageEvents } from '../../src/billing/usage-events.js';
