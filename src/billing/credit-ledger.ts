@@ -8,7 +8,7 @@
 import type { Redis } from 'ioredis';
 import { redisKeys } from '../redis/keys.js';
 import { LUA_INT, LUA_NOW_MS, luaScript } from '../redis/lua-script.js';
-import { ApiError } from '../protocol/errors.js';
+import type { ApiError } from '../protocol/errors.js';
 import { RATE_LIMIT_LUA, rateLimitHeaders, rateLimitRefusal, type RateCheck } from '../ratelimit/rate-limiter.js';
 import type { Usage } from '../protocol/chat-response.js';
 import type { TokenPrices } from './prices.js';
