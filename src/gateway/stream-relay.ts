@@ -5,7 +5,7 @@
 import type { ServerResponse } from 'node:http';
 import { ChunkRenderer, SSE_KEEP_ALIVE, sseData, type ReplyIdentity, type StreamEvent, type Usage } from '../protocol/chat-response.js';
 import { STREAM_BROKE_OFF_BODY, type ApiError } from '../protocol/errors.js';
-import { SSE_HEADERS } from '../protocol/http-io.js';
+import { SSE_HEADERS, wireEncoding } from '../protocol/http-io.js';
 
 export type StreamOutcome =
   | { kind: 'complete'; usage: Usage }
@@ -60,7 +60,8 @@ export class StreamRelay {
       // Metering needs usage; an upstream that sent none is measured by what it streamed.
       finished = usage ?? { prompt_tokens: this.opts.countedPromptTokens, completion_tokens: contentDeltas, cached_tokens: 0 };
       clearTimeout(this.keepAlive);
-      this.res.end(last + renderer.end(finished));
+      const text = last + renderer.end(finished);
+      this.res.end(text, wireEncoding(text));
     };
     try {
       this.write('');
@@ -124,6 +125,6 @@ export class StreamRelay {
 
   private write(text: string): void {
     if (!this.res.headersSent) this.res.writeHead(200, { ...SSE_HEADERS, ...this.opts.headers });
-    if (text) this.res.write(text);
+    if (text) this.res.write(text, wireEncoding(text));
   }
 }
