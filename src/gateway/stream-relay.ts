@@ -5,7 +5,7 @@
 import type { ServerResponse } from 'node:http';
 import { ChunkRenderer, SSE_KEEP_ALIVE, sseData, type ReplyIdentity, type StreamEvent, type Usage } from '../protocol/chat-response.js';
 import { STREAM_BROKE_OFF_BODY, type ApiError } from '../protocol/errors.js';
-import { SSE_HEADERS, wireEncoding } from '../protocol/http-io.js';
+import { SSE_HEADERS, WireText } from '../protocol/http-io.js';
 
 export type StreamOutcome =
   | { kind: 'complete'; usage: Usage }
@@ -56,26 +56,26 @@ export class StreamRelay {
     let firstSent = false;
     let finished: Usage | undefined;
     /** Ends the reply; `last` is the final batch's text, sent in the same write as the closing chunks. */
-    const finish = (last = '') => {
+    const finish = (last = new WireText()) => {
       // Metering needs usage; an upstream that sent none is measured by what it streamed.
       finished = usage ?? { prompt_tokens: this.opts.countedPromptTokens, completion_tokens: contentDeltas, cached_tokens: 0 };
       clearTimeout(this.keepAlive);
-      const text = last + renderer.end(finished);
-      this.res.end(text, wireEncoding(text));
+      last.add(renderer.end(finished));
+      this.res.end(last.text, last.encoding);
     };
     try {
       this.write('');
       for await (const batch of events) {
-        let out = '';
+        const out = new WireText();
         let done = false;
         for (const event of batch) {
           if (event.content) {
             contentDeltas += event.content.pieces;
-            out += renderer.content(event.content);
+            out.add(renderer.content(event.content));
           }
           if (event.choices) {
             for (const c of event.choices) if (c.delta.content) contentDeltas++;
-            out += renderer.deltas(event.choices);
+            out.add(renderer.deltas(event.choices));
           }
           if (event.usage) usage = event.usage;
           done ||= event.done === true;
@@ -89,8 +89,8 @@ export class StreamRelay {
           finish(out);
           continue;
         }
-        if (out) {
-          this.write(out);
+        if (out.text) {
+          this.write(out.text, out.encoding);
           // A client reading slower than the upstream writes holds the upstream back, not Parley's memory.
           if (this.res.writableNeedDrain) await this.drained();
         }
@@ -123,8 +123,9 @@ export class StreamRelay {
     });
   }
 
-  private write(text: string): void {
+  /** Commits the response if it is not yet, and writes `text` (ASCII unless said otherwise). */
+  private write(text: string, encoding: BufferEncoding = 'latin1'): void {
     if (!this.res.headersSent) this.res.writeHead(200, { ...SSE_HEADERS, ...this.opts.headers });
-    if (text) this.res.write(text, wireEncoding(text));
+    if (text) this.res.write(text, encoding);
   }
 }

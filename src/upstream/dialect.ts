@@ -61,10 +61,11 @@ const PLAIN_CONTENT_RUN = new RegExp(`${plainContentEvent(String.raw`(\d+)`, JSO
 /** Each event of such a run, its piece's literal in group 1. */
 const PLAIN_CONTENT_PIECE = new RegExp(plainContentEvent(String.raw`\d+`, `(${JSON_STRING})`), 'g');
 
-/** How many times `what` occurs in `text`. */
-function occurrences(text: string, what: string): number {
+/** How many events a run holds: each ends in a blank line, and inside a JSON literal a newline is escaped. */
+function eventsIn(run: string): number {
   let count = 0;
-  for (let at = text.indexOf(what); at !== -1; at = text.indexOf(what, at + what.length)) count++;
+  // A search for one character is a memchr, several times quicker than one for two.
+  for (let at = run.indexOf('\n'); at !== -1; at = run.indexOf('\n', at + 2)) count++;
   return count;
 }
 
@@ -77,8 +78,7 @@ function readPlainContentRun(m: RegExpExecArray): StreamEvent {
   return {
     content: {
       index: Number(m[1]),
-      // Inside a literal a newline is escaped: these are the events' own.
-      pieces: occurrences(source, '\n\n'),
+      pieces: eventsIn(source),
       render: (before, after) => source.replace(PLAIN_CONTENT_PIECE, `${literalReplacement(before)}$1${literalReplacement(after)}`),
     },
   };
