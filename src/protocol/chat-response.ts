@@ -137,14 +137,16 @@ export class ChunkRenderer {
     let out = '';
     for (const c of choices) {
       out += this.open(c.index);
-      if (c.logprobs === null && c.finish_reason === null && typeof c.delta.content === 'string' && onlyContent(c.delta)) {
-        // The common chunk, a piece of text, from text made once per choice.
-        out += this.contentHeads[c.index] + jsonString(c.delta.content) + this.contentTail;
+      const bare = c.logprobs === null && c.finish_reason === null;
+      if (bare && typeof c.delta.content === 'string' && onlyContent(c.delta)) {
+        // The common chunk, a piece of text, from text made once per choice. An empty piece says nothing: not sent.
+        if (c.delta.content) out += this.contentHeads[c.index] + jsonString(c.delta.content) + this.contentTail;
         continue;
       }
-      // The role went out in the opening chunk; a delta left empty by removing it is not sent.
+      // The role went out in the opening chunk, with the empty content OpenAI sends there; a delta left with
+      // nothing once they are taken out (an upstream's own opening, most often) is not sent.
       const { role: _role, ...delta } = c.delta;
-      if (Object.keys(delta).length === 0 && c.finish_reason === null && c.logprobs === null) continue;
+      if (bare && (Object.keys(delta).length === 0 || (onlyContent(delta) && !delta.content))) continue;
       const choice = JSON.stringify([{ ...c, delta }]);
       out += sseData(this.prefix + choice + this.suffix);
     }

@@ -19,7 +19,8 @@ describe('ChunkRenderer', () => {
         const text = renderer.deltas(pieces.map((content) => ({ index: 0, delta: { content }, logprobs: null, finish_reason: null })));
         const expected = [
           { id: 'chatcmpl-1', object: 'chat.completion.chunk', created: 7, model: 'm', system_fingerprint: null, choices: [{ index: 0, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }], usage: null },
-          ...pieces.map((content) => ({ id: 'chatcmpl-1', object: 'chat.completion.chunk', created: 7, model: 'm', system_fingerprint: null, choices: [{ index: 0, delta: { content }, logprobs: null, finish_reason: null }], usage: null })),
+          // An empty piece says nothing and is not sent.
+          ...pieces.filter((content) => content !== '').map((content) => ({ id: 'chatcmpl-1', object: 'chat.completion.chunk', created: 7, model: 'm', system_fingerprint: null, choices: [{ index: 0, delta: { content }, logprobs: null, finish_reason: null }], usage: null })),
         ].map((c) => JSON.stringify(c));
         expect(chunks(text)).toEqual(expected);
       }),
@@ -27,9 +28,29 @@ describe('ChunkRenderer', () => {
     );
   });
 
+  it('opens a choice with one chunk, however the upstream opened it, and sends no delta that says nothing', () => {
+    const renderer = new ChunkRenderer(identity, false);
+    const text = renderer.deltas([
+      { index: 0, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null },
+      { index: 0, delta: { content: '' }, logprobs: null, finish_reason: null },
+      { index: 0, delta: { role: 'assistant' }, logprobs: null, finish_reason: null },
+      { index: 0, delta: { content: 'hi' }, logprobs: null, finish_reason: null },
+      // Still sent: a finish_reason, or logprobs, even with no text.
+      { index: 0, delta: { content: '' }, logprobs: { content: [] }, finish_reason: null },
+      { index: 0, delta: { content: '' }, logprobs: null, finish_reason: 'stop' },
+    ]);
+    expect(chunks(text).map((c) => JSON.parse(c).choices[0])).toEqual([
+      { index: 0, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null },
+      { index: 0, delta: { content: 'hi' }, logprobs: null, finish_reason: null },
+      { index: 0, delta: { content: '' }, logprobs: { content: [] }, finish_reason: null },
+      { index: 0, delta: { content: '' }, logprobs: null, finish_reason: 'stop' },
+    ]);
+  });
+
   it('writes a run of pieces exactly as it writes the same pieces one delta each', () => {
     fc.assert(
-      fc.property(fc.array(fc.string({ unit: 'binary' }), { minLength: 1 }), fc.integer({ min: 0, max: 3 }), (texts, index) => {
+      // A run's pieces each have some text (an empty one takes the full parse).
+      fc.property(fc.array(fc.string({ unit: 'binary', minLength: 1 }), { minLength: 1 }), fc.integer({ min: 0, max: 3 }), (texts, index) => {
         const asDeltas = new ChunkRenderer(identity, false).deltas(texts.map((content) => ({ index, delta: { content }, logprobs: null, finish_reason: null })));
         const run = { index, pieces: texts.length, render: (before: string, after: string) => texts.map((t) => before + JSON.stringify(t) + after).join('') };
         expect(new ChunkRenderer(identity, false).content(run)).toBe(asDeltas);
