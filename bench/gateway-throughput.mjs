@@ -16,25 +16,16 @@
 // as a long-running server is, not while the JIT is still at work.
 //
 //   npm run build && node bench/gateway-throughput.mjs [seconds per run, default 10] [overload seconds, default 60] [rounds, default 3]
-import { execFileSync, fork, spawn } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import autocannon from 'autocannon';
-import { ROOT, startParley, stopAll, track, waitForPort } from './support.mjs';
+import { benchModel, chatLoad, forked, ROOT, startParley, stopAll, track, waitForPort } from './support.mjs';
 
 const SECONDS = Number(process.argv[2] ?? 10);
 const OVERLOAD_SECONDS = Number(process.argv[3] ?? 60);
 const ROUNDS = Number(process.argv[4] ?? 3);
 const WARMUP_SECONDS = 5;
 const DEMO_CREDIT_MICROS = 1_000_000 * 1_000_000;
-
-function forked(script, args) {
-  return new Promise((resolve, reject) => {
-    const child = track(fork(join(ROOT, script), args, { stdio: ['ignore', 'ignore', 'inherit', 'ipc'] }));
-    child.once('message', (m) => resolve(m.port));
-    child.once('exit', (code) => reject(new Error(`${script} exited ${code}`)));
-  });
-}
 
 async function startPortkey() {
   const bin = join(ROOT, 'node_modules/@portkey-ai/gateway/build/start-server.js');
@@ -45,12 +36,7 @@ async function startPortkey() {
   return port;
 }
 
-function load(url, headers, stream, connections = 32, duration = SECONDS) {
-  const body = JSON.stringify({ model: 'bench', messages: [{ role: 'system', content: 'You are a benchmark.' }, { role: 'user', content: 'Say 256 tokens.' }], max_tokens: 256, stream });
-  return new Promise((resolve, reject) => {
-    autocannon({ url, method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body, connections, duration }, (err, r) => (err ? reject(err) : resolve(r)));
-  });
-}
+const load = (url, headers, stream, connections = 32, duration = SECONDS) => chatLoad(url, headers, stream, connections, duration);
 
 /** Peak resident memory of a process, from /proc. */
 const peakRssMiB = (pid) => Number(/VmHWM:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))[1]) / 1024;
@@ -74,12 +60,10 @@ async function overload(parley) {
 }
 
 try {
-  const upstreamPort = await forked('bench/fast-upstream.mjs', ['0']);
+  const { port: upstreamPort } = await forked('bench/fast-upstream.mjs', ['0']);
   const upstream = `http://127.0.0.1:${upstreamPort}`;
-  const proxyPort = await forked('bench/bare-proxy.mjs', [upstream, '0']);
-  const parley = await startParley([
-    { id: 'bench', contextWindow: 32768, pricesPerMillion: { inputCacheMiss: 1, inputCacheHit: 0.1, output: 2 }, endpoints: [{ kind: 'vllm', url: `${upstream}/v1`, maxConcurrent: 64, maxQueue: 64 }] },
-  ], { failover: { queueTimeoutMs: 200 } });
+  const { port: proxyPort } = await forked('bench/bare-proxy.mjs', [upstream, '0']);
+  const parley = await startParley([benchModel(upstream)], { failover: { queueTimeoutMs: 200 } });
   const portkeyPort = await startPortkey();
   const targets = [
     ['direct', `${upstream}/v1/chat/completions`, {}],

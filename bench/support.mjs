@@ -1,11 +1,13 @@
 // What the benchmark scripts share: child processes that die with the
-// script, waiting for a port, and a `parley serve` on its own data folder
-// with a demo key that has credit and rate limits enough for a benchmark.
-import { spawn } from 'node:child_process';
+// script, waiting for a port, a `parley serve` on its own data folder with a
+// demo key that has credit and rate limits enough for a benchmark, and the
+// load the gateway benchmarks drive.
+import { fork, spawn } from 'node:child_process';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import autocannon from 'autocannon';
 
 export const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const children = new Set();
@@ -38,6 +40,29 @@ export async function waitForPort(url, timeoutMs = 60_000) {
     }
   }
   throw new Error(`nothing answers at ${url}`);
+}
+
+/** Forks one of the bench's servers (`script` relative to the root); resolves to the port it reports and its pid. */
+export function forked(script, args) {
+  return new Promise((resolve, reject) => {
+    const child = track(fork(join(ROOT, script), args, { stdio: ['ignore', 'ignore', 'inherit', 'ipc'] }));
+    child.once('message', (m) => resolve({ port: m.port, pid: child.pid }));
+    child.once('exit', (code) => reject(new Error(`${script} exited ${code}`)));
+  });
+}
+
+/** The routing entry of the model the gateway benchmarks ask for, served by the fast upstream at `upstream`. */
+export const benchModel = (upstream) => ({
+  id: 'bench', contextWindow: 32768, pricesPerMillion: { inputCacheMiss: 1, inputCacheHit: 0.1, output: 2 },
+  endpoints: [{ kind: 'vllm', url: `${upstream}/v1`, maxConcurrent: 64, maxQueue: 64 }],
+});
+
+/** autocannon posting the same chat completion (256 tokens, whole or streamed) for `duration` seconds. */
+export function chatLoad(url, headers, stream, connections, duration) {
+  const body = JSON.stringify({ model: 'bench', messages: [{ role: 'system', content: 'You are a benchmark.' }, { role: 'user', content: 'Say 256 tokens.' }], max_tokens: 256, stream });
+  return new Promise((resolve, reject) => {
+    autocannon({ url, method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body, connections, duration }, (err, r) => (err ? reject(err) : resolve(r)));
+  });
 }
 
 export const freePort = () => 20000 + Math.floor(Math.random() * 20000);

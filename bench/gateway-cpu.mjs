@@ -1,0 +1,71 @@
+// Where the throughput ratio comes from: CPU time per request of the
+// gateway's main thread, and of its whole process, for the bare http-proxy-3
+// pass-through and for Parley, under the same load as gateway-throughput.mjs.
+//
+// Both gateways run their JavaScript on one thread, and under 32 connections
+// on a 2-core machine that thread is the bottleneck (busy ~90% of the time,
+// while the machine keeps some idle): the ratio of requests/s follows the
+// ratio of main-thread time per request, not the CPU Redis, the upstream or
+// the load generator spend. Times come from /proc, so the run needs Linux.
+//
+// The targets take turns for `rounds` rounds of `seconds` each; the table
+// shows each one's median, and the ratio is the median of same-round ratios.
+// Each further argument is another checkout of Parley (built), measured the
+// same way: an A/B of two versions of the code in one run.
+//
+//   npm run build && node bench/gateway-cpu.mjs [stream|whole] [rounds, default 10] [seconds, default 3] [checkout ...]
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { benchModel, chatLoad, forked, ROOT, startParley, stopAll } from './support.mjs';
+
+const [mode = 'stream', rounds = '10', seconds = '3', ...checkouts] = process.argv.slice(2);
+const stream = mode === 'stream';
+const CLOCK_TICKS_PER_SECOND = 100;
+
+/** User + system CPU microseconds of one thread (`/proc/PID/task/TID/stat`) or of a whole process (`/proc/PID/stat`). */
+function cpuMicros(statPath) {
+  const fields = readFileSync(statPath, 'utf8').split(') ')[1].split(' ');
+  return ((Number(fields[11]) + Number(fields[12])) * 1_000_000) / CLOCK_TICKS_PER_SECOND;
+}
+
+const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+
+try {
+  const upstream = `http://127.0.0.1:${(await forked('bench/fast-upstream.mjs', ['0'])).port}`;
+  const proxy = await forked('bench/bare-proxy.mjs', [upstream, '0']);
+  const targets = [{ name: 'bare http-proxy-3', url: `http://127.0.0.1:${proxy.port}`, headers: {}, pid: proxy.pid }];
+  for (const root of [ROOT, ...checkouts]) {
+    // Each checkout starts its own `parley serve`, through its own bench helpers.
+    const { startParley: start } = root === ROOT ? { startParley } : await import(join(root, 'bench/support.mjs'));
+    const parley = await start([benchModel(upstream)], { failover: { queueTimeoutMs: 200 } });
+    targets.push({ name: `parley ${root}`, url: parley.url, headers: { authorization: `Bearer ${parley.key}` }, pid: parley.child.pid });
+  }
+  for (const t of targets) await chatLoad(`${t.url}/v1/chat/completions`, t.headers, stream, 32, 3);
+  const runs = new Map(targets.map((t) => [t, []]));
+  for (let round = 0; round < Number(rounds); round++) {
+    // Alternate the order, so that neither side always runs first in a round.
+    for (const t of round % 2 ? [...targets].reverse() : targets) {
+      const main = `/proc/${t.pid}/task/${t.pid}/stat`;
+      const whole = `/proc/${t.pid}/stat`;
+      const before = { main: cpuMicros(main), whole: cpuMicros(whole) };
+      const r = await chatLoad(`${t.url}/v1/chat/completions`, t.headers, stream, 32, Number(seconds));
+      const n = r.requests.total;
+      runs.get(t).push({ rps: r.requests.average, main: (cpuMicros(main) - before.main) / n, whole: (cpuMicros(whole) - before.whole) / n, errors: r.errors + r.non2xx });
+    }
+  }
+  const bare = runs.get(targets[0]);
+  console.table(targets.map((t) => {
+    const list = runs.get(t);
+    return {
+      target: t.name,
+      'req/s': Math.round(median(list.map((x) => x.rps))),
+      'main thread µs/request': Math.round(median(list.map((x) => x.main))),
+      'process µs/request': Math.round(median(list.map((x) => x.whole))),
+      'main thread ÷ bare': median(list.map((x, i) => x.main / bare[i].main)).toFixed(2),
+      'req/s ÷ bare': median(list.map((x, i) => x.rps / bare[i].rps)).toFixed(2),
+      errors: list.reduce((sum, x) => sum + x.errors, 0),
+    };
+  }));
+} finally {
+  stopAll();
+}
