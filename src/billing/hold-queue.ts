@@ -6,8 +6,6 @@ import { ApiError } from '../protocol/errors.js';
 import { TurnBatches } from '../redis/turn-batches.js';
 import { holdCredits, type HoldAsk, type HoldResult } from './credit-ledger.js';
 
-const MAX_BATCH = 64;
-
 interface Waiting {
   ask: HoldAsk;
   held: (result: HoldResult) => void;
@@ -15,7 +13,7 @@ interface Waiting {
 }
 
 export class HoldQueue {
-  private readonly batches = new TurnBatches<Waiting>(MAX_BATCH, (part) => void this.run(part));
+  private readonly batches = new TurnBatches<Waiting>((part) => void this.run(part));
 
   constructor(private readonly redis: Redis) {}
 

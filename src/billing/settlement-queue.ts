@@ -12,11 +12,10 @@ import { settleHolds, type Settlement } from './credit-ledger.js';
 
 const FIRST_RETRY_MS = 200;
 const MAX_RETRY_MS = 5_000;
-const MAX_BATCH = 64;
 
 export class SettlementQueue {
   private readonly pending = new Set<Promise<void>>();
-  private readonly batches = new TurnBatches<{ settlement: Settlement; landed: () => void }>(MAX_BATCH, (part) => void this.run(part));
+  private readonly batches = new TurnBatches<{ settlement: Settlement; landed: () => void }>((part) => void this.run(part));
 
   /** `keepEventsMs`: how long usage events are kept, read at each batch (the routing file may change); 0 keeps them for good. */
   constructor(private readonly redis: Redis, private readonly keepEventsMs: () => number = () => 0) {}
