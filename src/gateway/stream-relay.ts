@@ -5,7 +5,7 @@
 import type { ServerResponse } from 'node:http';
 import { ChunkRenderer, SSE_KEEP_ALIVE, sseData, type ReplyIdentity, type StreamEvent, type Usage } from '../protocol/chat-response.js';
 import { STREAM_BROKE_OFF_BODY, type ApiError } from '../protocol/errors.js';
-import { SSE_HEADERS, WireText } from '../protocol/http-io.js';
+import { SSE_HEADERS, wireEncoding } from '../protocol/http-io.js';
 
 export type StreamOutcome =
   | { kind: 'complete'; usage: Usage }
@@ -55,27 +55,30 @@ export class StreamRelay {
     let contentDeltas = 0;
     let firstSent = false;
     let finished: Usage | undefined;
-    /** Ends the reply; `last` is the final batch's text, sent in the same write as the closing chunks. */
-    const finish = (last = new WireText()) => {
+    /** Ends the reply: the usage chunk when asked for, then [DONE]. */
+    const finish = () => {
       // Metering needs usage; an upstream that sent none is measured by what it streamed.
       finished = usage ?? { prompt_tokens: this.opts.countedPromptTokens, completion_tokens: contentDeltas, cached_tokens: 0 };
       clearTimeout(this.keepAlive);
-      last.add(renderer.end(finished));
-      this.res.end(last.text, last.encoding);
+      const closing = renderer.end(finished);
+      this.res.end(closing, wireEncoding(closing));
     };
     try {
       this.write('');
       for await (const batch of events) {
-        const out = new WireText();
         let done = false;
+        // Each part goes out as it is rendered, never joined to the others: Node sends the writes of one
+        // turn in one call to the socket, and a joined string would be copied whole once more to be written.
         for (const event of batch) {
           if (event.content) {
             contentDeltas += event.content.pieces;
-            out.add(renderer.content(event.content));
+            const [opening, pieces] = renderer.content(event.content);
+            this.write(opening);
+            this.write(pieces);
           }
           if (event.choices) {
             for (const c of event.choices) if (c.delta.content) contentDeltas++;
-            out.add(renderer.deltas(event.choices));
+            this.write(renderer.deltas(event.choices));
           }
           if (event.usage) usage = event.usage;
           done ||= event.done === true;
@@ -86,14 +89,11 @@ export class StreamRelay {
         }
         if (done) {
           // The stream's reader ends on its own after [DONE], leaving the upstream connection for the next request.
-          finish(out);
+          finish();
           continue;
         }
-        if (out.text) {
-          this.write(out.text, out.encoding);
-          // A client reading slower than the upstream writes holds the upstream back, not Parley's memory.
-          if (this.res.writableNeedDrain) await this.drained();
-        }
+        // A client reading slower than the upstream writes holds the upstream back, not Parley's memory.
+        if (this.res.writableNeedDrain) await this.drained();
         this.keepAlive.refresh();
       }
       if (!finished) finish();
@@ -123,9 +123,9 @@ export class StreamRelay {
     });
   }
 
-  /** Commits the response if it is not yet, and writes `text` (ASCII unless said otherwise). */
-  private write(text: string, encoding: BufferEncoding = 'latin1'): void {
+  /** Commits the response if it is not yet, and writes `text`. */
+  private write(text: string): void {
     if (!this.res.headersSent) this.res.writeHead(200, { ...SSE_HEADERS, ...this.opts.headers });
-    if (text) this.res.write(text, encoding);
+    if (text) this.res.write(text, wireEncoding(text));
   }
 }

@@ -126,10 +126,14 @@ export class ChunkRenderer {
     this.contentTail = `},"logprobs":null,"finish_reason":null}]${this.suffix}\n\n`;
   }
 
-  /** The SSE text for a run of plain content, a chunk per piece. */
-  content(run: ContentRun): string {
+  /**
+   * The SSE text for a run of plain content, a chunk per piece: the choice's
+   * opening chunk ('' once it has opened) and the run's chunks, kept apart
+   * because the run is long and joining would copy it.
+   */
+  content(run: ContentRun): [opening: string, pieces: string] {
     const opening = this.open(run.index);
-    return opening + run.render(this.contentHeads[run.index], this.contentTail);
+    return [opening, run.render(this.contentHeads[run.index], this.contentTail)];
   }
 
   /** The SSE text for a batch of deltas ('' when there is nothing to send). */

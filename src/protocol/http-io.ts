@@ -55,21 +55,11 @@ export function sendError(res: ServerResponse, err: ApiError): void {
 }
 
 /**
- * Text gathered for one write, and the encoding to write it in. ASCII text
- * is the same bytes in latin1 as in UTF-8, and latin1 is copied where UTF-8
- * is encoded: a streamed reply is nearly always ASCII (other characters come
- * escaped in JSON). Each part is checked as it is added, while it is one flat
- * string: measured after joining, the parts would first be copied into one.
+ * The encoding to write `text` in. ASCII text is the same bytes in latin1 as
+ * in UTF-8, and latin1 is copied where UTF-8 is encoded: a streamed reply is
+ * nearly always ASCII (other characters come escaped in JSON).
  */
-export class WireText {
-  text = '';
-  encoding: BufferEncoding = 'latin1';
-
-  add(part: string): void {
-    this.text += part;
-    if (this.encoding === 'latin1' && Buffer.byteLength(part) !== part.length) this.encoding = 'utf8';
-  }
-}
+export const wireEncoding = (text: string): BufferEncoding => (Buffer.byteLength(text) === text.length ? 'latin1' : 'utf8');
 
 export const SSE_HEADERS = {
   'content-type': 'text/event-stream; charset=utf-8',

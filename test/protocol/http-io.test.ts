@@ -2,7 +2,7 @@
 import { createServer, request, type IncomingMessage } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { describe, expect, it } from 'vitest';
-import { readJsonBody, WireText } from '../../src/protocol/http-io.js';
+import { readJsonBody, wireEncoding } from '../../src/protocol/http-io.js';
 import { sleep } from '../support/fake-upstream.js';
 
 /** The server's side of one request whose client sends `body` (of `declared` bytes) and then leaves. */
@@ -46,25 +46,16 @@ describe('readJsonBody', () => {
   });
 });
 
-describe('WireText', () => {
-  const gathered = (parts: string[]) => {
-    const out = new WireText();
-    for (const part of parts) out.add(part);
-    return out;
-  };
-
-  it('is written as latin1, the same bytes, while every part is ASCII', () => {
-    const out = gathered(['', 'data: {"content":" tok"}\n\n', '\u0000\u007f']);
-    expect(out.encoding).toBe('latin1');
-    expect(Buffer.from(out.text, 'latin1').equals(Buffer.from(out.text, 'utf8'))).toBe(true);
+describe('wireEncoding', () => {
+  it('writes ASCII text as latin1, the same bytes', () => {
+    for (const text of ['', 'data: {"content":" tok"}\n\n', '\u0000\u007f']) {
+      expect(wireEncoding(text)).toBe('latin1');
+      expect(Buffer.from(text, 'latin1').equals(Buffer.from(text, 'utf8'))).toBe(true);
+    }
   });
 
-  it('is written as UTF-8 once any part is not ASCII', () => {
+  it('writes any other text as UTF-8', () => {
     // Latin-1 letters, other scripts, a surrogate pair, and a lone surrogate (written as U+FFFD).
-    for (const odd of ['é', 'x\u00ff', '日本', '𝕏', '\ud800']) {
-      const out = gathered(['data: ', odd, ' and ASCII after']);
-      expect(out.encoding).toBe('utf8');
-      expect(out.text).toBe(`data: ${odd} and ASCII after`);
-    }
+    for (const odd of ['é', 'x\u00ff', '日本', '𝕏', '\ud800']) expect(wireEncoding(`data: ${odd} and ASCII after`)).toBe('utf8');
   });
 });
