@@ -5,6 +5,7 @@
 // wraps every reply in a Node stream and an abort signal, which cost more
 // than the rest of relaying a short reply. The body is read here instead,
 // with the same backpressure: the socket pauses while the reader is behind.
+import { isAscii } from 'node:buffer';
 import { StringDecoder } from 'node:string_decoder';
 import { Agent, errors as undiciErrors, type Dispatcher } from 'undici';
 import type { StreamEvent } from '../protocol/chat-response.js';
@@ -37,6 +38,8 @@ export class UpstreamBody implements Dispatcher.DispatchHandler {
   statusCode = 0;
   private controller: Dispatcher.DispatchController | undefined;
   private readonly decoder = new StringDecoder('utf8');
+  /** Set at the first chunk that is not ASCII: from there on, a character may be split between two chunks. */
+  private decoding = false;
   private pending: string[] = [];
   private pendingChars = 0;
   private ended = false;
@@ -71,7 +74,9 @@ export class UpstreamBody implements Dispatcher.DispatchHandler {
 
   onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
     if (this.discarding) return;
-    const text = this.decoder.write(chunk);
+    // A reply is nearly always ASCII (JSON escapes the rest), and ASCII is read as latin1: a copy, where UTF-8 is decoded.
+    this.decoding ||= !isAscii(chunk);
+    const text = this.decoding ? this.decoder.write(chunk) : chunk.toString('latin1');
     this.pending.push(text);
     this.pendingChars += text.length;
     if (this.pendingChars > HIGH_WATER_CHARS) controller.pause();

@@ -117,22 +117,25 @@ describe('stream quirks', () => {
     }
   });
 
-  it('passes text that is not ASCII on byte for byte, a character split between two reads included', async () => {
+  it('passes text that is not ASCII on byte for byte, after reads that were all ASCII and with a character split between two reads', async () => {
     // vLLM's framing, which Parley rewrites in runs; the first event, with the role, takes the full parse.
     const piece = (content: string) => ({ id: 'up-1', object: 'chat.completion.chunk', created: 1, model: 'up', choices: [{ index: 0, delta: { content }, logprobs: null, finish_reason: null }] });
-    const events = [chunk({ role: 'assistant', content: '日本' }), piece('é'), piece(' 𝕏'), piece(' ok'), chunk({}, 'stop', { usage })];
+    const events = [chunk({ role: 'assistant', content: 'ok ' }), piece('日本'), piece('é'), piece(' 𝕏'), piece(' ok'), chunk({}, 'stop', { usage })];
     const bytes = Buffer.from(events.map((e) => `data: ${JSON.stringify(e)}\n\n`).join('') + 'data: [DONE]\n\n');
+    const firstNonAscii = bytes.indexOf(Buffer.from('日本'));
     const split = bytes.indexOf(Buffer.from('𝕏')) + 2;
     const t = await withUpstream('vllm', async (_req, res) => {
       res.writeHead(200, { 'content-type': 'text/event-stream' });
-      res.write(bytes.subarray(0, split));
+      res.write(bytes.subarray(0, firstNonAscii - 20));
+      await sleep(20);
+      res.write(bytes.subarray(firstNonAscii - 20, split));
       await sleep(20);
       res.end(bytes.subarray(split));
     });
     try {
       const raw = new TextDecoder('utf-8', { fatal: true }).decode(await (await postChat(t.gw, { model: 'm', messages, stream: true })).arrayBuffer());
       const text = parseSse(raw).slice(0, -1).map((e) => JSON.parse(e.slice(6)).choices[0].delta.content ?? '').join('');
-      expect(text).toBe('日本é 𝕏 ok');
+      expect(text).toBe('ok 日本é 𝕏 ok');
     } finally {
       await t.close();
     }
