@@ -1,7 +1,7 @@
 // A real redis-server per test file, on a free port with its own data folder,
 // so that a test can kill and restart it without touching anyone else's data.
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -15,6 +15,7 @@ export interface TestRedis {
   kill(): Promise<void>;
   /** Starts it again on the same port and files. */
   restart(): Promise<void>;
+  /** Stops it and removes its data folder. */
   stop(): Promise<void>;
 }
 
@@ -71,6 +72,7 @@ export async function startTestRedis(): Promise<TestRedis> {
     stop: async () => {
       client.disconnect();
       await kill();
+      rmSync(dir, { recursive: true, force: true });
     },
   };
 }
