@@ -1,7 +1,7 @@
 // Starts a real gateway in the test process on a routing file the test
 // writes, with its own redis-server and an account holding credit, and an
 // `openai` client pointed at it with that account's key.
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import OpenAI from 'openai';
@@ -73,6 +73,7 @@ export async function startTestGateway(config: unknown, opts: TestGatewayOptions
     close: async (graceMs = 0) => {
       await gateway.close(graceMs);
       if (!opts.redis) await redis.stop();
+      rmSync(dir, { recursive: true, force: true });
     },
   };
 }
