@@ -2,7 +2,7 @@
 // gateway's Redis; and what only a separate process shows: the demo key
 // printed once, holds of a replica killed with -9 reclaimed.
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import OpenAI from 'openai';
@@ -100,6 +100,7 @@ describe('parley serve as a process', () => {
       expect(readFileSync(join(dir, 'data', 'redis', 'appendonlydir', 'appendonly.aof.manifest'), 'utf8')).toContain('appendonly');
     } finally {
       await upstream.close();
+      rmSync(dir, { recursive: true, force: true });
     }
   });
 
@@ -130,6 +131,7 @@ describe('parley serve as a process', () => {
       await replica.stop('SIGKILL');
       await gw.close();
       await upstream.close();
+      rmSync(dir, { recursive: true, force: true });
     }
   });
 });
@@ -179,6 +181,7 @@ describe('the local engine a gateway starts', () => {
       } catch {
         // already gone
       }
+      rmSync(dir, { recursive: true, force: true });
     }
   }, 120_000);
 
