@@ -87,7 +87,6 @@ export function renderCompletion(identity: ReplyIdentity, completion: Completion
     model: identity.model,
     choices: completion.choices,
     usage: usageBody(completion.usage),
-    system_fingerprint: null,
   };
 }
 
@@ -120,7 +119,7 @@ export class ChunkRenderer {
   private readonly contentTail: string;
 
   constructor(identity: ReplyIdentity, private readonly includeUsage: boolean) {
-    this.prefix = `{"id":${JSON.stringify(identity.id)},"object":"chat.completion.chunk","created":${identity.created},"model":${JSON.stringify(identity.model)},"system_fingerprint":null,"choices":`;
+    this.prefix = `{"id":${JSON.stringify(identity.id)},"object":"chat.completion.chunk","created":${identity.created},"model":${JSON.stringify(identity.model)},"choices":`;
     // OpenAI marks every content chunk with usage null when usage was asked for.
     this.suffix = includeUsage ? ',"usage":null}' : '}';
     this.contentTail = `},"logprobs":null,"finish_reason":null}]${this.suffix}\n\n`;

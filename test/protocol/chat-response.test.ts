@@ -2,7 +2,7 @@
 // JSON.stringify would write for the same chunk, whatever the text.
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { ChunkRenderer } from '../../src/protocol/chat-response.js';
+import { ChunkRenderer, renderCompletion } from '../../src/protocol/chat-response.js';
 
 const identity = { id: 'chatcmpl-1', created: 7, model: 'm' };
 const chunks = (text: string) =>
@@ -18,9 +18,9 @@ describe('ChunkRenderer', () => {
         const renderer = new ChunkRenderer(identity, true);
         const text = renderer.deltas(pieces.map((content) => ({ index: 0, delta: { content }, logprobs: null, finish_reason: null })));
         const expected = [
-          { id: 'chatcmpl-1', object: 'chat.completion.chunk', created: 7, model: 'm', system_fingerprint: null, choices: [{ index: 0, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }], usage: null },
+          { id: 'chatcmpl-1', object: 'chat.completion.chunk', created: 7, model: 'm', choices: [{ index: 0, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }], usage: null },
           // An empty piece says nothing and is not sent.
-          ...pieces.filter((content) => content !== '').map((content) => ({ id: 'chatcmpl-1', object: 'chat.completion.chunk', created: 7, model: 'm', system_fingerprint: null, choices: [{ index: 0, delta: { content }, logprobs: null, finish_reason: null }], usage: null })),
+          ...pieces.filter((content) => content !== '').map((content) => ({ id: 'chatcmpl-1', object: 'chat.completion.chunk', created: 7, model: 'm', choices: [{ index: 0, delta: { content }, logprobs: null, finish_reason: null }], usage: null })),
         ].map((c) => JSON.stringify(c));
         expect(chunks(text)).toEqual(expected);
       }),
@@ -57,5 +57,20 @@ describe('ChunkRenderer', () => {
       }),
       { numRuns: 200 },
     );
+  });
+});
+
+describe('renderCompletion', () => {
+  it("writes OpenAI's chat.completion with no field that says nothing: Parley has no system_fingerprint, so none is sent", () => {
+    const message = { role: 'assistant' as const, content: 'hi' };
+    const body = renderCompletion(identity, { choices: [{ index: 0, message, logprobs: null, finish_reason: 'stop' }], usage: { prompt_tokens: 3, completion_tokens: 1, cached_tokens: 2 } });
+    expect(JSON.parse(JSON.stringify(body))).toEqual({
+      id: 'chatcmpl-1',
+      object: 'chat.completion',
+      created: 7,
+      model: 'm',
+      choices: [{ index: 0, message, logprobs: null, finish_reason: 'stop' }],
+      usage: { prompt_tokens: 3, completion_tokens: 1, total_tokens: 4, prompt_tokens_details: { cached_tokens: 2 } },
+    });
   });
 });
