@@ -2,7 +2,6 @@
 // authenticate → validate → find the model → check the context window →
 // rate limit → hold credit → route and forward (failing over before the
 // first byte) → render (stream or whole) → settle.
-import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Span } from '@opentelemetry/api';
 import { messageText, parseChatCompletionRequest, requestedMaxTokens, type ChatCompletionRequest } from '../protocol/chat-request.js';
@@ -17,6 +16,7 @@ import { mergeCompletions, mergeStreams } from '../upstream/fan-out.js';
 import type { GatewayContext } from './context.js';
 import { callWithFailover, type UpstreamCall } from './failover.js';
 import { Meter } from './metering.js';
+import { randomId } from './random-ids.js';
 import { StreamRelay } from './stream-relay.js';
 
 // Without a tokenizer, a prompt is bounded by its UTF-8 bytes (a byte-level
@@ -35,7 +35,7 @@ function promptTokens(model: RoutedModel, request: ChatCompletionRequest): { tok
 
 function requestId(req: IncomingMessage): string {
   const given = req.headers['x-request-id'];
-  return typeof given === 'string' && /^[\w.:-]{1,128}$/.test(given) ? given : randomUUID();
+  return typeof given === 'string' && /^[\w.:-]{1,128}$/.test(given) ? given : randomId();
 }
 
 export async function handleChatCompletion(req: IncomingMessage, res: ServerResponse, ctx: GatewayContext, span: Span): Promise<void> {
@@ -69,7 +69,7 @@ export async function handleChatCompletion(req: IncomingMessage, res: ServerResp
     tokensPerMinute: caller.limits.tokensPerMinute ?? table.rateLimits.tokensPerMinute,
   };
   const rate = rateCheck(caller.keyId, limits, prompt.tokens + n * maxReplyTokens);
-  const meter = await Meter.open(ctx, span, { caller, model, settlementId: randomUUID(), promptTokens: prompt.tokens, n, maxReplyTokens }, rate);
+  const meter = await Meter.open(ctx, span, { caller, model, settlementId: randomId(), promptTokens: prompt.tokens, n, maxReplyTokens }, rate);
   // A balance that pays for fewer reply tokens than asked lowers the limit sent upstream.
   const request: ChatCompletionRequest =
     meter.maxReplyTokens < maxReplyTokens ? { ...parsed, max_tokens: meter.maxReplyTokens, max_completion_tokens: meter.maxReplyTokens } : parsed;

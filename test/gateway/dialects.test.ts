@@ -47,6 +47,31 @@ describe('usage fields of each dialect become prompt_tokens_details.cached_token
   });
 });
 
+describe('reply ids', () => {
+  it("name the reply after its x-request-id: a short random one, or the client's own", async () => {
+    const t = await withUpstream('vllm', (req, res) => {
+      if (req.body.stream) return writeEvents(res, [chunk({ role: 'assistant', content: 'hey' }), chunk({}, 'stop')]);
+      replyJson(res, completionBody('hey', { prompt_tokens: 3, completion_tokens: 1, total_tokens: 4 }));
+    });
+    try {
+      const whole = await postChat(t.gw, { model: 'm', messages });
+      const generated = whole.headers.get('x-request-id')!;
+      expect(generated).toMatch(/^[\w-]{22}$/);
+      expect((await whole.json()).id).toBe(`chatcmpl-${generated}`);
+      const streamed = await postChat(t.gw, { model: 'm', messages, stream: true });
+      const other = streamed.headers.get('x-request-id')!;
+      expect(other).not.toBe(generated);
+      const ids = parseSse(await streamed.text()).slice(0, -1).map((e) => JSON.parse(e.slice(6)).id);
+      expect(new Set(ids)).toEqual(new Set([`chatcmpl-${other}`]));
+      const given = await postChat(t.gw, { model: 'm', messages }, { 'x-request-id': 'trace-42.a:b' });
+      expect(given.headers.get('x-request-id')).toBe('trace-42.a:b');
+      expect((await given.json()).id).toBe('chatcmpl-trace-42.a:b');
+    } finally {
+      await t.close();
+    }
+  });
+});
+
 describe('what Parley sends upstream', () => {
   let t: Awaited<ReturnType<typeof withUpstream>>;
   const usage = { prompt_tokens: 3, completion_tokens: 1, total_tokens: 4 };
