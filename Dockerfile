@@ -19,5 +19,6 @@ COPY config ./config
 # Any user may run it (the Deployment picks uid 10001); nothing in /app is written at run time.
 USER 10001
 EXPOSE 8080
-ENTRYPOINT ["node", "bin/parley.js"]
+# Run as an executable: its first line holds the Node flags Parley runs with.
+ENTRYPOINT ["/app/bin/parley.js"]
 CMD ["serve"]

@@ -5,7 +5,7 @@
 import { fork, spawn } from 'node:child_process';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import autocannon from 'autocannon';
 
@@ -83,9 +83,10 @@ export async function startParley(models, gateway = {}, nodeArgs = [], replicaOf
     models,
   }));
   const port = freePort();
-  const child = track(spawn(process.execPath, [...nodeArgs, join(ROOT, 'bin/parley.js'), 'serve', '--config', config, '--port', String(port), '--host', '127.0.0.1', '--data-dir', dir], {
+  // The bin as an executable, as Parley is run (its first line holds its Node flags), on this Node; nodeArgs ride in NODE_OPTIONS.
+  const child = track(spawn(join(ROOT, 'bin/parley.js'), ['serve', '--config', config, '--port', String(port), '--host', '127.0.0.1', '--data-dir', dir], {
     stdio: ['ignore', 'pipe', 'inherit'],
-    env: { ...process.env, REDIS_URL: '' },
+    env: { ...process.env, REDIS_URL: '', PATH: `${dirname(process.execPath)}:${process.env.PATH ?? ''}`, NODE_OPTIONS: nodeArgs.join(' ') },
   }));
   let output = '';
   const url = `http://127.0.0.1:${port}`;

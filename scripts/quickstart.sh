@@ -4,4 +4,4 @@
 set -eu
 cd "$(dirname "$0")/.."
 sh scripts/install.sh
-exec node bin/parley.js serve "$@"
+exec bin/parley.js serve "$@"

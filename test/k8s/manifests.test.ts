@@ -62,7 +62,10 @@ describe('the manifests', () => {
   it('run an image whose entrypoint is the parley bin, listening where the Deployment says, as the Deployment\'s user', () => {
     const dockerfile = readFileSync(join(ROOT, 'Dockerfile'), 'utf8');
     const final = dockerfile.slice(dockerfile.lastIndexOf('\nFROM '));
-    expect(final).toContain('ENTRYPOINT ["node", "bin/parley.js"]');
+    // The bin runs as an executable, so its first line's Node flags apply in the image too.
+    expect(final).toContain('WORKDIR /app');
+    expect(final).toContain('ENTRYPOINT ["/app/bin/parley.js"]');
+    expect(readFileSync(join(ROOT, 'bin/parley.js'), 'utf8')).toMatch(/^#!\/usr\/bin\/env -S node --max-semi-space-size=64\n/);
     expect(container.args[0]).toBe('serve');
     expect(final).toMatch(new RegExp(`ENV .*PORT=${env.PORT}`));
     expect(final).toContain(`EXPOSE ${env.PORT}`);

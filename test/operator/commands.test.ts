@@ -84,6 +84,8 @@ describe('parley serve as a process', () => {
     const noSharedRedis = { REDIS_URL: '', PARLEY_KEY_SECRET: '' };
     try {
       const first = await startParleyServe(args, noSharedRedis);
+      // Run as the bin is (npm start, the quickstart, the image): Node with the young generation Parley is tuned for.
+      expect(readFileSync(`/proc/${first.child.pid}/cmdline`, 'utf8').split('\0')).toContain('--max-semi-space-size=64');
       const key = /^\s+(sk-parley-\S+)$/m.exec(first.output())?.[1];
       expect(key).toBeDefined();
       const balance = await (await fetch(`${first.url}/user/balance`, { headers: { authorization: `Bearer ${key}` } })).json();

@@ -1,10 +1,13 @@
 // `bin/parley.js` as its own process, for what only a process shows: its
 // printed output, a kill -9, an exit code.
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
+import { dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 
 const BIN = fileURLToPath(new URL('../../bin/parley.js', import.meta.url));
+// The bin runs as an executable, as every launcher runs it (its first line holds Parley's Node flags), on the Node running the tests.
+const withThisNode = (env: Record<string, string>) => ({ ...process.env, ...env, PATH: `${dirname(process.execPath)}:${process.env.PATH ?? ''}` });
 
 export interface ParleyProcess {
   url: string;
@@ -15,8 +18,8 @@ export interface ParleyProcess {
 }
 
 export async function startParleyServe(args: string[], env: Record<string, string> = {}): Promise<ParleyProcess> {
-  const child = spawn(process.execPath, [BIN, 'serve', '--host', '127.0.0.1', '--port', '0', ...args], {
-    env: { ...process.env, ...env },
+  const child = spawn(BIN, ['serve', '--host', '127.0.0.1', '--port', '0', ...args], {
+    env: withThisNode(env),
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let output = '';
@@ -50,6 +53,6 @@ export async function startParleyServe(args: string[], env: Record<string, strin
 
 /** Runs an operator command to completion; rejects with its output on a non-zero exit. */
 export async function runParley(args: string[], env: Record<string, string> = {}): Promise<string> {
-  const { stdout } = await promisify(execFile)(process.execPath, [BIN, ...args], { env: { ...process.env, ...env } });
+  const { stdout } = await promisify(execFile)(BIN, args, { env: withThisNode(env) });
   return stdout;
 }
