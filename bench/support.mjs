@@ -3,7 +3,7 @@
 // demo key that has credit and rate limits enough for a benchmark, and the
 // load the gateway benchmarks drive.
 import { fork, spawn } from 'node:child_process';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -65,6 +65,9 @@ export function chatLoad(url, headers, stream, connections, duration) {
   });
 }
 
+/** The Node flags on a bin's first line (`#!/usr/bin/env -S node FLAGS`). */
+const binNodeFlags = (bin) => readFileSync(bin, 'utf8').split('\n', 1)[0].split(/\s+/).filter((w) => w.startsWith('--'));
+
 export const freePort = () => 20000 + Math.floor(Math.random() * 20000);
 
 /**
@@ -83,11 +86,13 @@ export async function startParley(models, gateway = {}, nodeArgs = [], replicaOf
     models,
   }));
   const port = freePort();
-  // The bin as an executable, as Parley is run (its first line holds its Node flags), on this Node; nodeArgs ride in NODE_OPTIONS.
-  const child = track(spawn(join(ROOT, 'bin/parley.js'), ['serve', '--config', config, '--port', String(port), '--host', '127.0.0.1', '--data-dir', dir], {
-    stdio: ['ignore', 'pipe', 'inherit'],
-    env: { ...process.env, REDIS_URL: '', PATH: `${dirname(process.execPath)}:${process.env.PATH ?? ''}`, NODE_OPTIONS: nodeArgs.join(' ') },
-  }));
+  const bin = join(ROOT, 'bin/parley.js');
+  const args = ['serve', '--config', config, '--port', String(port), '--host', '127.0.0.1', '--data-dir', dir];
+  // The bin as an executable, as Parley is run (its first line holds its Node flags), on this Node. Extra
+  // Node flags (some, such as --cpu-prof, are refused in NODE_OPTIONS) go on a command line of the bin's own.
+  const env = { ...process.env, REDIS_URL: '', PATH: `${dirname(process.execPath)}:${process.env.PATH ?? ''}` };
+  const options = { stdio: ['ignore', 'pipe', 'inherit'], env };
+  const child = track(nodeArgs.length ? spawn(process.execPath, [...binNodeFlags(bin), ...nodeArgs, bin, ...args], options) : spawn(bin, args, options));
   let output = '';
   const url = `http://127.0.0.1:${port}`;
   if (replicaOf) {
