@@ -125,7 +125,8 @@ export class StreamRelay {
 
   /** Commits the response if it is not yet, and writes `text`. */
   private write(text: string): void {
-    if (!this.res.headersSent) this.res.writeHead(200, { ...SSE_HEADERS, ...this.opts.headers });
+    // Object.assign: see the reply's headers in chat-completions.ts.
+    if (!this.res.headersSent) this.res.writeHead(200, Object.assign({}, SSE_HEADERS, this.opts.headers));
     if (text) this.res.write(text, wireEncoding(text));
   }
 }

@@ -137,7 +137,8 @@ export function openAiCompatible(quirks: DialectQuirks): Dialect {
         body.stream = true;
         body.stream_options = { include_usage: true };
       }
-      return { ...body, ...quirks.extraBody?.(req) };
+      // Added in place: a spread copies the body again, slowly in V8 (Node 20), on every request.
+      return Object.assign(body, quirks.extraBody?.(req));
     },
 
     completion(raw) {
