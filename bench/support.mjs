@@ -42,11 +42,15 @@ export async function waitForPort(url, timeoutMs = 60_000) {
   throw new Error(`nothing answers at ${url}`);
 }
 
-/** Forks one of the bench's servers (`script` relative to the root); resolves to the port it reports and its pid. */
-export function forked(script, args) {
+/**
+ * Forks one of the bench's servers (`script` relative to the root), with
+ * `execArgv` Node flags (its stdout is then piped, for what they print);
+ * resolves to the port it reports, its pid and the child.
+ */
+export function forked(script, args, execArgv = []) {
   return new Promise((resolve, reject) => {
-    const child = track(fork(join(ROOT, script), args, { stdio: ['ignore', 'ignore', 'inherit', 'ipc'] }));
-    child.once('message', (m) => resolve({ port: m.port, pid: child.pid }));
+    const child = track(fork(join(ROOT, script), args, { execArgv, stdio: ['ignore', execArgv.length ? 'pipe' : 'ignore', 'inherit', 'ipc'] }));
+    child.once('message', (m) => resolve({ port: m.port, pid: child.pid, child }));
     child.once('exit', (code) => reject(new Error(`${script} exited ${code}`)));
   });
 }
