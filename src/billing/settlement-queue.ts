@@ -14,7 +14,10 @@ const FIRST_RETRY_MS = 200;
 const MAX_RETRY_MS = 5_000;
 
 export class SettlementQueue {
-  private readonly pending = new Set<Promise<void>>();
+  // A count, not a Set of the pending promises: see the list of stoppers in gateway/lifecycle.ts.
+  private unsettled = 0;
+  /** Called once nothing is left unsettled. */
+  private emptied: (() => void)[] = [];
   private readonly batches = new TurnBatches<{ settlement: Settlement; landed: () => void }>((part) => void this.run(part));
 
   /** `keepEventsMs`: how long usage events are kept, read at each batch (the routing file may change); 0 keeps them for good. */
@@ -22,20 +25,28 @@ export class SettlementQueue {
 
   /** Settles as soon as Redis answers, retrying in the background; resolves once it has landed. */
   settle(s: Settlement): Promise<void> {
-    const attempt = new Promise<void>((landed) => this.batches.add({ settlement: s, landed })).finally(() => this.pending.delete(attempt));
-    this.pending.add(attempt);
-    return attempt;
+    this.unsettled++;
+    return new Promise<void>((landed) => this.batches.add({ settlement: s, landed })).finally(() => {
+      if (--this.unsettled === 0) for (const emptied of this.emptied.splice(0)) emptied();
+    });
   }
 
   get size(): number {
-    return this.pending.size;
+    return this.unsettled;
   }
 
-  /** Waits for what is pending, up to `timeoutMs`; returns how many are still unsettled. */
+  /** Waits until nothing is left unsettled, up to `timeoutMs`; returns how many still are. */
   async drain(timeoutMs: number): Promise<number> {
-    const timeout = new Promise((r) => setTimeout(r, timeoutMs).unref());
-    await Promise.race([Promise.all(this.pending), timeout]);
-    return this.pending.size;
+    if (this.unsettled > 0) {
+      await new Promise<void>((resolve) => {
+        const timeout = setTimeout(resolve, timeoutMs).unref();
+        this.emptied.push(() => {
+          clearTimeout(timeout);
+          resolve();
+        });
+      });
+    }
+    return this.unsettled;
   }
 
   private async run(part: { settlement: Settlement; landed: () => void }[]): Promise<void> {
