@@ -16,7 +16,7 @@
 //   npm run build && node bench/gateway-cpu.mjs [stream|whole] [rounds, default 10] [seconds, default 3] [checkout ...]
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { benchModel, chatLoad, forked, ROOT, startParley, stopAll } from './support.mjs';
+import { benchModel, chatLoad, forked, median, ROOT, startParley, stopAll } from './support.mjs';
 
 const [mode = 'stream', rounds = '10', seconds = '3', ...checkouts] = process.argv.slice(2);
 const stream = mode === 'stream';
@@ -27,8 +27,6 @@ function cpuMicros(statPath) {
   const fields = readFileSync(statPath, 'utf8').split(') ')[1].split(' ');
   return ((Number(fields[11]) + Number(fields[12])) * 1_000_000) / CLOCK_TICKS_PER_SECOND;
 }
-
-const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 
 try {
   const upstream = `http://127.0.0.1:${(await forked('bench/fast-upstream.mjs', ['0'])).port}`;

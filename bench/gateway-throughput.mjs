@@ -19,7 +19,7 @@
 import { execFileSync, spawn } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { benchModel, chatLoad, forked, ROOT, startParley, stopAll, track, waitForPort } from './support.mjs';
+import { benchModel, chatLoad, forked, median, ROOT, startParley, stopAll, track, waitForPort } from './support.mjs';
 
 const SECONDS = Number(process.argv[2] ?? 10);
 const OVERLOAD_SECONDS = Number(process.argv[3] ?? 60);
@@ -71,7 +71,6 @@ try {
     ['parley', `${parley.url}/v1/chat/completions`, { authorization: `Bearer ${parley.key}` }],
     ...(portkeyPort ? [['portkey', `http://127.0.0.1:${portkeyPort}/v1/chat/completions`, { 'x-portkey-provider': 'openai', 'x-portkey-custom-host': `${upstream}/v1`, authorization: 'Bearer x' }]] : []),
   ];
-  const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
   const rows = [];
   const ratios = { whole: { bare: [], portkey: [] }, streamed: { bare: [], portkey: [] } };
   for (const stream of [false, true]) {

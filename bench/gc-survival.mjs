@@ -11,7 +11,7 @@
 // helper threads that the throughput ratio pays for.
 //
 //   npm run build && node bench/gc-survival.mjs [seconds, default 10]
-import { benchModel, chatLoad, forked, startParley, stopAll } from './support.mjs';
+import { benchModel, chatLoad, forked, median, startParley, stopAll } from './support.mjs';
 
 const seconds = Number(process.argv[2] ?? 10);
 const SEMI_SPACE = '--max-semi-space-size=64';
@@ -29,7 +29,6 @@ function gcLog(stdout) {
   };
 }
 
-const median = (xs) => (xs.length ? [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] : 0);
 const mb = (bytes) => (bytes / 1e6).toFixed(2);
 
 try {

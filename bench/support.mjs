@@ -69,6 +69,9 @@ export function chatLoad(url, headers, stream, connections, duration) {
   });
 }
 
+/** The middle value of a list of numbers (0 for none). */
+export const median = (xs) => (xs.length ? [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] : 0);
+
 /** The Node flags on a bin's first line (`#!/usr/bin/env -S node FLAGS`). */
 const binNodeFlags = (bin) => readFileSync(bin, 'utf8').split('\n', 1)[0].split(/\s+/).filter((w) => w.startsWith('--'));
 
