@@ -28,14 +28,17 @@ function cpuMicros(statPath) {
   return ((Number(fields[11]) + Number(fields[12])) * 1_000_000) / CLOCK_TICKS_PER_SECOND;
 }
 
+/** Each checkout's bench helpers track the servers they start; all are stopped at the end. */
+const stoppers = [stopAll];
 try {
   const upstream = `http://127.0.0.1:${(await forked('bench/fast-upstream.mjs', ['0'])).port}`;
   const proxy = await forked('bench/bare-proxy.mjs', [upstream, '0']);
   const targets = [{ name: 'bare http-proxy-3', url: `http://127.0.0.1:${proxy.port}`, headers: {}, pid: proxy.pid }];
   for (const root of [ROOT, ...checkouts]) {
     // Each checkout starts its own `parley serve`, through its own bench helpers.
-    const { startParley: start } = root === ROOT ? { startParley } : await import(join(root, 'bench/support.mjs'));
-    const parley = await start([benchModel(upstream)], { failover: { queueTimeoutMs: 200 } });
+    const helpers = root === ROOT ? { startParley, stopAll } : await import(join(root, 'bench/support.mjs'));
+    if (root !== ROOT) stoppers.push(helpers.stopAll);
+    const parley = await helpers.startParley([benchModel(upstream)], { failover: { queueTimeoutMs: 200 } });
     targets.push({ name: `parley ${root}`, url: parley.url, headers: { authorization: `Bearer ${parley.key}` }, pid: parley.child.pid });
   }
   for (const t of targets) await chatLoad(`${t.url}/v1/chat/completions`, t.headers, stream, 32, 3);
@@ -65,5 +68,5 @@ try {
     };
   }));
 } finally {
-  stopAll();
+  for (const stop of stoppers) stop();
 }
