@@ -76,7 +76,7 @@ export async function handleChatCompletion(req: IncomingMessage, res: ServerResp
 
   const id = requestId(req);
   span.setAttribute('parley.request_id', id);
-  // Object.assign, not a spread: V8 (Node 20) copies header objects several times slower by spread, on every request.
+  // Object.assign, not a spread: see sendJson in protocol/http-io.ts.
   const headers = Object.assign({ 'x-request-id': id }, meter.rateLimitHeaders);
   const identity: ReplyIdentity = { id: `chatcmpl-${id}`, created: Math.floor(Date.now() / 1000), model: request.model };
   const relay = request.stream

@@ -125,7 +125,7 @@ export class StreamRelay {
 
   /** Commits the response if it is not yet, and writes `text`. */
   private write(text: string): void {
-    // Object.assign: see the reply's headers in chat-completions.ts.
+    // Object.assign, not a spread: see sendJson in protocol/http-io.ts.
     if (!this.res.headersSent) this.res.writeHead(200, Object.assign({}, SSE_HEADERS, this.opts.headers));
     if (text) this.res.write(text, wireEncoding(text));
   }
