@@ -6,7 +6,10 @@
 // on a 2-core machine that thread is the bottleneck (busy ~90% of the time,
 // while the machine keeps some idle): the ratio of requests/s follows the
 // ratio of main-thread time per request, not the CPU Redis, the upstream or
-// the load generator spend. Times come from /proc, so the run needs Linux.
+// the load generator spend. Beside them, each process's read and write
+// system calls per request (for Parley, its Redis traffic on top of the
+// client's and the upstream's). Times and counts come from /proc, so the run
+// needs Linux.
 //
 // The targets take turns for `rounds` rounds of `seconds` each; the table
 // shows each one's median, and the ratio is the median of same-round ratios.
@@ -26,6 +29,12 @@ const CLOCK_TICKS_PER_SECOND = 100;
 function cpuMicros(statPath) {
   const fields = readFileSync(statPath, 'utf8').split(') ')[1].split(' ');
   return ((Number(fields[11]) + Number(fields[12])) * 1_000_000) / CLOCK_TICKS_PER_SECOND;
+}
+
+/** A process's read and write system calls so far (`/proc/PID/io`): each costs tens of µs on a small VM. */
+function syscalls(pid) {
+  const io = readFileSync(`/proc/${pid}/io`, 'utf8');
+  return { reads: Number(/^syscr: (\d+)/m.exec(io)[1]), writes: Number(/^syscw: (\d+)/m.exec(io)[1]) };
 }
 
 /** Each checkout's bench helpers track the servers they start; all are stopped at the end. */
@@ -48,10 +57,18 @@ try {
     for (const t of round % 2 ? [...targets].reverse() : targets) {
       const main = `/proc/${t.pid}/task/${t.pid}/stat`;
       const whole = `/proc/${t.pid}/stat`;
-      const before = { main: cpuMicros(main), whole: cpuMicros(whole) };
+      const before = { main: cpuMicros(main), whole: cpuMicros(whole), io: syscalls(t.pid) };
       const r = await chatLoad(`${t.url}/v1/chat/completions`, t.headers, stream, 32, Number(seconds));
       const n = r.requests.total;
-      runs.get(t).push({ rps: r.requests.average, main: (cpuMicros(main) - before.main) / n, whole: (cpuMicros(whole) - before.whole) / n, errors: r.errors + r.non2xx });
+      const io = syscalls(t.pid);
+      runs.get(t).push({
+        rps: r.requests.average,
+        main: (cpuMicros(main) - before.main) / n,
+        whole: (cpuMicros(whole) - before.whole) / n,
+        reads: (io.reads - before.io.reads) / n,
+        writes: (io.writes - before.io.writes) / n,
+        errors: r.errors + r.non2xx,
+      });
     }
   }
   const bare = runs.get(targets[0]);
@@ -64,6 +81,8 @@ try {
       'process µs/request': Math.round(median(list.map((x) => x.whole))),
       'main thread ÷ bare': median(list.map((x, i) => x.main / bare[i].main)).toFixed(2),
       'req/s ÷ bare': median(list.map((x, i) => x.rps / bare[i].rps)).toFixed(2),
+      'reads/request': median(list.map((x) => x.reads)).toFixed(2),
+      'writes/request': median(list.map((x) => x.writes)).toFixed(2),
       errors: list.reduce((sum, x) => sum + x.errors, 0),
     };
   }));
