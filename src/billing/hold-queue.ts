@@ -13,9 +13,11 @@ interface Waiting {
 }
 
 export class HoldQueue {
-  private readonly batches = new TurnBatches<Waiting>((part) => void this.run(part));
+  private readonly batches: TurnBatches<Waiting>;
 
-  constructor(private readonly redis: Redis) {}
+  constructor(private readonly redis: Redis) {
+    this.batches = new TurnBatches(redis, (part) => void this.run(part));
+  }
 
   /** The hold's result; rejects with the 429 that refused it, or with the error that kept it from Redis. */
   hold(ask: HoldAsk): Promise<HoldResult> {

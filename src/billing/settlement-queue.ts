@@ -18,10 +18,12 @@ export class SettlementQueue {
   private unsettled = 0;
   /** Called once nothing is left unsettled. */
   private emptied: (() => void)[] = [];
-  private readonly batches = new TurnBatches<{ settlement: Settlement; landed: () => void }>((part) => void this.run(part));
+  private readonly batches: TurnBatches<{ settlement: Settlement; landed: () => void }>;
 
   /** `keepEventsMs`: how long usage events are kept, read at each batch (the routing file may change); 0 keeps them for good. */
-  constructor(private readonly redis: Redis, private readonly keepEventsMs: () => number = () => 0) {}
+  constructor(private readonly redis: Redis, private readonly keepEventsMs: () => number = () => 0) {
+    this.batches = new TurnBatches(redis, (part) => void this.run(part));
+  }
 
   /** Settles as soon as Redis answers, retrying in the background; resolves once it has landed. */
   settle(s: Settlement): Promise<void> {
