@@ -2,6 +2,7 @@
 // routing file, start the local engines it names, listen, and swap in each
 // valid new version of the file.
 import type { FSWatcher } from 'node:fs';
+import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { ensureDemoAccount } from '../accounts/demo-account.js';
 import { KeyAuthenticator } from '../accounts/key-authenticator.js';
@@ -9,10 +10,10 @@ import { resolveKeySecret } from '../accounts/server-secret.js';
 import { MICROS_PER_UNIT } from '../billing/prices.js';
 import { HoldQueue } from '../billing/hold-queue.js';
 import { SettlementQueue } from '../billing/settlement-queue.js';
-import { loadRoutingFile, watchRoutingFile } from '../config.js';
+import { ConfigError, loadRoutingFile, watchRoutingFile } from '../config.js';
 import { LocalEngines } from '../engine/supervisor.js';
 import { connectRedis } from '../redis/connection.js';
-import { startPrivateRedis, type PrivateRedis } from '../redis/private-server.js';
+import { startPrivateRedis } from '../redis/private-server.js';
 import { Router } from '../routing/router.js';
 import { buildRoutingTable, type RoutingTable } from '../routing/routing-table.js';
 import type { GatewayContext } from './context.js';
@@ -45,67 +46,91 @@ const SETTLE_ON_CLOSE_MS = 5_000;
 export async function startGateway(opts: GatewayOptions): Promise<RunningGateway> {
   const routingFile = loadRoutingFile(opts.configPath);
   const secret = opts.keySecret ?? resolveKeySecret(opts.dataDir, opts.redisUrl !== undefined);
-  let privateRedis: PrivateRedis | undefined;
-  if (!opts.redisUrl) privateRedis = await startPrivateRedis(opts.dataDir);
-  const redis = await connectRedis(opts.redisUrl ?? privateRedis!.target);
-  const keys = await KeyAuthenticator.start(redis, secret);
-  const demoKey =
-    privateRedis && routingFile.billing.demoCredit > 0
-      ? await ensureDemoAccount(redis, secret, Math.round(routingFile.billing.demoCredit * MICROS_PER_UNIT))
-      : undefined;
-
-  const engines = new LocalEngines(opts.dataDir);
-  let table: RoutingTable = await buildRoutingTable(routingFile, engines);
-  const router = new Router();
-  router.apply(table);
-  const lifecycle = new Lifecycle();
-  const telemetry = new Telemetry(router);
-  const keepUsageEventsMs = () => (table.billing.usageRetentionDays ?? 0) * 86_400_000;
-  const settlements = new SettlementQueue(redis, keepUsageEventsMs);
-  const context: GatewayContext = { routing: () => table, router, lifecycle, telemetry, redis, keys, holds: new HoldQueue(redis), settlements, keySecret: secret };
-  const server = createGatewayServer(context);
-  // Streams can be long; Node's default request timeout would cut them.
-  server.requestTimeout = 0;
-  server.keepAliveTimeout = 65_000;
-
-  const watcher: FSWatcher = watchRoutingFile(
-    opts.configPath,
-    (file) => {
-      buildRoutingTable(file, engines).then(
-        (next) => {
-          router.apply(next);
-          table = next;
-          console.log(`parley: routing file reloaded: ${[...next.models.keys()].join(', ')}`);
-        },
-        (err) => console.error(`parley: routing file not applied: ${err.message}`),
-      );
-    },
-    (err) => console.error(`parley: routing file not applied, still serving the previous one: ${err.message}`),
-  );
-
-  await new Promise<void>((resolve) => server.listen(opts.port, opts.host, resolve));
-  const { port } = server.address() as AddressInfo;
-  const host = opts.host === '0.0.0.0' || opts.host === '::' ? '127.0.0.1' : opts.host;
-  return {
-    url: `http://${host}:${port}`,
-    demoKey,
-    context,
-    close: async (graceMs?: number) => {
-      watcher.close();
-      // Still listening while draining: a request that arrives before Kubernetes has taken this
-      // replica out of the Service gets a clear 503 to retry, not a refused connection.
-      await lifecycle.drain(graceMs ?? table.settings.shutdownGraceMs);
-      const closed = new Promise<void>((resolve) => server.close(() => resolve()));
-      server.closeAllConnections();
-      await closed;
-      router.close();
-      const unsettled = await context.settlements.drain(SETTLE_ON_CLOSE_MS);
-      if (unsettled > 0) console.warn(`parley: ${unsettled} settlements still pending at shutdown; their holds expire on their own`);
-      await engines.stopAll();
-      await keys.close();
-      redis.disconnect();
-      await privateRedis?.stop();
-      await telemetry.shutdown();
-    },
+  /** What has been started, stopped in reverse order: on close, or when the start fails part-way (a private Redis would outlive it). */
+  const started: (() => unknown)[] = [];
+  const stopStarted = async () => {
+    for (const stop of started.splice(0).reverse()) await stop();
   };
+  try {
+    const privateRedis = opts.redisUrl ? undefined : await startPrivateRedis(opts.dataDir);
+    if (privateRedis) started.push(() => privateRedis.stop());
+    const redis = await connectRedis(opts.redisUrl ?? privateRedis!.target);
+    started.push(() => redis.disconnect());
+    const keys = await KeyAuthenticator.start(redis, secret);
+    started.push(() => keys.close());
+    const demoKey =
+      privateRedis && routingFile.billing.demoCredit > 0
+        ? await ensureDemoAccount(redis, secret, Math.round(routingFile.billing.demoCredit * MICROS_PER_UNIT))
+        : undefined;
+
+    const engines = new LocalEngines(opts.dataDir);
+    started.push(() => engines.stopAll());
+    let table: RoutingTable = await buildRoutingTable(routingFile, engines);
+    const router = new Router();
+    router.apply(table);
+    started.push(() => router.close());
+    const lifecycle = new Lifecycle();
+    const telemetry = new Telemetry(router);
+    started.push(() => telemetry.shutdown());
+    const keepUsageEventsMs = () => (table.billing.usageRetentionDays ?? 0) * 86_400_000;
+    const settlements = new SettlementQueue(redis, keepUsageEventsMs);
+    const context: GatewayContext = { routing: () => table, router, lifecycle, telemetry, redis, keys, holds: new HoldQueue(redis), settlements, keySecret: secret };
+    const server = createGatewayServer(context);
+    // Streams can be long; Node's default request timeout would cut them.
+    server.requestTimeout = 0;
+    server.keepAliveTimeout = 65_000;
+    await listen(server, opts.port, opts.host);
+
+    const watcher: FSWatcher = watchRoutingFile(
+      opts.configPath,
+      (file) => {
+        buildRoutingTable(file, engines).then(
+          (next) => {
+            router.apply(next);
+            table = next;
+            console.log(`parley: routing file reloaded: ${[...next.models.keys()].join(', ')}`);
+          },
+          (err) => console.error(`parley: routing file not applied: ${err.message}`),
+        );
+      },
+      (err) => console.error(`parley: routing file not applied, still serving the previous one: ${err.message}`),
+    );
+    const { port } = server.address() as AddressInfo;
+    const host = opts.host === '0.0.0.0' || opts.host === '::' ? '127.0.0.1' : opts.host;
+    return {
+      url: `http://${host}:${port}`,
+      demoKey,
+      context,
+      close: async (graceMs?: number) => {
+        watcher.close();
+        // Still listening while draining: a request that arrives before Kubernetes has taken this
+        // replica out of the Service gets a clear 503 to retry, not a refused connection.
+        await lifecycle.drain(graceMs ?? table.settings.shutdownGraceMs);
+        const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+        server.closeAllConnections();
+        await closed;
+        const unsettled = await context.settlements.drain(SETTLE_ON_CLOSE_MS);
+        if (unsettled > 0) console.warn(`parley: ${unsettled} settlements still pending at shutdown; their holds expire on their own`);
+        await stopStarted();
+      },
+    };
+  } catch (err) {
+    await stopStarted();
+    throw err;
+  }
+}
+
+/** Listens, or fails with a message that names the address, rather than an unhandled error event. */
+function listen(server: Server, port: number, host: string): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const failed = (err: NodeJS.ErrnoException) => {
+      const why = err.code === 'EADDRINUSE' ? 'another process is listening there (choose another with --port or PORT)' : err.message;
+      reject(new ConfigError(`cannot listen on ${host}:${port}: ${why}`));
+    };
+    server.once('error', failed);
+    server.listen(port, host, () => {
+      server.off('error', failed);
+      resolve();
+    });
+  });
 }

@@ -4,6 +4,7 @@
 import { execFileSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
+import { connect, createServer, type AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import OpenAI from 'openai';
 import { stringify } from 'yaml';
@@ -102,6 +103,36 @@ describe('parley serve as a process', () => {
       expect(readFileSync(join(dir, 'data', 'redis', 'appendonlydir', 'appendonly.aof.manifest'), 'utf8')).toContain('appendonly');
     } finally {
       await upstream.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('refuses a port already taken with a one-line message, and leaves no private Redis running', async () => {
+    const taken = createServer();
+    await new Promise<void>((resolve) => taken.listen(0, '127.0.0.1', resolve));
+    const port = (taken.address() as AddressInfo).port;
+    const dir = mkdtempSync(join(tmpdir(), 'parley-port-'));
+    const config = routingFile(dir, { models: [modelEntry('m', [{ kind: 'vllm', url: 'http://127.0.0.1:9/v1' }])] });
+    try {
+      const refused = await runParley(['serve', '--host', '127.0.0.1', '--port', String(port), '--config', config, '--data-dir', join(dir, 'data')], { REDIS_URL: '' }).catch(
+        (err: { code: number; stderr: string }) => err,
+      );
+      expect(refused).toMatchObject({ code: 1 });
+      expect((refused as { stderr: string }).stderr.trim()).toBe(`parley: cannot listen on 127.0.0.1:${port}: another process is listening there (choose another with --port or PORT)`);
+      // The private Redis it had started is stopped: nothing answers on its socket.
+      const socketAnswers = await new Promise<boolean>((resolve) => {
+        const conn = connect(join(dir, 'data', 'redis', 'redis.sock'));
+        conn.once('connect', () => resolve(true)).once('error', () => resolve(false));
+        conn.unref();
+      });
+      expect(socketAnswers).toBe(false);
+    } finally {
+      taken.close();
+      try {
+        execFileSync('pkill', ['-f', join(dir, 'data', 'redis')]);
+      } catch {
+        // none left, as it should be
+      }
       rmSync(dir, { recursive: true, force: true });
     }
   });
