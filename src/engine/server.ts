@@ -8,7 +8,7 @@ import type { LlamaContextSequence } from 'node-llama-cpp';
 import { parseChatCompletionRequest, requestedMaxTokens, type ChatCompletionRequest } from '../protocol/chat-request.js';
 import { ChunkRenderer, renderCompletion, type Choice, type ReplyIdentity, type TokenLogprob } from '../protocol/chat-response.js';
 import { ApiError, Cancelled, checkContextWindow, internalError, invalidParameter, routeNotFound } from '../protocol/errors.js';
-import { readJsonBody, sendError, sendJson, SSE_HEADERS } from '../protocol/http-io.js';
+import { listen, readJsonBody, sendError, sendJson, SSE_HEADERS } from '../protocol/http-io.js';
 import { ChatPrompt } from './chat-prompt.js';
 import { generateChoice, type ChoiceResult, type Piece, type Sampling } from './generate.js';
 import { localLlama } from './llama.js';
@@ -131,7 +131,13 @@ export async function startEngine(opts: EngineOptions): Promise<RunningEngine> {
       sendError(res, err instanceof ApiError ? err : internalError());
     });
   });
-  await new Promise<void>((resolve) => server.listen(opts.port, opts.host, resolve));
+  try {
+    await listen(server, opts.port, opts.host);
+  } catch (err) {
+    await context.dispose();
+    await model.dispose();
+    throw err;
+  }
   const { port } = server.address() as AddressInfo;
   return {
     url: `http://${opts.host.includes(':') ? `[${opts.host}]` : opts.host}:${port}/v1`,

@@ -2,7 +2,6 @@
 // routing file, start the local engines it names, listen, and swap in each
 // valid new version of the file.
 import type { FSWatcher } from 'node:fs';
-import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { ensureDemoAccount } from '../accounts/demo-account.js';
 import { KeyAuthenticator } from '../accounts/key-authenticator.js';
@@ -10,7 +9,7 @@ import { resolveKeySecret } from '../accounts/server-secret.js';
 import { MICROS_PER_UNIT } from '../billing/prices.js';
 import { HoldQueue } from '../billing/hold-queue.js';
 import { SettlementQueue } from '../billing/settlement-queue.js';
-import { ConfigError, loadRoutingFile, watchRoutingFile } from '../config.js';
+import { loadRoutingFile, watchRoutingFile } from '../config.js';
 import { LocalEngines } from '../engine/supervisor.js';
 import { connectRedis } from '../redis/connection.js';
 import { startPrivateRedis } from '../redis/private-server.js';
@@ -19,6 +18,7 @@ import { buildRoutingTable, type RoutingTable } from '../routing/routing-table.j
 import type { GatewayContext } from './context.js';
 import { Telemetry } from '../telemetry/telemetry.js';
 import { Lifecycle } from './lifecycle.js';
+import { listen } from '../protocol/http-io.js';
 import { createGatewayServer } from './server.js';
 
 export interface GatewayOptions {
@@ -118,19 +118,4 @@ export async function startGateway(opts: GatewayOptions): Promise<RunningGateway
     await stopStarted();
     throw err;
   }
-}
-
-/** Listens, or fails with a message that names the address, rather than an unhandled error event. */
-function listen(server: Server, port: number, host: string): Promise<void> {
-  return new Promise((resolve, reject) => {
-    const failed = (err: NodeJS.ErrnoException) => {
-      const why = err.code === 'EADDRINUSE' ? 'another process is listening there (choose another with --port or PORT)' : err.message;
-      reject(new ConfigError(`cannot listen on ${host}:${port}: ${why}`));
-    };
-    server.once('error', failed);
-    server.listen(port, host, () => {
-      server.off('error', failed);
-      resolve();
-    });
-  });
 }

@@ -1,6 +1,7 @@
-// Reading a JSON request body and writing JSON answers in the wire format,
-// shared by the gateway and the local engine.
-import type { IncomingMessage, ServerResponse } from 'node:http';
+// Listening, reading a JSON request body and writing JSON answers in the
+// wire format, shared by the gateway and the local engine.
+import type { IncomingMessage, Server, ServerResponse } from 'node:http';
+import { ConfigError } from '../config.js';
 import { ApiError, bodyTooLarge, Cancelled, invalidJson, unsupportedContentType } from './errors.js';
 
 export function readJsonBody(req: IncomingMessage, limitBytes: number): Promise<unknown> {
@@ -69,3 +70,18 @@ export const SSE_HEADERS = {
   connection: 'keep-alive',
   'x-accel-buffering': 'no',
 } as const;
+
+/** Listens, or fails with a message that names the address, rather than with an unhandled error event. */
+export function listen(server: Server, port: number, host: string): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const failed = (err: NodeJS.ErrnoException) => {
+      const why = err.code === 'EADDRINUSE' ? 'another process is listening there; choose another port' : err.message;
+      reject(new ConfigError(`cannot listen on ${host}:${port}: ${why}`));
+    };
+    server.once('error', failed);
+    server.listen(port, host, () => {
+      server.off('error', failed);
+      resolve();
+    });
+  });
+}

@@ -107,7 +107,7 @@ describe('parley serve as a process', () => {
     }
   });
 
-  it('refuses a port already taken with a one-line message, and leaves no private Redis running', async () => {
+  it('refuses a port already taken with a one-line message, and leaves no private Redis running (parley serve, then parley engine)', async () => {
     const taken = createServer();
     await new Promise<void>((resolve) => taken.listen(0, '127.0.0.1', resolve));
     const port = (taken.address() as AddressInfo).port;
@@ -117,8 +117,9 @@ describe('parley serve as a process', () => {
       const refused = await runParley(['serve', '--host', '127.0.0.1', '--port', String(port), '--config', config, '--data-dir', join(dir, 'data')], { REDIS_URL: '' }).catch(
         (err: { code: number; stderr: string }) => err,
       );
+      const oneLine = `parley: cannot listen on 127.0.0.1:${port}: another process is listening there; choose another port`;
       expect(refused).toMatchObject({ code: 1 });
-      expect((refused as { stderr: string }).stderr.trim()).toBe(`parley: cannot listen on 127.0.0.1:${port}: another process is listening there (choose another with --port or PORT)`);
+      expect((refused as { stderr: string }).stderr.trim()).toBe(oneLine);
       // The private Redis it had started is stopped: nothing answers on its socket.
       const socketAnswers = await new Promise<boolean>((resolve) => {
         const conn = connect(join(dir, 'data', 'redis', 'redis.sock'));
@@ -126,6 +127,10 @@ describe('parley serve as a process', () => {
         conn.unref();
       });
       expect(socketAnswers).toBe(false);
+      // The local engine, the same.
+      const engine = await runParley(['engine', '--port', String(port), '--data-dir', join(dir, 'data')]).catch((err: { code: number; stderr: string }) => err);
+      expect(engine).toMatchObject({ code: 1 });
+      expect((engine as { stderr: string }).stderr.trim()).toBe(oneLine);
     } finally {
       taken.close();
       try {
