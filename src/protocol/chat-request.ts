@@ -74,7 +74,7 @@ function paramName(path: PropertyKey[]): string {
 
 export function parseChatCompletionRequest(body: unknown): ChatCompletionRequest | ApiError {
   if (typeof body !== 'object' || body === null || Array.isArray(body)) {
-    return invalidParameter('', 'The request body must be a JSON object.');
+    return invalidParameter(null, 'The request body must be a JSON object.');
   }
   const parsed = chatCompletionRequest.safeParse(body);
   if (parsed.success) return parsed.data;

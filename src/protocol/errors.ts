@@ -51,7 +51,7 @@ export const invalidJson = (detail: string) =>
 export const unsupportedContentType = (got: string) =>
   new ApiError(400, 'invalid_request_error', `Content-Type "${got}" is not supported; send the body as application/json.`, 'invalid_content_type');
 
-export const invalidParameter = (param: string, message: string) =>
+export const invalidParameter = (param: string | null, message: string) =>
   new ApiError(400, 'invalid_request_error', message, 'invalid_parameter', param);
 
 export const contextLengthExceeded = (message: string) =>

@@ -58,7 +58,11 @@ describe('the chat completion request', () => {
     expect(e.message).toBe("Missing required parameter: 'model'.");
   });
 
-  it('refuses a body that is not an object', () => {
-    expect(rejected([1, 2]).type).toBe('invalid_request_error');
+  it('refuses a body that is not an object, naming no parameter (null, as OpenAI does)', () => {
+    for (const body of [[1, 2], null, 'text', 3]) {
+      const e = rejected(body);
+      expect(e.type).toBe('invalid_request_error');
+      expect(e.param).toBeNull();
+    }
   });
 });
