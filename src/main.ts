@@ -3,6 +3,7 @@
 //   parley engine      the local upstream: a GGUF behind the OpenAI API
 //   parley make-model  write Parley's own small model to a file
 //   parley accounts | credit | keys | usage   the operator's commands
+import { existsSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
@@ -33,6 +34,14 @@ function dataDir(flag: string | undefined): string {
   return resolve(flag ?? process.env.PARLEY_DATA_DIR ?? '.parley');
 }
 
+/** A whole-number option (a flag or its environment variable), refused with its name when it is not one in range. */
+function wholeNumber(text: string, name: string, min: number, max: number): number {
+  const n = Number(text);
+  if (!/^\d+$/.test(text.trim()) || n < min || n > max) throw new ConfigError(`${name} must be a whole number from ${min} to ${max}, not "${text}"`);
+  return n;
+}
+
+
 function onShutdown(close: () => Promise<void>): void {
   let closing = false;
   for (const signal of ['SIGTERM', 'SIGINT'] as const) {
@@ -50,7 +59,7 @@ async function serve(argv: string[]): Promise<void> {
     configPath: resolve(values.config ?? process.env.PARLEY_CONFIG ?? join(PACKAGE_ROOT, 'config', 'quickstart.yaml')),
     dataDir: dataDir(values['data-dir']),
     host: values.host ?? process.env.HOST ?? '0.0.0.0',
-    port: Number(values.port ?? process.env.PORT ?? 8080),
+    port: wholeNumber(values.port ?? process.env.PORT ?? '8080', '--port (or PORT)', 0, 65_535),
     redisUrl: process.env.REDIS_URL || undefined,
   });
   console.log(`parley: gateway listening on ${gateway.url}/v1`);
@@ -68,16 +77,16 @@ async function engine(argv: string[]): Promise<void> {
       'context-size': { type: 'string' }, parallel: { type: 'string' }, threads: { type: 'string' }, 'data-dir': { type: 'string' },
     },
   });
-  const modelPath = values.model ? resolve(values.model) : ensureDefaultModel(join(dataDir(values['data-dir']), 'models', DEFAULT_MODEL_FILE));
-  const running = await startEngine({
-    modelPath,
-    modelId: values['model-id'] ?? 'parley-tiny',
-    contextSize: Number(values['context-size'] ?? DEFAULT_MODEL_CONTEXT),
-    parallel: Number(values.parallel ?? 4),
-    threads: values.threads ? Number(values.threads) : undefined,
+  const options = {
+    contextSize: wholeNumber(values['context-size'] ?? String(DEFAULT_MODEL_CONTEXT), '--context-size', 1, 1 << 24),
+    parallel: wholeNumber(values.parallel ?? '4', '--parallel', 1, 256),
+    threads: values.threads ? wholeNumber(values.threads, '--threads', 1, 1024) : undefined,
     host: values.host ?? '127.0.0.1',
-    port: Number(values.port ?? 8081),
-  });
+    port: wholeNumber(values.port ?? '8081', '--port', 0, 65_535),
+  };
+  if (values.model && !existsSync(values.model)) throw new ConfigError(`no model file at ${resolve(values.model)}`);
+  const modelPath = values.model ? resolve(values.model) : ensureDefaultModel(join(dataDir(values['data-dir']), 'models', DEFAULT_MODEL_FILE));
+  const running = await startEngine({ modelPath, modelId: values['model-id'] ?? 'parley-tiny', ...options });
   console.log(`parley engine: serving ${modelPath} on ${running.url}`);
   process.send?.({ type: 'ready', url: running.url, contextSize: running.contextSize });
   onShutdown(running.close);

@@ -142,6 +142,21 @@ describe('parley serve as a process', () => {
     }
   });
 
+  it('refuses a bad option or a missing model file with one line, before starting anything', async () => {
+    const refusals: [string[], Record<string, string>, string][] = [
+      [['serve', '--port', 'abc'], {}, '--port (or PORT) must be a whole number from 0 to 65535, not "abc"'],
+      [['serve'], { PORT: '70000' }, '--port (or PORT) must be a whole number from 0 to 65535, not "70000"'],
+      [['engine', '--context-size', '2k'], {}, '--context-size must be a whole number from 1 to 16777216, not "2k"'],
+      [['engine', '--parallel', '0'], {}, '--parallel must be a whole number from 1 to 256, not "0"'],
+      [['engine', '--model', '/no/such/model.gguf'], {}, 'no model file at /no/such/model.gguf'],
+    ];
+    for (const [args, env, message] of refusals) {
+      const refused = await runParley(args, env).catch((err: { code: number; stdout: string; stderr: string }) => err);
+      expect(refused, args.join(' ')).toMatchObject({ code: 1, stdout: '' });
+      expect((refused as { stderr: string }).stderr.trim()).toBe(`parley: ${message}`);
+    }
+  });
+
   it('leaves no open hold behind a replica killed with -9 mid-stream', async () => {
     const upstream = await startFakeUpstream(async (_req, res) => {
       res.writeHead(200, { 'content-type': 'text/event-stream' });
