@@ -12,7 +12,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readBalance } from '../../src/billing/credit-ledger.js';
 import { chunk, completionBody, replyJson, sleep, startFakeUpstream, type FakeUpstream } from '../support/fake-upstream.js';
 import { TEST_KEY_SECRET, modelEntry, postChat, startTestGateway, type TestGateway } from '../support/gateway.js';
-import { runParley, startParleyServe, type ParleyProcess } from '../support/parley-process.js';
+import { runParley, runParleyFailing, startParleyServe, type ParleyProcess } from '../support/parley-process.js';
 
 const messages = [{ role: 'user' as const, content: 'hello' }];
 
@@ -114,12 +114,10 @@ describe('parley serve as a process', () => {
     const dir = mkdtempSync(join(tmpdir(), 'parley-port-'));
     const config = routingFile(dir, { models: [modelEntry('m', [{ kind: 'vllm', url: 'http://127.0.0.1:9/v1' }])] });
     try {
-      const refused = await runParley(['serve', '--host', '127.0.0.1', '--port', String(port), '--config', config, '--data-dir', join(dir, 'data')], { REDIS_URL: '' }).catch(
-        (err: { code: number; stderr: string }) => err,
-      );
+      const refused = await runParleyFailing(['serve', '--host', '127.0.0.1', '--port', String(port), '--config', config, '--data-dir', join(dir, 'data')], { REDIS_URL: '' });
       const oneLine = `parley: cannot listen on 127.0.0.1:${port}: another process is listening there; choose another port`;
-      expect(refused).toMatchObject({ code: 1 });
-      expect((refused as { stderr: string }).stderr.trim()).toBe(oneLine);
+      expect(refused.code).toBe(1);
+      expect(refused.stderr.trim()).toBe(oneLine);
       // The private Redis it had started is stopped: nothing answers on its socket.
       const socketAnswers = await new Promise<boolean>((resolve) => {
         const conn = connect(join(dir, 'data', 'redis', 'redis.sock'));
@@ -128,9 +126,9 @@ describe('parley serve as a process', () => {
       });
       expect(socketAnswers).toBe(false);
       // The local engine, the same.
-      const engine = await runParley(['engine', '--port', String(port), '--data-dir', join(dir, 'data')]).catch((err: { code: number; stderr: string }) => err);
-      expect(engine).toMatchObject({ code: 1 });
-      expect((engine as { stderr: string }).stderr.trim()).toBe(oneLine);
+      const engine = await runParleyFailing(['engine', '--port', String(port), '--data-dir', join(dir, 'data')]);
+      expect(engine.code).toBe(1);
+      expect(engine.stderr.trim()).toBe(oneLine);
     } finally {
       taken.close();
       try {
@@ -151,9 +149,9 @@ describe('parley serve as a process', () => {
       [['engine', '--model', '/no/such/model.gguf'], {}, 'no model file at /no/such/model.gguf'],
     ];
     for (const [args, env, message] of refusals) {
-      const refused = await runParley(args, env).catch((err: { code: number; stdout: string; stderr: string }) => err);
+      const refused = await runParleyFailing(args, env);
       expect(refused, args.join(' ')).toMatchObject({ code: 1, stdout: '' });
-      expect((refused as { stderr: string }).stderr.trim()).toBe(`parley: ${message}`);
+      expect(refused.stderr.trim()).toBe(`parley: ${message}`);
     }
   });
 

@@ -56,3 +56,13 @@ export async function runParley(args: string[], env: Record<string, string> = {}
   const { stdout } = await promisify(execFile)(BIN, args, { env: withThisNode(env) });
   return stdout;
 }
+
+/** Runs a command that should fail; resolves to its exit code and output, and rejects if it succeeds. */
+export async function runParleyFailing(args: string[], env: Record<string, string> = {}): Promise<{ code: number; stdout: string; stderr: string }> {
+  const ran = await promisify(execFile)(BIN, args, { env: withThisNode(env) }).then(
+    () => undefined,
+    (err: { code: number; stdout: string; stderr: string }) => ({ code: err.code, stdout: err.stdout, stderr: err.stderr }),
+  );
+  if (!ran) throw new Error(`parley ${args.join(' ')} succeeded`);
+  return ran;
+}
