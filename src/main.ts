@@ -41,7 +41,6 @@ function wholeNumber(text: string, name: string, min: number, max: number): numb
   return n;
 }
 
-
 function onShutdown(close: () => Promise<void>): void {
   let closing = false;
   for (const signal of ['SIGTERM', 'SIGINT'] as const) {

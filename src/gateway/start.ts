@@ -81,20 +81,10 @@ export async function startGateway(opts: GatewayOptions): Promise<RunningGateway
     server.keepAliveTimeout = 65_000;
     await listen(server, opts.port, opts.host);
 
-    const watcher: FSWatcher = watchRoutingFile(
-      opts.configPath,
-      (file) => {
-        buildRoutingTable(file, engines).then(
-          (next) => {
-            router.apply(next);
-            table = next;
-            console.log(`parley: routing file reloaded: ${[...next.models.keys()].join(', ')}`);
-          },
-          (err) => console.error(`parley: routing file not applied: ${err.message}`),
-        );
-      },
-      (err) => console.error(`parley: routing file not applied, still serving the previous one: ${err.message}`),
-    );
+    const watcher = applyRoutingFileChanges(opts.configPath, engines, (next) => {
+      router.apply(next);
+      table = next;
+    });
     const { port } = server.address() as AddressInfo;
     const host = opts.host === '0.0.0.0' || opts.host === '::' ? '127.0.0.1' : opts.host;
     return {
@@ -118,4 +108,21 @@ export async function startGateway(opts: GatewayOptions): Promise<RunningGateway
     await stopStarted();
     throw err;
   }
+}
+
+/** Builds each valid new version of the routing file and hands it to `apply`; one that is not valid is logged, and the previous one kept. */
+function applyRoutingFileChanges(path: string, engines: LocalEngines, apply: (next: RoutingTable) => void): FSWatcher {
+  return watchRoutingFile(
+    path,
+    (file) => {
+      buildRoutingTable(file, engines).then(
+        (next) => {
+          apply(next);
+          console.log(`parley: routing file reloaded: ${[...next.models.keys()].join(', ')}`);
+        },
+        (err) => console.error(`parley: routing file not applied: ${err.message}`),
+      );
+    },
+    (err) => console.error(`parley: routing file not applied, still serving the previous one: ${err.message}`),
+  );
 }
