@@ -47,7 +47,8 @@ export class Telemetry {
   private readonly duration;
   private readonly firstToken;
   private readonly tokens = new Tally();
-  private readonly holdsOpen;
+  /** Read when metrics are collected, like the tallies: an up-down counter would hash its attributes twice per request. */
+  private holdsOpen = 0;
 
   constructor(router: Router) {
     const resource = resourceFromAttributes({ 'service.name': process.env.OTEL_SERVICE_NAME ?? 'parley' });
@@ -63,7 +64,7 @@ export class Telemetry {
     this.duration = meter.createHistogram('parley_request_duration_seconds', { unit: 's', advice: { explicitBucketBoundaries: SECONDS_BUCKETS } });
     this.firstToken = meter.createHistogram('parley_time_to_first_token_seconds', { unit: 's', advice: { explicitBucketBoundaries: SECONDS_BUCKETS } });
     meter.createObservableCounter('parley_tokens', { description: 'Tokens metered, by model and kind (prompt, cached, completion)' }).addCallback((r) => this.tokens.observe(r));
-    this.holdsOpen = meter.createUpDownCounter('parley_holds_open', { description: 'Credit holds this replica has open' });
+    meter.createObservableUpDownCounter('parley_holds_open', { description: 'Credit holds this replica has open' }).addCallback((r) => r.observe(this.holdsOpen));
     meter.createObservableGauge('parley_upstream_healthy', { description: '1 when the endpoint\'s circuit is closed' }).addCallback((result) => {
       for (const model of router.snapshot()) {
         for (const e of model.endpoints) result.observe(e.circuit === 'closed' ? 1 : 0, { model: model.model, endpoint: e.url });
@@ -90,11 +91,11 @@ export class Telemetry {
   }
 
   holdOpened(): void {
-    this.holdsOpen.add(1);
+    this.holdsOpen++;
   }
 
   holdClosed(): void {
-    this.holdsOpen.add(-1);
+    this.holdsOpen--;
   }
 
   /** A child span of `parent` (the request's span). */

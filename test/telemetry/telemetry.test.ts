@@ -10,19 +10,30 @@ const SECRET_PROMPT = 'the launch code is tangerine-4417';
 const messages = [{ role: 'user' as const, content: SECRET_PROMPT }];
 
 let upstream: FakeUpstream;
+/** Streams one piece and then waits for `finishSlow`. */
+let slow: FakeUpstream;
+let finishSlow = () => {};
 beforeAll(async () => {
+  slow = await startFakeUpstream((_req, res) => {
+    res.writeHead(200, { 'content-type': 'text/event-stream' });
+    res.write(`data: ${JSON.stringify(chunk({ role: 'assistant', content: 'hi' }))}\n\n`);
+    finishSlow = () => res.end(`data: ${JSON.stringify(chunk({}, 'stop'))}\n\ndata: [DONE]\n\n`);
+  });
   upstream = await startFakeUpstream((req, res) => {
     const usage = { prompt_tokens: 100, completion_tokens: 5, total_tokens: 105, prompt_tokens_details: { cached_tokens: 64 } };
     if (req.body.stream) return writeEvents(res, [chunk({ role: 'assistant', content: 'hi' }), { ...chunk({}, 'stop'), usage }]);
     replyJson(res, completionBody('hi', usage));
   });
 });
-afterAll(() => upstream.close());
+afterAll(async () => {
+  await upstream.close();
+  await slow.close();
+});
 
 describe('metrics', () => {
   let gw: TestGateway;
   beforeAll(async () => {
-    gw = await startTestGateway({ models: [modelEntry('m', [{ kind: 'vllm', url: upstream.url }])] });
+    gw = await startTestGateway({ models: [modelEntry('m', [{ kind: 'vllm', url: upstream.url }]), modelEntry('slow', [{ kind: 'vllm', url: slow.url }])] });
   });
   afterAll(() => gw.close());
 
@@ -45,6 +56,17 @@ describe('metrics', () => {
     expect(value('parley_holds_open')).toBe(0);
     expect(text).not.toContain(gw.apiKey);
     expect(text).not.toContain('tangerine');
+  });
+
+  it('counts a hold while its reply streams, and not once the reply is done', async () => {
+    const holdsOpen = async () => Number(/^parley_holds_open(?:\{[^}]*\})? (\S+)$/m.exec(await (await fetch(`${gw.url}/metrics`)).text())?.[1]);
+    const res = await postChat(gw, { model: 'slow', messages, stream: true });
+    const reader = res.body!.getReader();
+    await reader.read();
+    expect(await holdsOpen()).toBe(1);
+    finishSlow();
+    while (!(await reader.read()).done);
+    expect(await holdsOpen()).toBe(0);
   });
 });
 
