@@ -83,8 +83,9 @@ async function engine(argv: string[]): Promise<void> {
     host: values.host ?? '127.0.0.1',
     port: wholeNumber(values.port ?? '8081', '--port', 0, 65_535),
   };
-  if (values.model && !existsSync(values.model)) throw new ConfigError(`no model file at ${resolve(values.model)}`);
-  const modelPath = values.model ? resolve(values.model) : ensureDefaultModel(join(dataDir(values['data-dir']), 'models', DEFAULT_MODEL_FILE));
+  const givenModel = values.model && resolve(values.model);
+  if (givenModel && !existsSync(givenModel)) throw new ConfigError(`no model file at ${givenModel}`);
+  const modelPath = givenModel || ensureDefaultModel(join(dataDir(values['data-dir']), 'models', DEFAULT_MODEL_FILE));
   const running = await startEngine({ modelPath, modelId: values['model-id'] ?? 'parley-tiny', ...options });
   console.log(`parley engine: serving ${modelPath} on ${running.url}`);
   process.send?.({ type: 'ready', url: running.url, contextSize: running.contextSize });

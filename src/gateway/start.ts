@@ -11,6 +11,7 @@ import { HoldQueue } from '../billing/hold-queue.js';
 import { SettlementQueue } from '../billing/settlement-queue.js';
 import { loadRoutingFile, watchRoutingFile } from '../config.js';
 import { LocalEngines } from '../engine/supervisor.js';
+import { listen } from '../protocol/http-io.js';
 import { connectRedis } from '../redis/connection.js';
 import { startPrivateRedis } from '../redis/private-server.js';
 import { Router } from '../routing/router.js';
@@ -18,7 +19,6 @@ import { buildRoutingTable, type RoutingTable } from '../routing/routing-table.j
 import type { GatewayContext } from './context.js';
 import { Telemetry } from '../telemetry/telemetry.js';
 import { Lifecycle } from './lifecycle.js';
-import { listen } from '../protocol/http-io.js';
 import { createGatewayServer } from './server.js';
 
 export interface GatewayOptions {
