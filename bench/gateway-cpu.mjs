@@ -6,10 +6,13 @@
 // on a 2-core machine that thread is the bottleneck (busy ~90% of the time,
 // while the machine keeps some idle): the ratio of requests/s follows the
 // ratio of main-thread time per request, not the CPU Redis, the upstream or
-// the load generator spend. Beside them, each process's read and write
-// system calls per request (for Parley, its Redis traffic on top of the
-// client's and the upstream's). Times and counts come from /proc, so the run
-// needs Linux.
+// the load generator spend. Those still share the machine's two cores with
+// it, so the table shows them too: Parley's private redis-server, and the
+// CPU of every process the run needs (gateway, its Redis, the upstream and
+// this process, which generates the load) per request. Beside them, each
+// gateway's read and write system calls per request (for Parley, its Redis
+// traffic on top of the client's and the upstream's). Times and counts come
+// from /proc, so the run needs Linux.
 //
 // The targets take turns for `rounds` rounds of `seconds` each; the table
 // shows each one's median, and the ratio is the median of same-round ratios.
@@ -17,7 +20,7 @@
 // same way: an A/B of two versions of the code in one run.
 //
 //   npm run build && node bench/gateway-cpu.mjs [stream|whole] [rounds, default 10] [seconds, default 3] [checkout ...]
-import { readFileSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { benchModel, chatLoad, forked, median, ROOT, startParley, stopAll } from './support.mjs';
 
@@ -31,6 +34,11 @@ function cpuMicros(statPath) {
   return ((Number(fields[11]) + Number(fields[12])) * 1_000_000) / CLOCK_TICKS_PER_SECOND;
 }
 
+/** The processes `pid` started (for Parley, its private redis-server). */
+function childPids(pid) {
+  return readdirSync(`/proc/${pid}/task`).flatMap((tid) => readFileSync(`/proc/${pid}/task/${tid}/children`, 'utf8').split(' ').filter(Boolean).map(Number));
+}
+
 /** A process's read and write system calls so far (`/proc/PID/io`): each costs tens of µs on a small VM. */
 function syscalls(pid) {
   const io = readFileSync(`/proc/${pid}/io`, 'utf8');
@@ -40,7 +48,8 @@ function syscalls(pid) {
 /** Each checkout's bench helpers track the servers they start; all are stopped at the end. */
 const stoppers = [stopAll];
 try {
-  const upstream = `http://127.0.0.1:${(await forked('bench/fast-upstream.mjs', ['0'])).port}`;
+  const fast = await forked('bench/fast-upstream.mjs', ['0']);
+  const upstream = `http://127.0.0.1:${fast.port}`;
   const proxy = await forked('bench/bare-proxy.mjs', [upstream, '0']);
   const targets = [{ name: 'bare http-proxy-3', url: `http://127.0.0.1:${proxy.port}`, headers: {}, pid: proxy.pid }];
   for (const root of [ROOT, ...checkouts]) {
@@ -48,7 +57,8 @@ try {
     const helpers = root === ROOT ? { startParley, stopAll } : await import(join(root, 'bench/support.mjs'));
     if (root !== ROOT) stoppers.push(helpers.stopAll);
     const parley = await helpers.startParley([benchModel(upstream)], { failover: { queueTimeoutMs: 200 } });
-    targets.push({ name: `parley ${root}`, url: parley.url, headers: { authorization: `Bearer ${parley.key}` }, pid: parley.child.pid });
+    const pid = parley.child.pid;
+    targets.push({ name: `parley ${root}`, url: parley.url, headers: { authorization: `Bearer ${parley.key}` }, pid, helpers: childPids(pid) });
   }
   for (const t of targets) await chatLoad(`${t.url}/v1/chat/completions`, t.headers, stream, 32, 3);
   const runs = new Map(targets.map((t) => [t, []]));
@@ -57,7 +67,9 @@ try {
     for (const t of round % 2 ? [...targets].reverse() : targets) {
       const main = `/proc/${t.pid}/task/${t.pid}/stat`;
       const whole = `/proc/${t.pid}/stat`;
-      const before = { main: cpuMicros(main), whole: cpuMicros(whole), io: syscalls(t.pid) };
+      const helpers = () => (t.helpers ?? []).reduce((sum, pid) => sum + cpuMicros(`/proc/${pid}/stat`), 0);
+      const others = () => cpuMicros(`/proc/${fast.pid}/stat`) + cpuMicros(`/proc/${process.pid}/stat`);
+      const before = { main: cpuMicros(main), whole: cpuMicros(whole), helpers: helpers(), others: others(), io: syscalls(t.pid) };
       const r = await chatLoad(`${t.url}/v1/chat/completions`, t.headers, stream, 32, Number(seconds));
       const n = r.requests.total;
       const io = syscalls(t.pid);
@@ -65,6 +77,8 @@ try {
         rps: r.requests.average,
         main: (cpuMicros(main) - before.main) / n,
         whole: (cpuMicros(whole) - before.whole) / n,
+        helpers: (helpers() - before.helpers) / n,
+        machine: (cpuMicros(whole) - before.whole + helpers() - before.helpers + others() - before.others) / n,
         reads: (io.reads - before.io.reads) / n,
         writes: (io.writes - before.io.writes) / n,
         errors: r.errors + r.non2xx,
@@ -79,6 +93,8 @@ try {
       'req/s': Math.round(median(list.map((x) => x.rps))),
       'main thread µs/request': Math.round(median(list.map((x) => x.main))),
       'process µs/request': Math.round(median(list.map((x) => x.whole))),
+      'its redis-server µs/request': t.helpers ? Math.round(median(list.map((x) => x.helpers))) : '',
+      'all processes µs/request': Math.round(median(list.map((x) => x.machine))),
       'main thread ÷ bare': median(list.map((x, i) => x.main / bare[i].main)).toFixed(2),
       'req/s ÷ bare': median(list.map((x, i) => x.rps / bare[i].rps)).toFixed(2),
       'reads/request': median(list.map((x) => x.reads)).toFixed(2),
