@@ -5,6 +5,13 @@
 // carries an expiry that the replica serving the request keeps pushing
 // forward; a replica that dies stops doing so, and the next script to touch
 // the account reclaims its holds. Available = granted + topped_up - held.
+//
+// A hold's entry in the account's hold amounts is its settlement's ticket:
+// settling takes it away, so a settlement retried after a lost reply finds
+// none and changes nothing. A reclaimed hold's entry stays, marked, for as
+// long as its settlement may still come (RECLAIMED_KEPT_MS), so that a reply
+// that outlived its hold is still charged, once. Nothing is written per
+// request beyond the hold itself and its usage event.
 import type { Redis } from 'ioredis';
 import { redisKeys } from '../redis/keys.js';
 import { LUA_INT, LUA_NOW_MS, luaScript } from '../redis/lua-script.js';
@@ -13,20 +20,41 @@ import { RATE_LIMIT_LUA, rateLimitHeaders, rateLimitRefusal, type RateCheck } fr
 import type { Usage } from '../protocol/chat-response.js';
 import type { TokenPrices } from './prices.js';
 
-// Defines reclaim(account, holds, amounts), which releases the account's holds
-// whose replica stopped extending them (every script that reads a balance
-// calls it first), and balance_of(account): granted, topped up, held.
+/** How long a reclaimed hold is remembered: longer than a settlement is retried, however long Redis was away. */
+const RECLAIMED_KEPT_MS = 2 * 86_400_000;
+
+// Defines reclaim(account, holds, amounts, reclaimed), which releases the
+// account's holds whose replica stopped extending them (every script that
+// reads a balance calls it first), marking each 'reclaimed' in the amounts
+// and filing it by when in the reclaimed set, whence it goes after
+// RECLAIMED_KEPT_MS; and balance_of(account): granted, topped up, held.
 const RECLAIM_EXPIRED_HOLDS = `
 ${LUA_NOW_MS}
 ${LUA_INT}
-local function reclaim(account_key, holds_key, amounts_key)
+-- redis.call(command, key, ...list), in parts: unpack() takes at most a few thousand values.
+local function in_parts(command, key, list)
+  for i = 1, #list, 1000 do redis.call(command, key, unpack(list, i, math.min(i + 999, #list))) end
+end
+local function reclaim(account_key, holds_key, amounts_key, reclaimed_key)
   local expired = redis.call('ZRANGEBYSCORE', holds_key, '-inf', now_ms)
+  if #expired == 0 then return end
+  local released, marks, filed = 0, {}, {}
   for _, id in ipairs(expired) do
-    local amount = tonumber(redis.call('HGET', amounts_key, id) or '0')
-    redis.call('HINCRBY', account_key, 'held', int(0 - amount))
-    redis.call('HDEL', amounts_key, id)
+    released = released + tonumber(redis.call('HGET', amounts_key, id) or '0')
+    marks[#marks + 1] = id
+    marks[#marks + 1] = 'reclaimed'
+    filed[#filed + 1] = int(now_ms)
+    filed[#filed + 1] = id
   end
-  if #expired > 0 then redis.call('ZREMRANGEBYSCORE', holds_key, '-inf', now_ms) end
+  redis.call('HINCRBY', account_key, 'held', int(0 - released))
+  redis.call('ZREMRANGEBYSCORE', holds_key, '-inf', now_ms)
+  local forgotten = redis.call('ZRANGEBYSCORE', reclaimed_key, '-inf', now_ms - ${RECLAIMED_KEPT_MS})
+  if #forgotten > 0 then
+    in_parts('HDEL', amounts_key, forgotten)
+    redis.call('ZREMRANGEBYSCORE', reclaimed_key, '-inf', now_ms - ${RECLAIMED_KEPT_MS})
+  end
+  in_parts('HSET', amounts_key, marks)
+  in_parts('ZADD', reclaimed_key, filed)
 end
 local function balance_of(account_key)
   local b = redis.call('HMGET', account_key, 'granted', 'topped_up', 'held')
@@ -36,9 +64,9 @@ end
 
 // For scripts that work on a batch, item by item (each_item), each with its
 // own slice of KEYS and ARGV: each account is read once, when the
-// batch first touches it (K: its account, holds and amounts keys; false when
-// there is no such account), changed in Lua, and written back once by
-// write_accounts() at the end. A script runs alone, so nothing can change the
+// batch first touches it (K: its account, holds, amounts and reclaimed keys;
+// false when there is no such account), changed in Lua, and written back once
+// by write_accounts() at the end. A script runs alone, so nothing can change the
 // account in between; and a batch of n costs a few commands per account
 // rather than a dozen per request.
 const BATCHED_ACCOUNTS = `
@@ -55,10 +83,10 @@ local function account(K)
   if a == nil then
     a = false
     if redis.call('EXISTS', K[1]) == 1 then
-      reclaim(K[1], K[2], K[3])
+      reclaim(K[1], K[2], K[3], K[4])
       local granted, topped_up, held = balance_of(K[1])
-      a = { key = K[1], holds = K[2], amounts = K[3], granted = granted, topped_up = topped_up, held = held,
-            changed = false, opened_expiries = {}, opened_amounts = {}, closed = {} }
+      a = { key = K[1], holds = K[2], amounts = K[3], reclaimed = K[4], granted = granted, topped_up = topped_up, held = held,
+            changed = false, opened_expiries = {}, opened_amounts = {}, closed = {}, forgotten = {} }
       accounts_read[#accounts_read + 1] = a
     end
     accounts[K[1]] = a
@@ -72,12 +100,19 @@ local function open_hold(a, id, expiry, amount)
   a.opened_amounts[#a.opened_amounts + 1] = id
   a.opened_amounts[#a.opened_amounts + 1] = int(amount)
 end
--- Releases a hold that is still open; one that expired was reclaimed already.
+-- Takes a hold's ticket: false when there is none (settled before). A hold
+-- still open is released; one that expired was released when reclaimed.
 local function close_hold(a, id)
-  local amount = tonumber(redis.call('HGET', a.amounts, id) or 'nil')
-  if not amount then return end
-  a.held, a.changed = a.held - amount, true
-  a.closed[#a.closed + 1] = id
+  if a.closed[id] then return false end
+  local amount = redis.call('HGET', a.amounts, id)
+  if not amount then return false end
+  a.closed[id] = true
+  if amount == 'reclaimed' then
+    a.forgotten[#a.forgotten + 1] = id
+  else
+    a.held, a.changed = a.held - tonumber(amount), true
+  end
+  return true
 end
 local function write_accounts()
   for _, a in ipairs(accounts_read) do
@@ -85,24 +120,28 @@ local function write_accounts()
       redis.call('ZADD', a.holds, unpack(a.opened_expiries))
       redis.call('HSET', a.amounts, unpack(a.opened_amounts))
     end
-    if #a.closed > 0 then
-      redis.call('HDEL', a.amounts, unpack(a.closed))
-      redis.call('ZREM', a.holds, unpack(a.closed))
+    local closed = {}
+    for id in pairs(a.closed) do closed[#closed + 1] = id end
+    if #closed > 0 then
+      redis.call('HDEL', a.amounts, unpack(closed))
+      redis.call('ZREM', a.holds, unpack(closed))
     end
+    if #a.forgotten > 0 then redis.call('ZREM', a.reclaimed, unpack(a.forgotten)) end
     if a.changed then redis.call('HSET', a.key, 'granted', int(a.granted), 'topped_up', int(a.topped_up), 'held', int(a.held)) end
   end
 end
 `;
 
-// Holds a batch, in order, as if one script ran per hold. For each hold 4
-// KEYS (account, holds, amounts, and its rate window, or any key when it has
-// no rate check) and 9 ARGV (request id, ttl ms, prompt pico, output pico for
-// all n replies per token, max reply tokens, 1 with a rate check or 0, then
-// the check's requests limit, tokens limit and this request's tokens).
+// Holds a batch, in order, as if one script ran per hold. For each hold 5
+// KEYS (account, holds, amounts, reclaimed, and its rate window, or any key
+// when it has no rate check) and 9 ARGV (request id, ttl ms, prompt pico,
+// output pico for all n replies per token, max reply tokens, 1 with a rate
+// check or 0, then the check's requests limit, tokens limit and this
+// request's tokens).
 // Replies 5 per hold: status (1 held, -1 no credit, -3 no account, -4 rate
 // limited), the amount held or available or which limit refused it, reply
 // tokens, then the rate window's counts.
-const HOLD_KEYS = 4;
+const HOLD_KEYS = 5;
 const HOLD_ARGS = 9;
 const HOLD = luaScript(`
 ${BATCHED_ACCOUNTS}
@@ -116,7 +155,7 @@ local function hold(K, A)
   if not a then return {-3, 0, 0, 0, 0} end
   local w
   if A[6] == '1' then
-    w = rate_window(K[4])
+    w = rate_window(K[5])
     local refused = rate_refusal(w, tonumber(A[7]), tonumber(A[8]), tonumber(A[9]))
     if refused > 0 then return {-4, refused, 0, w.requests, w.tokens} end
   end
@@ -152,8 +191,8 @@ return redis.call('ZADD', KEYS[1], 'XX', 'CH', int(now_ms + tonumber(ARGV[2])), 
 
 // Settles a batch, in order, as if one script ran per settlement: ARGV[1] is
 // how long usage events are kept in ms (0: for good); then for each
-// settlement, 6 KEYS (account, holds, amounts, settled marker, the account's
-// usage stream, daily usage) and 11 ARGV (request id, cost, outcome, model,
+// settlement, 6 KEYS (account, holds, amounts, reclaimed, the account's usage
+// stream, daily usage) and 11 ARGV (request id, cost, outcome, model,
 // prompt, cached, completion, account, key id, endpoint, reason). Replies
 // with a pair each: 1 and the charge when settled now, 0 when settled
 // before, -1 when refused (amounts that are not whole numbers), with nothing
@@ -189,19 +228,16 @@ end
 local function settle(K, A)
   -- Checked before any write: a script that fails half-way keeps what it wrote, and a retry would write it again.
   if not (whole(A[2]) and whole(A[5]) and whole(A[6]) and whole(A[7])) then return -1, 0 end
-  if not redis.call('SET', K[4], '1', 'NX', 'EX', 2 * 86400) then return 0, 0 end
   local a = account(K)
   local id = A[1]
+  if not (a and close_hold(a, id)) then return 0, 0 end
   local charge = 0
-  if a then
-    close_hold(a, id)
-    if A[3] == 'complete' then
-      -- Never below zero: a hold that expired (or an upstream that overshot) is charged at most what is left.
-      charge = math.min(tonumber(A[2]), math.max(a.granted + a.topped_up - a.held, 0))
-      local from_granted = math.min(charge, math.max(a.granted, 0))
-      a.granted, a.topped_up, a.changed = a.granted - from_granted, a.topped_up - (charge - from_granted), true
-      add_to_totals(K[6], A[4], tonumber(A[5]), tonumber(A[6]), tonumber(A[7]), charge)
-    end
+  if A[3] == 'complete' then
+    -- Never below zero: a hold that expired (or an upstream that overshot) is charged at most what is left.
+    charge = math.min(tonumber(A[2]), math.max(a.granted + a.topped_up - a.held, 0))
+    local from_granted = math.min(charge, math.max(a.granted, 0))
+    a.granted, a.topped_up, a.changed = a.granted - from_granted, a.topped_up - (charge - from_granted), true
+    add_to_totals(K[6], A[4], tonumber(A[5]), tonumber(A[6]), tonumber(A[7]), charge)
   end
   redis.call('XADD', K[5], 'MINID', '=', keep_after, '*', 'request_id', id, 'account', A[8], 'key', A[9], 'model', A[4], 'endpoint', A[10],
     'outcome', A[3], 'reason', A[11], 'prompt_tokens', A[5], 'cached_tokens', A[6], 'completion_tokens', A[7],
@@ -226,7 +262,7 @@ return reply
 const BALANCE = luaScript(`
 if redis.call('EXISTS', KEYS[1]) == 0 then return {0, 0, 0, 0} end
 ${RECLAIM_EXPIRED_HOLDS}
-reclaim(KEYS[1], KEYS[2], KEYS[3])
+reclaim(KEYS[1], KEYS[2], KEYS[3], KEYS[4])
 return {1, balance_of(KEYS[1])}
 `);
 
@@ -250,7 +286,7 @@ redis.call('XADD', KEYS[2], '*', 'account', ARGV[4], 'kind', ARGV[1], 'amount', 
 return {1, granted + topped_up}
 `);
 
-const accountKeys = (account: string) => [redisKeys.account(account), redisKeys.holds(account), redisKeys.holdAmounts(account)];
+const accountKeys = (account: string) => [redisKeys.account(account), redisKeys.holds(account), redisKeys.holdAmounts(account), redisKeys.reclaimedHolds(account)];
 
 export interface HoldRequest {
   account: string;
@@ -352,7 +388,7 @@ export async function settleHolds(redis: Redis, batch: Settlement[], keepEventsM
   const args: (string | number)[] = [keepEventsMs];
   for (const s of batch) {
     const u = s.usage;
-    keys.push(...accountKeys(s.account), redisKeys.settled(s.requestId), redisKeys.usageEvents(s.account), redisKeys.dailyUsage(s.account, day));
+    keys.push(...accountKeys(s.account), redisKeys.usageEvents(s.account), redisKeys.dailyUsage(s.account, day));
     args.push(s.requestId, s.cost, s.outcome, s.model, u.prompt_tokens, u.cached_tokens, u.completion_tokens, s.account, s.keyId, s.endpoint, s.reason ?? '');
   }
   const reply = (await SETTLE.run(redis, keys, args)) as number[];

@@ -9,10 +9,10 @@ export const redisKeys = {
   accounts: `${P}accounts`,
   /** Sorted set: request id → expiry (ms) of each open hold. */
   holds: (account: string) => `${P}account:${account}:holds`,
-  /** Hash: request id → amount held. */
+  /** Hash: request id → amount held, or 'reclaimed'; taken away when the request is settled, so that it never is twice. */
   holdAmounts: (account: string) => `${P}account:${account}:hold-amounts`,
-  /** Set once a request id is settled, so that it never is twice. */
-  settled: (requestId: string) => `${P}settled:${requestId}`,
+  /** Sorted set: request id → when its hold was reclaimed, for forgetting it in time. */
+  reclaimedHolds: (account: string) => `${P}account:${account}:holds-reclaimed`,
   /** Hash per account and UTC day: "<model>\t<metric>" → total. */
   dailyUsage: (account: string, day: string) => `${P}account:${account}:usage:${day}`,
   /** Stream of an account's usage events, one per request that reached an upstream. */

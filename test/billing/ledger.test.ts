@@ -1,7 +1,7 @@
 // The credit scripts alone, against a real redis-server: holds, their
 // expiry, settlement at most once, deductions.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { changeCredit, readBalance, utcDay, type HoldRequest, type Settlement } from '../../src/billing/credit-ledger.js';
+import { changeCredit, readBalance, settleHolds, utcDay, type HoldRequest, type Settlement } from '../../src/billing/credit-ledger.js';
 import { holdCredit, settleHold } from '../support/ledger.js';
 import { HoldQueue } from '../../src/billing/hold-queue.js';
 import { SettlementQueue } from '../../src/billing/settlement-queue.js';
@@ -58,6 +58,53 @@ describe('holds and settlement', () => {
     await sleep(200);
     expect(await settleHold(redis.client, settlement(account, 'late', 80))).toBe(50);
     expect(await readBalance(redis.client, account)).toEqual({ granted: 0, toppedUp: 0, held: 0 });
+  });
+
+  it('charges a reply that outlived its hold once, however often its settlement comes', async () => {
+    const { account } = await makeAccount(redis, 1);
+    await holdCredit(redis.client, { account, requestId: 'outlived', ttlMs: 100, prices, promptTokens: 10, n: 1, maxReplyTokens: 10 });
+    await sleep(200);
+    expect((await readBalance(redis.client, account))!.held).toBe(0);
+    expect(await settleHold(redis.client, settlement(account, 'outlived', 30))).toBe(30);
+    expect(await settleHold(redis.client, settlement(account, 'outlived', 30))).toBeUndefined();
+    expect(await readBalance(redis.client, account)).toEqual({ granted: 1_000_000 - 30, toppedUp: 0, held: 0 });
+    expect(await redis.client.hlen(redisKeys.holdAmounts(account))).toBe(0);
+    expect(await redis.client.zcard(redisKeys.reclaimedHolds(account))).toBe(0);
+  });
+
+  it('settles a request id once even when one batch carries it twice', async () => {
+    const { account } = await makeAccount(redis, 1);
+    await holdCredit(redis.client, { account, requestId: 'twice', ttlMs: 60_000, prices, promptTokens: 10, n: 1, maxReplyTokens: 10 });
+    expect(await settleHolds(redis.client, [settlement(account, 'twice', 30), settlement(account, 'twice', 30)])).toEqual([{ charged: 30 }, 'already settled']);
+    expect(await readBalance(redis.client, account)).toEqual({ granted: 1_000_000 - 30, toppedUp: 0, held: 0 });
+  });
+
+  it('leaves nothing in Redis per settled request but its usage event', async () => {
+    const { account } = await makeAccount(redis, 1);
+    const serve = async (requestId: string) => {
+      await holdCredit(redis.client, { account, requestId, ttlMs: 60_000, prices, promptTokens: 10, n: 1, maxReplyTokens: 10 });
+      await settleHold(redis.client, settlement(account, requestId, 30));
+    };
+    await serve('first');
+    const keys = await redis.client.dbsize();
+    for (const id of ['second', 'third', 'fourth']) await serve(id);
+    expect(await redis.client.dbsize()).toBe(keys);
+    expect(await redis.client.hlen(redisKeys.holdAmounts(account))).toBe(0);
+    expect(await redis.client.xlen(redisKeys.usageEvents(account))).toBe(4);
+  });
+
+  it('forgets a reclaimed hold two days after, when its settlement can no longer come', async () => {
+    const { account } = await makeAccount(redis, 1);
+    for (const requestId of ['long-gone', 'recent']) {
+      await holdCredit(redis.client, { account, requestId, ttlMs: 100, prices, promptTokens: 10, n: 1, maxReplyTokens: 10 });
+      await sleep(200);
+      await readBalance(redis.client, account);
+      // The first was reclaimed three days before the second.
+      if (requestId === 'long-gone') await redis.client.zadd(redisKeys.reclaimedHolds(account), 'XX', Date.now() - 3 * 86_400_000, requestId);
+    }
+    expect(await redis.client.hgetall(redisKeys.holdAmounts(account))).toEqual({ recent: 'reclaimed' });
+    expect(await redis.client.zrange(redisKeys.reclaimedHolds(account), 0, -1)).toEqual(['recent']);
+    expect(await settleHold(redis.client, settlement(account, 'recent', 30))).toBe(30);
   });
 
   it('refuses a hold when open holds already take the whole balance', async () => {
@@ -237,6 +284,7 @@ describe('batches: what one turn asks for goes to Redis in one script call, appl
 
   it('charges settlements in order, each at most what is left, and adds them to the day\'s totals per model', async () => {
     const { account } = await makeAccount(redis, 0.0001); // 100 micro-units
+    for (const id of ['s1', 's2', 's3']) await holdCredit(redis.client, { account, requestId: id, ttlMs: 60_000, prices, promptTokens: 1, n: 1, maxReplyTokens: 1 });
     const queue = new SettlementQueue(redis.client);
     const before = await scriptCalls();
     await Promise.all([
