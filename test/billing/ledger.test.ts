@@ -178,10 +178,12 @@ describe('holds and settlement', () => {
 
 describe('admission: the rate limit and the hold in one script', () => {
   const limits = { requestsPerMinute: 2, tokensPerMinute: 1_000 };
+  // One instant for every check of a test, so that they share a window even across a minute's end.
+  const now = Date.now();
 
   it('counts a held request against its key and answers the x-ratelimit headers', async () => {
     const { account } = await makeAccount(redis, 1);
-    const check = rateCheck('key-a', limits, 30);
+    const check = rateCheck('key-a', limits, 30, now);
     const hold = await holdCredit(redis.client, { account, requestId: 'r1', ttlMs: 60_000, prices, promptTokens: 10, n: 1, maxReplyTokens: 20 }, check);
     expect(hold.kind).toBe('held');
     expect(hold.rateLimitHeaders).toMatchObject({ 'x-ratelimit-remaining-requests': '1', 'x-ratelimit-remaining-tokens': '970' });
@@ -193,7 +195,7 @@ describe('admission: the rate limit and the hold in one script', () => {
 
   it('refuses with a 429 past the budget, and holds nothing for the refused request', async () => {
     const { account } = await makeAccount(redis, 1);
-    const ask = (id: string) => holdCredit(redis.client, { account, requestId: id, ttlMs: 60_000, prices, promptTokens: 10, n: 1, maxReplyTokens: 20 }, rateCheck('key-b', limits, 30));
+    const ask = (id: string) => holdCredit(redis.client, { account, requestId: id, ttlMs: 60_000, prices, promptTokens: 10, n: 1, maxReplyTokens: 20 }, rateCheck('key-b', limits, 30, now));
     await ask('b1');
     await ask('b2');
     const held = (await readBalance(redis.client, account))!.held;
@@ -205,7 +207,7 @@ describe('admission: the rate limit and the hold in one script', () => {
 
   it('spends none of the key\'s budget on a request refused for want of credit', async () => {
     const { account } = await makeAccount(redis, 0);
-    const ask = () => holdCredit(redis.client, { account, requestId: 'c', ttlMs: 60_000, prices, promptTokens: 10, n: 1, maxReplyTokens: 20 }, rateCheck('key-c', limits, 30));
+    const ask = () => holdCredit(redis.client, { account, requestId: 'c', ttlMs: 60_000, prices, promptTokens: 10, n: 1, maxReplyTokens: 20 }, rateCheck('key-c', limits, 30, now));
     for (let i = 0; i < 3; i++) expect((await ask()).kind).toBe('no_credit');
     expect((await ask()).rateLimitHeaders['x-ratelimit-remaining-requests']).toBe('2');
   });

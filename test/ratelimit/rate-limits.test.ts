@@ -6,8 +6,17 @@ import { makeAccount, modelEntry, postChat, startTestGateway } from '../support/
 
 const messages = [{ role: 'user' as const, content: 'hello' }];
 
+// Windows are whole clock minutes, so a test whose requests straddle a
+// minute's end sees its counts start again. Each test starts with at least
+// ten seconds of its minute left.
+async function startWithinOneMinute() {
+  const left = 60_000 - (Date.now() % 60_000);
+  if (left < 10_000) await new Promise((resolve) => setTimeout(resolve, left + 50));
+}
+
 describe('rate limits', () => {
   it('answers 429 rate_limit_exceeded with Retry-After and OpenAI\'s x-ratelimit headers', async () => {
+    await startWithinOneMinute();
     const upstream = await startFakeUpstream(answering({ prompt_tokens: 5, completion_tokens: 5 }));
     const gw = await startTestGateway({ rateLimits: { requestsPerMinute: 2 }, models: [modelEntry('m', [{ kind: 'vllm', url: upstream.url }])] });
     try {
@@ -37,6 +46,7 @@ describe('rate limits', () => {
     try {
       const { setAccountLimits } = await import('../../src/accounts/accounts.js');
       const team = await makeAccount(gw.redis, 1);
+      await startWithinOneMinute();
       await setAccountLimits(gw.redis.client, team.account, { requestsPerMinute: null, tokensPerMinute: 500 });
       const ask = () => postChat({ url: gw.url, apiKey: team.key }, { model: 'm', messages, max_tokens: 200 });
       const first = await ask();
