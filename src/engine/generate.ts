@@ -3,6 +3,7 @@
 // string or the token cap, and hand out text as soon as it is safe to.
 import { TokenBias, type LlamaContextSequence, type LlamaModel, type Token } from 'node-llama-cpp';
 import type { TokenLogprob } from '../protocol/chat-response.js';
+import { ReplyText } from './reply-text.js';
 
 export interface Sampling {
   temperature: number;
@@ -62,7 +63,8 @@ export async function generateChoice(
   const reuse = Math.min(seq.compareContextTokens(prompt).firstDifferentIndex, prompt.length - 1);
   if (seq.nextTokenIndex > reuse) await seq.eraseContextTokenRanges([{ start: reuse, end: seq.nextTokenIndex }]);
 
-  const generated: Token[] = [];
+  const reply = new ReplyText((tokens) => model.detokenize(tokens));
+  const generated = reply.tokens;
   const penalize = sampling.presencePenalty !== 0 || sampling.frequencyPenalty !== 0;
   const outputs = seq.evaluateWithMetadata(
     prompt.slice(reuse),
@@ -89,10 +91,11 @@ export async function generateChoice(
   };
 
   let finishReason: ChoiceResult['finishReason'] = 'stop';
+  let stopAt: number | undefined;
   for await (const out of outputs) {
     if (signal.aborted) break;
-    generated.push(out.token);
-    text = model.detokenize(generated);
+    reply.push(out.token);
+    text = reply.text;
     if (sampling.topLogprobs !== null) {
       const probabilities = (out as unknown as { probabilities: Map<Token, number> }).probabilities;
       const entry = (t: Token) => {
@@ -107,17 +110,18 @@ export async function generateChoice(
       return i !== -1 && (first === -1 || i < first) ? i : first;
     }, -1);
     if (hit !== -1) {
-      text = text.slice(0, hit);
+      stopAt = hit;
       break;
     }
     if (generated.length >= sampling.maxTokens) {
       finishReason = 'length';
       break;
     }
-    // Hold back a possible stop-string start and an unfinished UTF-8 character.
-    const safe = text.endsWith('\uFFFD') ? text.length - 1 : text.length - pendingStopLength(text, sampling.stop);
+    // Hold back a possible stop-string start (reply.text already holds back an unfinished character).
+    const safe = text.length - pendingStopLength(text, sampling.stop);
     if (safe > sent) flush(safe);
   }
+  text = stopAt === undefined ? reply.end() : text.slice(0, stopAt);
   flush(text.length);
   return { finishReason, completionTokens: generated.length, cachedTokens: reuse };
 }
