@@ -13,6 +13,7 @@ import { startEngine } from './engine/server.js';
 import { DEMO_EMAIL } from './accounts/demo-account.js';
 import { startGateway } from './gateway/start.js';
 import { isOperatorCommand, OPERATOR_USAGE, runOperatorCommand } from './operator/commands.js';
+import { CannotListen } from './protocol/http-io.js';
 
 const PACKAGE_ROOT = fileURLToPath(new URL('..', import.meta.url));
 const USAGE = `usage: parley <command> [options]
@@ -111,6 +112,7 @@ if (!run) {
   process.exit(command ? 2 : 0);
 }
 run(rest).catch((err) => {
-  console.error(`parley: ${err instanceof ConfigError ? err.message : (err as Error).stack}`);
+  const refusal = err instanceof ConfigError || err instanceof CannotListen;
+  console.error(`parley: ${refusal ? err.message : (err as Error).stack}`);
   process.exit(1);
 });
