@@ -33,7 +33,15 @@ function tokenBias(model: LlamaModel, logitBias: Record<string, number>): TokenB
   const entries = Object.entries(logitBias);
   if (entries.length === 0) return undefined;
   const bias = new TokenBias(model.tokenizer);
-  for (const [id, value] of entries) bias.set(Number(id) as Token, value <= -100 ? 'never' : { logit: value });
+  // TokenBias.set() passes over end-of-generation tokens, so that a reply can always end; OpenAI's
+  // logit_bias applies to every token (a reply that may not end runs to max_tokens), so those go into
+  // the map that set() fills, which is what the sampler reads.
+  const logits = (bias as unknown as { _biases: Map<Token, number> })._biases;
+  for (const [id, value] of entries) {
+    const token = Number(id) as Token;
+    if (model.isEogToken(token)) logits.set(token, value <= -100 ? -Infinity : value);
+    else bias.set(token, value <= -100 ? 'never' : { logit: value });
+  }
   return bias;
 }
 

@@ -3,8 +3,10 @@
 // models with real tokenizers when ../shared/models is present.
 import { existsSync, readdirSync } from 'node:fs';
 import { join, resolve } from 'node:path';
+import { readGgufFileInfo } from 'node-llama-cpp';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readBalance } from '../../src/billing/credit-ledger.js';
+import { DEFAULT_MODEL_FILE } from '../../src/engine/model-maker.js';
 import { modelEntry, postChat, startTestGateway, type TestGateway } from '../support/gateway.js';
 
 const SHARED_MODELS = resolve(__dirname, '../../../shared/models');
@@ -118,6 +120,20 @@ describe.each(MODELS)('local engine: $name', ({ local }) => {
       expect(t.logprob).toBeLessThanOrEqual(0);
       expect(t.top_logprobs).toHaveLength(3);
     }
+  });
+
+  it('applies logit_bias to every token, those that end a reply too', async () => {
+    const path = (local.model as string | undefined) ?? join(gw.dataDir, 'models', DEFAULT_MODEL_FILE);
+    const vocabulary = (await readGgufFileInfo(path)).metadata.tokenizer.ggml as { tokens: string[]; eos_token_id: number };
+    const enders = vocabulary.tokens.flatMap((t, id) => (id === vocabulary.eos_token_id || /^(<\|(im_end|endoftext|eot_id|end)\|>|<\/s>)$/.test(t) ? [id] : []));
+    const ask = (bias: number, max_tokens: number) =>
+      gw.client.chat.completions.create({ model, messages: user('bias'), max_tokens, seed: 5, logit_bias: Object.fromEntries(enders.map((id) => [id, bias])) });
+    const ended = await ask(100, 50);
+    expect(ended.choices[0].finish_reason).toBe('stop');
+    expect(ended.usage!.completion_tokens).toBe(0);
+    const endless = await ask(-100, 400);
+    expect(endless.choices[0].finish_reason).toBe('length');
+    expect(endless.usage!.completion_tokens).toBe(400);
   });
 
   it('ignores fields it does not know', async () => {
