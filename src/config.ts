@@ -17,6 +17,8 @@ const localEngine = z.strictObject({
   model: z.string().optional(),
   contextSize: z.int().min(256).optional(),
   parallel: z.int().min(1).max(64).optional(),
+  /** CPU threads; by default 1 for a model under 256 MB, else one per core (engine/llama.ts). */
+  threads: z.int().min(1).max(1024).optional(),
 });
 
 const endpoint = z

@@ -27,7 +27,7 @@ const USAGE = `usage: parley <command> [options]
   engine       serve a GGUF model behind the OpenAI API
                --model FILE.gguf (default: Parley's own model, made on first start)
                --model-id ID  --port N (8081)  --host H (127.0.0.1)
-               --context-size N (${DEFAULT_MODEL_CONTEXT})  --parallel N (4)  --threads N (all cores)  --data-dir DIR
+               --context-size N (${DEFAULT_MODEL_CONTEXT})  --parallel N (4)  --threads N (1 for a model under 256 MB, else one per core)  --data-dir DIR
   make-model   write Parley's own model: --out FILE
 ${OPERATOR_USAGE}`;
 
@@ -88,8 +88,8 @@ async function engine(argv: string[]): Promise<void> {
   if (givenModel && !existsSync(givenModel)) throw new ConfigError(`no model file at ${givenModel}`);
   const modelPath = givenModel || ensureDefaultModel(join(dataDir(values['data-dir']), 'models', DEFAULT_MODEL_FILE));
   const running = await startEngine({ modelPath, modelId: values['model-id'] ?? 'parley-tiny', ...options });
-  console.log(`parley engine: serving ${modelPath} on ${running.url}`);
-  process.send?.({ type: 'ready', url: running.url, contextSize: running.contextSize });
+  console.log(`parley engine: serving ${modelPath} on ${running.url} (${running.threads} ${running.threads === 1 ? 'thread' : 'threads'})`);
+  process.send?.({ type: 'ready', url: running.url, contextSize: running.contextSize, threads: running.threads });
   onShutdown(running.close);
   // Started by a gateway: when it is gone (even killed with -9), its channel closes, and the engine stops too.
   if (process.connected) process.once('disconnect', () => process.kill(process.pid, 'SIGTERM'));

@@ -47,6 +47,13 @@ models:
     expect(() => parse('models:\n  - id: [m\n')).toThrow(/^routing.yaml:\d+:\d+: /);
   });
 
+  it('takes a local engine\'s threads as a whole number of at least one', () => {
+    const local = (threads: unknown) => parse(JSON.stringify({ models: [modelEntry('m', [{ kind: 'parley-engine', local: { threads } }])] }));
+    expect(local(2).models[0].endpoints[0].local!.threads).toBe(2);
+    expect(() => local(0)).toThrow(/models\[0\]\.endpoints\[0\]\.local\.threads/);
+    expect(() => local(1.5)).toThrow(/local\.threads/);
+  });
+
   it('refuses an endpoint with both url and local, and a repeated model id', () => {
     expect(() => parse(JSON.stringify({ models: [modelEntry('m', [{ kind: 'parley-engine', url: 'http://x/v1', local: {} }])] }))).toThrow(/url: give exactly one/);
     const twice = modelEntry('m', [{ kind: 'openai', url: 'http://x/v1' }]);

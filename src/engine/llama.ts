@@ -8,3 +8,20 @@ export function localLlama(): Promise<Llama> {
   llama ??= getLlama({ build: 'never', usePrebuiltBinaries: true, skipDownload: true, progressLogs: false, logLevel: LlamaLogLevel.error });
   return llama;
 }
+
+/** Below this size a model's work per token is shorter than what threads cost to meet at every layer. */
+const SMALL_MODEL_BYTES = 256 * 1024 * 1024;
+
+/**
+ * CPU threads for evaluating a model of `modelBytes` when none are asked
+ * for. node-llama-cpp's own default on a machine without a GPU is two per
+ * core; on a 2-core VM those threads, each waiting on the others at every
+ * layer, made replies 100 to 1,300 times slower than one thread
+ * (bench/engine-threads.mjs). So one per core, and one in all for a small
+ * model, whose work per token is shorter than what threads cost to meet:
+ * there one thread was twice as quick as two at 133 MB and 64 times on
+ * Parley's own model, where two were 1.1 times quicker at 531 MB.
+ */
+export function defaultThreads(llama: Llama, modelBytes: number): number {
+  return modelBytes < SMALL_MODEL_BYTES ? 1 : llama.cpuMathCores;
+}

@@ -11,7 +11,7 @@ import { ApiError, Cancelled, checkContextWindow, internalError, invalidParamete
 import { listen, readJsonBody, sendError, sendJson, SSE_HEADERS } from '../protocol/http-io.js';
 import { ChatPrompt } from './chat-prompt.js';
 import { generateChoice, type ChoiceResult, type Piece, type Sampling } from './generate.js';
-import { localLlama } from './llama.js';
+import { defaultThreads, localLlama } from './llama.js';
 import { SequencePool } from './sequence-pool.js';
 
 export interface EngineOptions {
@@ -21,7 +21,7 @@ export interface EngineOptions {
   contextSize: number;
   /** Sequences evaluated side by side: concurrent replies, `n` included. */
   parallel: number;
-  /** CPU threads for evaluation; several engines on one machine should split its cores. */
+  /** CPU threads for evaluation (defaultThreads when not given); several engines on one machine should split its cores. */
   threads?: number;
   host: string;
   port: number;
@@ -30,6 +30,7 @@ export interface EngineOptions {
 export interface RunningEngine {
   url: string;
   contextSize: number;
+  threads: number;
   close(): Promise<void>;
 }
 
@@ -38,7 +39,7 @@ const MAX_BODY_BYTES = 16 * 1024 * 1024;
 export async function startEngine(opts: EngineOptions): Promise<RunningEngine> {
   const llama = await localLlama();
   const model = await llama.loadModel({ modelPath: opts.modelPath });
-  const context = await model.createContext({ sequences: opts.parallel, contextSize: opts.contextSize, ...(opts.threads ? { threads: opts.threads } : {}) });
+  const context = await model.createContext({ sequences: opts.parallel, contextSize: opts.contextSize, threads: opts.threads ?? defaultThreads(llama, model.size) });
   const pool = new SequencePool(context);
   const prompt = new ChatPrompt(model);
   const vocabSize = model.fileInfo.metadata.tokenizer.ggml.tokens.length;
@@ -142,6 +143,7 @@ export async function startEngine(opts: EngineOptions): Promise<RunningEngine> {
   return {
     url: `http://${opts.host.includes(':') ? `[${opts.host}]` : opts.host}:${port}/v1`,
     contextSize,
+    threads: context.idealThreads,
     close: async () => {
       server.closeAllConnections();
       await new Promise<void>((resolve) => server.close(() => resolve()));

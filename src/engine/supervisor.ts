@@ -16,12 +16,14 @@ export interface LocalEngineInfo {
   url: string;
   modelPath: string;
   contextSize: number;
+  threads: number;
 }
 
 interface Ready {
   type: 'ready';
   url: string;
   contextSize: number;
+  threads: number;
 }
 
 class ManagedEngine {
@@ -45,7 +47,7 @@ class ManagedEngine {
         if (m?.type !== 'ready') return;
         started = true;
         this.port = Number(new URL(m.url).port);
-        resolve({ url: m.url, modelPath: this.modelPath, contextSize: m.contextSize });
+        resolve({ url: m.url, modelPath: this.modelPath, contextSize: m.contextSize, threads: m.threads });
       });
       child.on('exit', (code, signal) => {
         if (!started) return reject(new Error(`local engine for ${this.modelPath} exited during start (${signal ?? code})`));
@@ -79,7 +81,7 @@ export class LocalEngines {
   start(local: LocalEngineConfig, modelId: string): Promise<LocalEngineInfo> {
     const modelPath = local.model ?? ensureDefaultModel(join(this.dataDir, 'models', DEFAULT_MODEL_FILE));
     const contextSize = local.contextSize ?? DEFAULT_MODEL_CONTEXT;
-    const args = ['--model-id', modelId, '--context-size', String(contextSize), '--parallel', String(local.parallel ?? 4)];
+    const args = ['--model-id', modelId, '--context-size', String(contextSize), '--parallel', String(local.parallel ?? 4), ...(local.threads ? ['--threads', String(local.threads)] : [])];
     const key = JSON.stringify([modelPath, ...args]);
     let engine = this.engines.get(key);
     if (!engine) {

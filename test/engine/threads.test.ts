@@ -1,0 +1,46 @@
+// How many CPU threads the local engine evaluates with when none are asked
+// for: never node-llama-cpp's two per core, one for a small model.
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { defaultThreads, localLlama } from '../../src/engine/llama.js';
+import { DEFAULT_MODEL_FILE, ensureDefaultModel } from '../../src/engine/model-maker.js';
+import { startEngine } from '../../src/engine/server.js';
+import { LocalEngines } from '../../src/engine/supervisor.js';
+
+const dir = mkdtempSync(join(tmpdir(), 'parley-threads-'));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+const MB = 1024 * 1024;
+
+describe('engine threads', () => {
+  it('are one for a model under 256 MB and one per core above, never more than the cores', async () => {
+    const llama = await localLlama();
+    expect(defaultThreads(llama, 16 * MB)).toBe(1);
+    expect(defaultThreads(llama, 255 * MB)).toBe(1);
+    expect(defaultThreads(llama, 531 * MB)).toBe(llama.cpuMathCores);
+    expect(defaultThreads(llama, 70_000 * MB)).toBeLessThanOrEqual(llama.cpuMathCores);
+  });
+
+  it('default to one on Parley\'s own model, and are what --threads asks otherwise', async () => {
+    const modelPath = ensureDefaultModel(join(dir, DEFAULT_MODEL_FILE));
+    for (const [threads, expected] of [[undefined, 1], [2, 2]] as const) {
+      const engine = await startEngine({ modelPath, modelId: 'm', contextSize: 512, parallel: 1, threads, host: '127.0.0.1', port: 0 });
+      try {
+        expect(engine.threads).toBe(expected);
+      } finally {
+        await engine.close();
+      }
+    }
+  });
+
+  it('of an engine Parley starts are what its routing entry asks, or the default', async () => {
+    const engines = new LocalEngines(dir);
+    try {
+      expect((await engines.start({ contextSize: 512, parallel: 1 }, 'own')).threads).toBe(1);
+      expect((await engines.start({ contextSize: 512, parallel: 1, threads: 2 }, 'two')).threads).toBe(2);
+    } finally {
+      await engines.stopAll();
+    }
+  });
+});
