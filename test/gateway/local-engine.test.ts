@@ -124,7 +124,7 @@ describe.each(MODELS)('local engine: $name', ({ local }) => {
 
   it('applies logit_bias to every token, those that end a reply too', async () => {
     const path = (local.model as string | undefined) ?? join(gw.dataDir, 'models', DEFAULT_MODEL_FILE);
-    const vocabulary = (await readGgufFileInfo(path)).metadata.tokenizer.ggml as { tokens: string[]; eos_token_id: number };
+    const vocabulary = (await readGgufFileInfo(path)).metadata.tokenizer.ggml;
     const enders = vocabulary.tokens.flatMap((t, id) => (id === vocabulary.eos_token_id || /^(<\|(im_end|endoftext|eot_id|end)\|>|<\/s>)$/.test(t) ? [id] : []));
     const ask = (bias: number, max_tokens: number) =>
       gw.client.chat.completions.create({ model, messages: user('bias'), max_tokens, seed: 5, logit_bias: Object.fromEntries(enders.map((id) => [id, bias])) });
