@@ -6,13 +6,13 @@
 // of three, or one alone when it took over 10 s.
 //
 //   npm run build && node bench/engine-threads.mjs [model.gguf ...]
+import { spawn } from 'node:child_process';
 import { mkdtempSync } from 'node:fs';
 import { cpus, tmpdir } from 'node:os';
 import { basename, join } from 'node:path';
 import { localLlama } from '../dist/engine/llama.js';
 import { DEFAULT_MODEL_FILE, ensureDefaultModel } from '../dist/engine/model-maker.js';
 import { freePort, median, ROOT, stopAll, track, waitForPort } from './support.mjs';
-import { spawn } from 'node:child_process';
 
 const REPLY_TOKENS = 40;
 const ROUNDS = 3;
