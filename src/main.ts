@@ -27,7 +27,7 @@ const USAGE = `usage: parley <command> [options]
   engine       serve a GGUF model behind the OpenAI API
                --model FILE.gguf (default: Parley's own model, made on first start)
                --model-id ID  --port N (8081)  --host H (127.0.0.1)
-               --context-size N (${DEFAULT_MODEL_CONTEXT})  --parallel N (4)  --threads N (1 for a model under 256 MB, else one per core)  --data-dir DIR
+               --context-size N (${DEFAULT_MODEL_CONTEXT})  --parallel N (4)  --threads N (1 for a model under 256 MB, else one per usable core)  --data-dir DIR
   make-model   write Parley's own model: --out FILE
 ${OPERATOR_USAGE}`;
 

@@ -4,7 +4,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { defaultThreads, localLlama } from '../../src/engine/llama.js';
+import { coresWithinQuota, defaultThreads, localLlama } from '../../src/engine/llama.js';
 import { DEFAULT_MODEL_FILE, ensureDefaultModel } from '../../src/engine/model-maker.js';
 import { startEngine } from '../../src/engine/server.js';
 import { LocalEngines } from '../../src/engine/supervisor.js';
@@ -20,6 +20,15 @@ describe('engine threads', () => {
     expect(defaultThreads(llama, 255 * MB)).toBe(1);
     expect(defaultThreads(llama, 531 * MB)).toBe(llama.cpuMathCores);
     expect(defaultThreads(llama, 70_000 * MB)).toBeLessThanOrEqual(llama.cpuMathCores);
+  });
+
+  it('stay within a container\'s CPU quota (cgroup cpu.max)', () => {
+    expect(coresWithinQuota(64, '200000 100000\n')).toBe(2);
+    expect(coresWithinQuota(64, '150000 100000')).toBe(1);
+    expect(coresWithinQuota(64, '50000 100000')).toBe(1);
+    expect(coresWithinQuota(4, '800000 100000')).toBe(4);
+    expect(coresWithinQuota(8, 'max 100000')).toBe(8);
+    expect(coresWithinQuota(8, undefined)).toBe(8);
   });
 
   it('default to one on Parley\'s own model, and are what --threads asks otherwise', async () => {
