@@ -1,6 +1,6 @@
 // How many CPU threads the local engine evaluates with when none are asked
 // for: never node-llama-cpp's two per core, one for a small model.
-import { mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { availableParallelism, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -23,6 +23,7 @@ describe('engine threads', () => {
     for (const size of [531 * MB, 70_000 * MB]) {
       expect(defaultThreads(llama, size)).toBeGreaterThanOrEqual(1);
       expect(defaultThreads(llama, size)).toBeLessThanOrEqual(cores);
+      if (!existsSync('/sys/fs/cgroup/cpu.max')) expect(defaultThreads(llama, size)).toBe(cores);
     }
   });
 
