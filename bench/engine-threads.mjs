@@ -6,13 +6,12 @@
 // of three, or one alone when it took over 10 s.
 //
 //   npm run build && node bench/engine-threads.mjs [model.gguf ...]
-import { spawn } from 'node:child_process';
 import { mkdtempSync } from 'node:fs';
 import { cpus, tmpdir } from 'node:os';
 import { basename, join } from 'node:path';
 import { localLlama } from '../dist/engine/llama.js';
 import { DEFAULT_MODEL_FILE, ensureDefaultModel } from '../dist/engine/model-maker.js';
-import { freePort, median, ROOT, stopAll, track, waitForPort } from './support.mjs';
+import { freePort, median, startEngine, stopAll } from './support.mjs';
 
 const REPLY_TOKENS = 40;
 const ROUNDS = 3;
@@ -23,19 +22,8 @@ const settings = [
   ['1', 1],
   [`one per core (${llama.cpuMathCores})`, llama.cpuMathCores],
   [`node-llama-cpp's default (${llama.maxThreads || llama.cpuMathCores})`, llama.maxThreads || llama.cpuMathCores],
-  ["the engine's default", undefined],
+  ["the engine's default", null],
 ];
-
-/** A `parley engine` on `model` with `threads` (its own default when undefined). */
-async function engine(model, threads) {
-  const port = freePort();
-  const args = ['engine', '--model', model, '--port', String(port), '--parallel', '1', '--data-dir', dataDir, ...(threads ? ['--threads', String(threads)] : [])];
-  const child = track(spawn(process.execPath, [join(ROOT, 'bin/parley.js'), ...args], { stdio: ['ignore', 'pipe', 'inherit'] }));
-  let printed = '';
-  child.stdout.on('data', (d) => (printed += d));
-  await waitForPort(`http://127.0.0.1:${port}/health`);
-  return { url: `http://127.0.0.1:${port}/v1`, child, printed: () => printed };
-}
 
 /** Milliseconds for one reply of REPLY_TOKENS (seeded; a reply that ends sooner is scaled up). */
 async function replyMs(url, seed, maxTokens = REPLY_TOKENS) {
@@ -53,12 +41,13 @@ const rows = [];
 try {
   for (const model of models) {
     for (const [name, threads] of settings) {
-      const e = await engine(model, threads);
-      await replyMs(e.url, 0, 2);
+      const port = freePort();
+      const e = await startEngine(port, { parallel: 1, dataDir, model, threads });
+      const url = `http://127.0.0.1:${port}/v1`;
+      await replyMs(url, 0, 2);
       const times = [];
-      for (let seed = 1; seed <= ROUNDS && !(times[0] > 10_000); seed++) times.push(await replyMs(e.url, seed));
-      const used = /(\d+) threads?\)/.exec(e.printed())?.[1];
-      rows.push({ model: basename(model), threads: threads ? name : `${name} (${used})`, [`ms per ${REPLY_TOKENS}-token reply`]: Math.round(median(times)) });
+      for (let seed = 1; seed <= ROUNDS && !(times[0] > 10_000); seed++) times.push(await replyMs(url, seed));
+      rows.push({ model: basename(model), threads: threads === null ? `${name} (${e.threads})` : name, [`ms per ${REPLY_TOKENS}-token reply`]: Math.round(median(times)) });
       e.child.kill('SIGTERM');
       await new Promise((resolve) => e.child.once('exit', resolve));
     }

@@ -64,7 +64,7 @@ try {
 
   const killer = (async () => {
     await new Promise((r) => setTimeout(r, KILL_AT));
-    engines[0].kill('SIGKILL');
+    engines[0].child.kill('SIGKILL');
     await new Promise((r) => setTimeout(r, RETURN_AT - KILL_AT));
     await startEngine(ports[0], { parallel: 4, contextSize: 1024, dataDir });
   })();

@@ -85,7 +85,7 @@ try {
     const engines = await Promise.all(ports.map((p) => startEngine(p, { parallel: 4, contextSize: 2048, dataDir })));
     const endpoints = ports.map((p) => ({ kind: 'parley-engine', url: `http://127.0.0.1:${p}/v1` }));
     rows.push(await runPolicy(run, policy, endpoints, count));
-    for (const e of engines) e.kill('SIGKILL');
+    for (const e of engines) e.child.kill('SIGKILL');
   }
   console.log(`${GATEWAYS} gateway${GATEWAYS > 1 ? 's' : ''}, ${REPLICAS} replicas, ${TENANTS} tenants with ~${SYSTEM_TOKENS}-token system prompts, ${REQUESTS} requests in ${ORDER} tenant order, ${IN_FLIGHT} in flight`);
   console.table(rows);

@@ -118,12 +118,19 @@ export async function startParley(models, gateway = {}, nodeArgs = [], replicaOf
   return { url, key, child, dataDir: dir };
 }
 
-/** A `parley engine` on `port` serving Parley's own model. */
-// One thread each: several engines spinning on every core of a small machine slow each other down.
-export async function startEngine(port, { parallel = 4, contextSize = 4096, dataDir, threads = 1 } = {}) {
-  const child = track(spawn(process.execPath, [join(ROOT, 'bin/parley.js'), 'engine', '--port', String(port), '--parallel', String(parallel), '--context-size', String(contextSize), '--threads', String(threads), '--data-dir', dataDir], {
-    stdio: ['ignore', 'ignore', 'inherit'],
-  }));
-  await waitForPort(`http://127.0.0.1:${port}/health`);
-  return child;
+/**
+ * A `parley engine` on `port`, serving Parley's own model or `model`, with
+ * `threads` (null: the engine's own default); resolves, once it is ready,
+ * to the child and the threads it reports.
+ */
+// One thread each unless asked: several engines spinning on every core of a small machine slow each other down.
+export function startEngine(port, { parallel = 4, contextSize = 4096, dataDir, threads = 1, model } = {}) {
+  const args = ['engine', '--port', String(port), '--parallel', String(parallel), '--context-size', String(contextSize), '--data-dir', dataDir];
+  if (threads !== null) args.push('--threads', String(threads));
+  if (model) args.push('--model', model);
+  return new Promise((resolve, reject) => {
+    const child = track(fork(join(ROOT, 'bin/parley.js'), args, { stdio: ['ignore', 'ignore', 'inherit', 'ipc'] }));
+    child.once('message', (m) => resolve({ child, threads: m.threads }));
+    child.once('exit', (code) => reject(new Error(`parley engine exited ${code}`)));
+  });
 }
