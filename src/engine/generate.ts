@@ -72,7 +72,6 @@ export async function generateChoice(
   if (seq.nextTokenIndex > reuse) await seq.eraseContextTokenRanges([{ start: reuse, end: seq.nextTokenIndex }]);
 
   const reply = new ReplyText((tokens) => model.detokenize(tokens));
-  const generated = reply.tokens;
   const penalize = sampling.presencePenalty !== 0 || sampling.frequencyPenalty !== 0;
   const outputs = seq.evaluateWithMetadata(
     prompt.slice(reuse),
@@ -83,15 +82,15 @@ export async function generateChoice(
       seed: sampling.seed,
       tokenBias: tokenBias(model, sampling.logitBias),
       repeatPenalty: penalize
-        ? { punishTokens: () => generated, penalty: 1, presencePenalty: sampling.presencePenalty, frequencyPenalty: sampling.frequencyPenalty, maxPunishTokens: 256 }
+        ? { punishTokens: () => reply.tokens, penalty: 1, presencePenalty: sampling.presencePenalty, frequencyPenalty: sampling.frequencyPenalty, maxPunishTokens: 256 }
         : undefined,
     },
   );
 
-  let text = '';
   let sent = 0;
   let logprobs: TokenLogprob[] = [];
-  const flush = (upTo: number) => {
+  /** Hands out `text` up to `upTo` past what went before, with the logprobs gathered since. */
+  const flush = (text: string, upTo: number) => {
     if (upTo <= sent && logprobs.length === 0) return;
     emit({ content: text.slice(sent, upTo), logprobs: sampling.topLogprobs === null ? null : logprobs });
     sent = Math.max(sent, upTo);
@@ -103,7 +102,7 @@ export async function generateChoice(
   for await (const out of outputs) {
     if (signal.aborted) break;
     reply.push(out.token);
-    text = reply.text;
+    const text = reply.text;
     if (sampling.topLogprobs !== null) {
       const probabilities = (out as unknown as { probabilities: Map<Token, number> }).probabilities;
       const entry = (t: Token) => {
@@ -121,15 +120,15 @@ export async function generateChoice(
       stopAt = hit;
       break;
     }
-    if (generated.length >= sampling.maxTokens) {
+    if (reply.tokens.length >= sampling.maxTokens) {
       finishReason = 'length';
       break;
     }
     // Hold back a possible stop-string start (reply.text already holds back an unfinished character).
     const safe = text.length - pendingStopLength(text, sampling.stop);
-    if (safe > sent) flush(safe);
+    if (safe > sent) flush(text, safe);
   }
-  text = stopAt === undefined ? reply.end() : text.slice(0, stopAt);
-  flush(text.length);
-  return { finishReason, completionTokens: generated.length, cachedTokens: reuse };
+  const text = stopAt === undefined ? reply.end() : reply.text.slice(0, stopAt);
+  flush(text, text.length);
+  return { finishReason, completionTokens: reply.tokens.length, cachedTokens: reuse };
 }
