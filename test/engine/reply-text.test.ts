@@ -1,20 +1,18 @@
 // A reply's text decoded token by token, with real llama.cpp tokenizers:
 // Parley's own model always, and the shared fixtures (Llama-2 SentencePiece,
 // Qwen2 byte-level BPE) when ../shared/models is present.
-import { existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
+import { join } from 'node:path';
 import type { LlamaModel, Token } from 'node-llama-cpp';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { localLlama } from '../../src/engine/llama.js';
-import { buildDefaultModel } from '../../src/engine/model-maker.js';
+import { DEFAULT_MODEL_FILE, ensureDefaultModel } from '../../src/engine/model-maker.js';
 import { ReplyText } from '../../src/engine/reply-text.js';
+import { fixtureModelPaths } from '../support/fixture-models.js';
 
-const SHARED_MODELS = resolve(__dirname, '../../../shared/models');
-const fixtures = existsSync(SHARED_MODELS) ? readdirSync(SHARED_MODELS).filter((f) => f.endsWith('.gguf')).map((f) => join(SHARED_MODELS, f)) : [];
 const dir = mkdtempSync(join(tmpdir(), 'parley-reply-text-'));
-const ownModel = join(dir, 'parley-tiny.gguf');
-writeFileSync(ownModel, buildDefaultModel());
+const ownModel = ensureDefaultModel(join(dir, DEFAULT_MODEL_FILE));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
 // Words that start with spaces, punctuation after them, and characters of two, three and four UTF-8 bytes.
@@ -35,7 +33,7 @@ function decodeOneByOne(model: LlamaModel, tokens: Token[]) {
   return { texts, end: reply.end(), decoded };
 }
 
-describe.each([ownModel, ...fixtures])('ReplyText with %s', (path) => {
+describe.each([ownModel, ...fixtureModelPaths])('ReplyText with %s', (path) => {
   let model: LlamaModel;
   beforeAll(async () => {
     model = await (await localLlama()).loadModel({ modelPath: path });

@@ -1,19 +1,17 @@
 // Through Parley with the real `openai` client to a real llama.cpp engine
 // (`parley engine`): Parley's own model always, and the shared fixture
 // models with real tokenizers when ../shared/models is present.
-import { existsSync, readdirSync } from 'node:fs';
-import { join, resolve } from 'node:path';
+import { basename, join } from 'node:path';
 import { readGgufFileInfo } from 'node-llama-cpp';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readBalance } from '../../src/billing/credit-ledger.js';
 import { DEFAULT_MODEL_FILE } from '../../src/engine/model-maker.js';
+import { fixtureModelPaths } from '../support/fixture-models.js';
 import { modelEntry, postChat, startTestGateway, type TestGateway } from '../support/gateway.js';
 
-const SHARED_MODELS = resolve(__dirname, '../../../shared/models');
-const fixtureModels = existsSync(SHARED_MODELS) ? readdirSync(SHARED_MODELS).filter((f) => f.endsWith('.gguf')) : [];
 const MODELS: { name: string; local: Record<string, unknown> }[] = [
   { name: 'parley-tiny (generated)', local: { contextSize: 4096, parallel: 4 } },
-  ...fixtureModels.map((f) => ({ name: f, local: { model: join(SHARED_MODELS, f), contextSize: 4096, parallel: 4 } })),
+  ...fixtureModelPaths.map((model) => ({ name: basename(model), local: { model, contextSize: 4096, parallel: 4 } })),
 ];
 
 const SYSTEM = 'You are the assistant of a team that builds an LLM gateway. Answer every question about tokens, caches and streams with care, and say when you do not know. '.repeat(4);
