@@ -13,7 +13,7 @@ import { startEngine } from './engine/server.js';
 import { DEMO_EMAIL } from './accounts/demo-account.js';
 import { startGateway } from './gateway/start.js';
 import { isOperatorCommand, OPERATOR_USAGE, runOperatorCommand } from './operator/commands.js';
-import { CannotListen } from './protocol/http-io.js';
+import { CannotListen } from './listen.js';
 
 const PACKAGE_ROOT = fileURLToPath(new URL('..', import.meta.url));
 const USAGE = `usage: parley <command> [options]

@@ -11,7 +11,7 @@ import { HoldQueue } from '../billing/hold-queue.js';
 import { SettlementQueue } from '../billing/settlement-queue.js';
 import { loadRoutingFile, watchRoutingFile } from '../config.js';
 import { LocalEngines } from '../engine/supervisor.js';
-import { listen } from '../protocol/http-io.js';
+import { listen } from '../listen.js';
 import { connectRedis } from '../redis/connection.js';
 import { startPrivateRedis } from '../redis/private-server.js';
 import { Router } from '../routing/router.js';

@@ -1,6 +1,6 @@
-// Listening, reading a JSON request body and writing JSON answers in the
-// wire format, shared by the gateway and the local engine.
-import type { IncomingMessage, Server, ServerResponse } from 'node:http';
+// Reading a JSON request body and writing JSON answers and event streams in
+// the wire format, shared by the gateway and the local engine.
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import { ApiError, bodyTooLarge, Cancelled, invalidJson, unsupportedContentType } from './errors.js';
 
 export function readJsonBody(req: IncomingMessage, limitBytes: number): Promise<unknown> {
@@ -69,21 +69,3 @@ export const SSE_HEADERS = {
   connection: 'keep-alive',
   'x-accel-buffering': 'no',
 } as const;
-
-/** The address cannot be listened on: its message is the whole story, for one line at start-up. */
-export class CannotListen extends Error {}
-
-/** Listens, or fails with a message that names the address, rather than with an unhandled error event. */
-export function listen(server: Server, port: number, host: string): Promise<void> {
-  return new Promise((resolve, reject) => {
-    const failed = (err: NodeJS.ErrnoException) => {
-      const why = err.code === 'EADDRINUSE' ? 'another process is listening there; choose another port' : err.message;
-      reject(new CannotListen(`cannot listen on ${host}:${port}: ${why}`));
-    };
-    server.once('error', failed);
-    server.listen(port, host, () => {
-      server.off('error', failed);
-      resolve();
-    });
-  });
-}
