@@ -47,19 +47,27 @@ const asInt = (v: unknown): number => (typeof v === 'number' && Number.isFinite(
 // The common event of every stream: one choice, a piece of content, nothing
 // else, as a whole SSE event. Most of a stream is runs of such events, and
 // they are recognized and rewritten by the regular-expression engine alone: a
-// run is matched in one step, and rendered by one replace whose replacement
-// is a template, with no JavaScript per event. The piece stays the JSON
+// run is matched in one step, and rendered by one replace of the framing
+// between its pieces, with no JavaScript per event. The piece stays the JSON
 // string literal the upstream wrote: the pattern admits valid literals only,
 // so it is copied as it is. Any other event (an empty piece too), or other
 // framing, takes the full parse.
-const plainContentEvent = (index: string, literal: string) =>
-  String.raw`data: \{"id":"[^"\\]*","object":"chat\.completion\.chunk","created":\d+,"model":"[^"\\]*",(?:"system_fingerprint":(?:null|"[^"\\]*"),)?"choices":\[\{"index":${index},"delta":\{"content":${literal}\},"logprobs":null,"finish_reason":null(?:,"stop_reason":null)?\}\](?:,"usage":null)?\}\n\n`;
+const EVENT_OPENING = (index: string) =>
+  String.raw`data: \{"id":"[^"\\]*","object":"chat\.completion\.chunk","created":\d+,"model":"[^"\\]*",(?:"system_fingerprint":(?:null|"[^"\\]*"),)?"choices":\[\{"index":${index},"delta":\{"content":`;
+const EVENT_CLOSING = String.raw`\},"logprobs":null,"finish_reason":null(?:,"stop_reason":null)?\}\](?:,"usage":null)?\}\n\n`;
 /** A JSON string literal with some text in it. */
 const JSON_STRING = String.raw`"(?:[^"\\\u0000-\u001f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})+"`;
+const plainContentEvent = (index: string) => EVENT_OPENING(index) + JSON_STRING + EVENT_CLOSING;
 /** Consecutive plain content events of one choice, its index in group 1. */
-const PLAIN_CONTENT_RUN = new RegExp(`${plainContentEvent(String.raw`(\d+)`, JSON_STRING)}(?:${plainContentEvent(String.raw`\1`, JSON_STRING)})*`, 'y');
-/** Each event of such a run, its piece's literal in group 1. */
-const PLAIN_CONTENT_PIECE = new RegExp(plainContentEvent(String.raw`\d+`, `(${JSON_STRING})`), 'g');
+const PLAIN_CONTENT_RUN = new RegExp(`${plainContentEvent(String.raw`(\d+)`)}(?:${plainContentEvent(String.raw`\1`)})*`, 'y');
+/**
+ * In a run, the framing from the end of one piece's literal to the start of
+ * the next one's. A literal cannot hold it: its quotes are all escaped.
+ */
+const BETWEEN_PIECES = new RegExp(EVENT_CLOSING + EVENT_OPENING(String.raw`\d+`), 'g');
+/** Where a run's first literal starts, and its last one ends (it holds no unescaped quote, and the framing no other). */
+const BEFORE_FIRST_PIECE = '"delta":{"content":';
+const AFTER_LAST_PIECE = '"},"logprobs":null,';
 
 /** How many events a run holds: each ends in a blank line, and inside a JSON literal a newline is escaped. */
 function eventsIn(run: string): number {
@@ -79,7 +87,10 @@ function readPlainContentRun(m: RegExpExecArray): StreamEvent {
     content: {
       index: Number(m[1]),
       pieces: eventsIn(source),
-      render: (before, after) => source.replace(PLAIN_CONTENT_PIECE, `${literalReplacement(before)}$1${literalReplacement(after)}`),
+      render(before, after) {
+        const pieces = source.slice(source.indexOf(BEFORE_FIRST_PIECE) + BEFORE_FIRST_PIECE.length, source.lastIndexOf(AFTER_LAST_PIECE) + 1);
+        return before + pieces.replace(BETWEEN_PIECES, literalReplacement(after + before)) + after;
+      },
     },
   };
 }

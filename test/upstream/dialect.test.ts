@@ -68,10 +68,13 @@ describe('reading stream events', () => {
   });
 
   it('copies each piece as the literal the upstream wrote, between text taken as it is', () => {
-    const sse = `data: {"id":"u","object":"chat.completion.chunk","created":1,"model":"x","choices":[{"index":0,"delta":{"content":"caf\\u00e9 \\"q\\""},"logprobs":null,"finish_reason":null}]}\n\n`;
+    // The second piece spells out the framing that ends a piece, escaped as JSON escapes it: still one piece.
+    const literals = ['"caf\\u00e9 \\"q\\""', JSON.stringify('"},"logprobs":null,"finish_reason":null}]}\n\ndata: {"delta":{"content":"'), '"$1"'];
+    const sse = literals.map((l) => `data: {"id":"u","object":"chat.completion.chunk","created":1,"model":"x","choices":[{"index":0,"delta":{"content":${l}},"logprobs":null,"finish_reason":null}]}\n\n`).join('');
     const [run] = vllm.streamParser().push(sse) as StreamEvent[];
+    expect(run.content!.pieces).toBe(3);
     // Dollar signs in the surrounding text (a model id may have them) are not replacement patterns.
-    expect(run.content!.render('<$1 $& $$>', '<$`>')).toBe('<$1 $& $$>"caf\\u00e9 \\"q\\""<$`>');
+    expect(run.content!.render('<$1 $& $$>', '<$`>')).toBe(literals.map((l) => `<$1 $& $$>${l}<$\`>`).join(''));
   });
 
   it('leaves a plain-looking chunk with a raw control character to the full parse, which refuses it as JSON does', () => {
