@@ -65,7 +65,7 @@ const PLAIN_CONTENT_RUN = new RegExp(`${plainContentEvent(String.raw`(\d+)`)}(?:
  * the next one's. A literal cannot hold it: its quotes are all escaped.
  */
 const BETWEEN_PIECES = new RegExp(EVENT_CLOSING + EVENT_OPENING(String.raw`\d+`), 'g');
-/** Where a run's first literal starts, and its last one ends (it holds no unescaped quote, and the framing no other). */
+/** Text just before a run's first literal, and from its last one's closing quote on: a literal holds no unescaped quote, so neither is found inside one. */
 const BEFORE_FIRST_PIECE = '"delta":{"content":';
 const AFTER_LAST_PIECE = '"},"logprobs":null,';
 
