@@ -22,14 +22,18 @@ export class ReplyText {
     const added = this.added();
     // A character still missing bytes waits for the tokens that finish it.
     if (added?.endsWith('\uFFFD')) return;
-    this.text = added === undefined ? this.detokenize(this.tokens) : this.text + added;
+    this.text = this.textWith(added);
     this.windowStart = this.decodedUpTo;
     this.decodedUpTo = this.tokens.length;
   }
 
   /** The whole text once the reply is over, with a character left unfinished as U+FFFD. */
   end(): string {
-    const added = this.added();
+    return this.textWith(this.added());
+  }
+
+  /** The whole text with `added` after it, or the whole reply decoded again where the window went wrong. */
+  private textWith(added: string | undefined): string {
     return added === undefined ? this.detokenize(this.tokens) : this.text + added;
   }
 
