@@ -6,8 +6,11 @@ import { invalidParameter, type ApiError } from './errors.js';
 
 const MAX_CHOICES = 4;
 
+// A union that fails says only "Invalid input": these say what is accepted.
 const textPart = z.object({ type: z.literal('text'), text: z.string() });
-const content = z.union([z.string(), z.array(textPart).min(1)]);
+const content = z.union([z.string(), z.array(textPart).min(1)], {
+  error: 'expected a string, or a non-empty array of text parts ({"type": "text", "text": "..."}); models here take text only',
+});
 
 const toolCall = z.looseObject({
   id: z.string(),
@@ -38,7 +41,7 @@ export const chatCompletionRequest = z
     max_completion_tokens: z.int().min(1).nullish(),
     temperature: z.number().min(0).max(2).nullish(),
     top_p: z.number().min(0).max(1).nullish(),
-    stop: z.union([z.string(), z.array(z.string()).max(4)]).nullish(),
+    stop: z.union([z.string(), z.array(z.string()).max(4)], { error: 'expected a string or an array of at most 4 strings' }).nullish(),
     seed: z.int().nullish(),
     n: z.int().min(1).max(MAX_CHOICES).nullish(),
     presence_penalty: penalty,
@@ -49,7 +52,11 @@ export const chatCompletionRequest = z
     stream: z.boolean().nullish(),
     stream_options: z.object({ include_usage: z.boolean().optional() }).nullish(),
     tools: z.array(z.looseObject({ type: z.literal('function'), function: z.looseObject({ name: z.string() }) })).nullish(),
-    tool_choice: z.union([z.enum(['none', 'auto', 'required']), z.looseObject({ type: z.literal('function') })]).nullish(),
+    tool_choice: z
+      .union([z.enum(['none', 'auto', 'required']), z.looseObject({ type: z.literal('function') })], {
+        error: 'expected "none", "auto", "required" or {"type": "function", "function": {"name": "..."}}',
+      })
+      .nullish(),
     parallel_tool_calls: z.boolean().nullish(),
     response_format: z.looseObject({ type: z.enum(['text', 'json_object', 'json_schema']) }).nullish(),
   })

@@ -52,6 +52,19 @@ describe('the chat completion request', () => {
     expect(e.message).toContain(param.split(/[.[]/)[0]);
   });
 
+  // Each is a union of accepted forms, whose own failure would say only "Invalid input".
+  const unions: [string, Record<string, unknown>, string, string][] = [
+    ['null content', { messages: [{ role: 'user', content: null }] }, 'messages[0].content', 'expected a string, or a non-empty array of text parts'],
+    ['an image part', { messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'x' } }] }] }, 'messages[0].content', 'take text only'],
+    ['five stop strings', { stop: ['a', 'b', 'c', 'd', 'e'] }, 'stop', 'an array of at most 4 strings'],
+    ['an unknown tool_choice', { tool_choice: 'always' }, 'tool_choice', '"none", "auto", "required"'],
+  ];
+  it.each(unions)('says what is accepted when it refuses %s', (_name, patch, param, says) => {
+    const e = rejected({ ...base, ...patch });
+    expect(e.param).toBe(param);
+    expect(e.message).toContain(says);
+  });
+
   it('says which required parameter is missing', () => {
     const e = rejected({ messages: base.messages });
     expect(e.param).toBe('model');
