@@ -12,6 +12,11 @@ const COLORS = { hit: '#2f5bea', miss: '#93a8f4', output: '#f59e0b', cost: '#b45
 const W = 960;
 const H = 260;
 const PAD = { left: 56, right: 56, top: 16, bottom: 28 };
+// Each axis reaches at least this far, so that its quarter ticks are whole numbers:
+// an empty chart would otherwise be labelled in quarters of a token, and in
+// fractions of a micro-unit that print as the same few digits.
+const MIN_TOKEN_AXIS = 1_000;
+const MIN_COST_AXIS_MICROS = 10_000;
 
 function niceMax(n: number): number {
   if (n <= 0) return 1;
@@ -24,8 +29,8 @@ const compact = (n: number) => (n >= 1e6 ? `${+(n / 1e6).toFixed(1)}M` : n >= 1e
 export function usageChart(days: DayTotals[], currency: string): Html {
   const plotW = W - PAD.left - PAD.right;
   const plotH = H - PAD.top - PAD.bottom;
-  const tokenMax = niceMax(Math.max(...days.map((d) => d.cachedInput + d.uncachedInput + d.output)));
-  const costMax = niceMax(Math.max(...days.map((d) => d.cost)));
+  const tokenMax = niceMax(Math.max(MIN_TOKEN_AXIS, ...days.map((d) => d.cachedInput + d.uncachedInput + d.output)));
+  const costMax = niceMax(Math.max(MIN_COST_AXIS_MICROS, ...days.map((d) => d.cost)));
   const slot = plotW / days.length;
   const barW = Math.max(2, slot * 0.7);
   const y = (v: number, max: number) => PAD.top + plotH - (v / max) * plotH;
