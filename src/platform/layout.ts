@@ -75,6 +75,7 @@ input[type=text],input[type=email],input[type=password],input[type=date],select{
 button,.button{display:inline-block;padding:.55rem 1rem;border:0;border-radius:6px;background:var(--accent);color:#fff;font:inherit;cursor:pointer;text-decoration:none}
 button.secondary{background:#e9ecf2;color:var(--ink)}button.danger{background:#b42318}button.link{background:none;color:var(--accent);padding:0}
 .notice{padding:.75rem 1rem;border-radius:8px;margin:0 0 1rem;border:1px solid}
+.cards+.notice{margin-top:1rem}
 .error{background:#fef2f2;border-color:#fecaca;color:#991b1b}.success{background:#f0fdf4;border-color:#bbf7d0;color:var(--ok)}
 .warning{background:#fff7ed;border-color:#fed7aa;color:var(--warn)}
 .secret{display:flex;gap:.5rem;align-items:center;flex-wrap:wrap}.secret code{font-size:1rem;padding:.5rem .7rem;background:#111827;color:#f9fafb;border-radius:6px;word-break:break-all}
