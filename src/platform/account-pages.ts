@@ -91,7 +91,7 @@ export async function showTopUp(req: IncomingMessage, res: ServerResponse, ctx: 
     <h2>Redeem a credit code</h2>
     <form method="post" action="/platform/top-up" class="filters">
       <input type="hidden" name="_csrf" value="${csrf}">
-      <div><label for="code">Credit code</label><input id="code" name="code" type="text" required placeholder="PARLEY-XXXX-XXXX-XXXX-XXXX" autocomplete="off"></div>
+      <div><label for="code">Credit code</label><input id="code" class="code" name="code" type="text" required placeholder="PARLEY-XXXX-XXXX-XXXX-XXXX" autocomplete="off"></div>
       <div><button type="submit">Redeem</button></div>
     </form>
     <h2>How credit is added</h2>

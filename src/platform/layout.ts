@@ -72,6 +72,7 @@ th,td{text-align:left;padding:.55rem .75rem;border-bottom:1px solid var(--line);
 td.num,th.num{text-align:right;font-variant-numeric:tabular-nums}
 form.inline{display:inline}label{display:block;font-weight:600;margin:.6rem 0 .25rem}
 input[type=text],input[type=email],input[type=password],input[type=date],select{width:100%;max-width:26rem;padding:.55rem .65rem;border:1px solid #c9cdd4;border-radius:6px;font:inherit}
+input.code{min-width:30ch}
 button,.button{display:inline-block;padding:.55rem 1rem;border:0;border-radius:6px;background:var(--accent);color:#fff;font:inherit;cursor:pointer;text-decoration:none}
 button.secondary{background:#e9ecf2;color:var(--ink)}button.danger{background:#b42318}button.link{background:none;color:var(--accent);padding:0}
 .notice{padding:.75rem 1rem;border-radius:8px;margin:0 0 1rem;border:1px solid}
