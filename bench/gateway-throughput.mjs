@@ -12,19 +12,19 @@
 // A loaded small VM is noisy, so the targets take turns: ROUNDS rounds of
 // each, and the table shows each target's median round; the ratios are
 // medians of the same-round ratios. Every target first serves an unmeasured
-// warm-up run per mode, so that each is measured with its code compiled,
-// as a long-running server is, not while the JIT is still at work.
+// warm-up run per mode (WARMUP_SECONDS, support.mjs), so that each is
+// measured with its code compiled, as a long-running server is, not while
+// the JIT is still at work.
 //
 //   npm run build && node bench/gateway-throughput.mjs [seconds per run, default 10] [overload seconds, default 60] [rounds, default 3]
 import { execFileSync, spawn } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { benchModel, chatLoad, forked, median, ROOT, startParley, stopAll, track, waitForPort } from './support.mjs';
+import { benchModel, chatLoad, forked, median, ROOT, startParley, stopAll, track, waitForPort, WARMUP_SECONDS } from './support.mjs';
 
 const SECONDS = Number(process.argv[2] ?? 10);
 const OVERLOAD_SECONDS = Number(process.argv[3] ?? 60);
 const ROUNDS = Number(process.argv[4] ?? 3);
-const WARMUP_SECONDS = 5;
 const DEMO_CREDIT_MICROS = 1_000_000 * 1_000_000;
 
 async function startPortkey() {

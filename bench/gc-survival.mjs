@@ -11,7 +11,7 @@
 // helper threads that the throughput ratio pays for.
 //
 //   npm run build && node bench/gc-survival.mjs [seconds, default 10]
-import { benchModel, chatLoad, forked, median, startParley, stopAll } from './support.mjs';
+import { benchModel, chatLoad, forked, median, startParley, stopAll, WARMUP_SECONDS } from './support.mjs';
 
 const seconds = Number(process.argv[2] ?? 10);
 const SEMI_SPACE = '--max-semi-space-size=64';
@@ -42,7 +42,7 @@ try {
   const rows = [];
   for (const t of targets) {
     const url = `${t.url}/v1/chat/completions`;
-    await chatLoad(url, t.headers, true, 32, 3);
+    await chatLoad(url, t.headers, true, 32, WARMUP_SECONDS);
     t.gc.take();
     const result = await chatLoad(url, t.headers, true, 32, seconds);
     const events = t.gc.take();

@@ -69,6 +69,17 @@ export function chatLoad(url, headers, stream, connections, duration) {
   });
 }
 
+/**
+ * Seconds of load each gateway serves, unmeasured, before it is measured: a
+ * gateway runs for days, so what counts is its speed once V8 has compiled its
+ * hot code. From a cold start, in 5-second windows of the streamed load,
+ * Parley went 825 → 1,439 → 1,852 → 2,138 req/s while its V8 helper threads
+ * spent 426 → 74 → 54 → 24 µs per request compiling; whole, 2,170 → 2,562 →
+ * 3,020 → 3,380 → 3,678 req/s. The bare proxy, far less code, settled within
+ * about 10 s.
+ */
+export const WARMUP_SECONDS = 20;
+
 /** The middle value of a list of numbers (0 for none). */
 export const median = (xs) => (xs.length ? [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] : 0);
 
