@@ -306,4 +306,29 @@ describe('batches: what one turn asks for goes to Redis in one script call, appl
     });
     expect(await redis.client.ttl(day)).toBeGreaterThan(399 * 86400);
   });
+
+  // A batch names each key once and its items point at them: two accounts interleaved must not swap keys.
+  it('holds and settles a batch that interleaves two accounts, each on its own keys', async () => {
+    const a = await makeAccount(redis, 1);
+    const b = await makeAccount(redis, 1);
+    const items: [string, string, number][] = [[a.account, 'ia1', 30], [b.account, 'ib1', 40], [b.account, 'ib2', 20], [a.account, 'ia2', 50]];
+    const holds = new HoldQueue(redis.client);
+    const held = await Promise.all(items.map(([account, id]) => holds.hold({ hold: ask(account, id), rate: rateCheck(`key-${account}`, { requestsPerMinute: 10, tokensPerMinute: 1_000 }, 30) })));
+    expect(held.map((h) => h.kind)).toEqual(['held', 'held', 'held', 'held']);
+    expect(await redis.client.hgetall(redisKeys.holdAmounts(a.account))).toEqual({ ia1: '50', ia2: '50' });
+    expect(await redis.client.hgetall(redisKeys.holdAmounts(b.account))).toEqual({ ib1: '50', ib2: '50' });
+    expect(await settleHolds(redis.client, items.map(([account, id, cost]) => settlement(account, id, cost)))).toEqual([{ charged: 30 }, { charged: 40 }, { charged: 20 }, { charged: 50 }]);
+    expect(await readBalance(redis.client, a.account)).toEqual({ granted: 1_000_000 - 80, toppedUp: 0, held: 0 });
+    expect(await readBalance(redis.client, b.account)).toEqual({ granted: 1_000_000 - 60, toppedUp: 0, held: 0 });
+    const events = async (account: string) => {
+      const ids: string[] = [];
+      for await (const e of readUsageEvents(redis.client, account)) ids.push(`${e.requestId} ${e.charged}`);
+      return ids;
+    };
+    expect(await events(a.account)).toEqual(['ia1 30', 'ia2 50']);
+    expect(await events(b.account)).toEqual(['ib1 40', 'ib2 20']);
+    const today = utcDay(Date.now());
+    expect(await redis.client.hget(redisKeys.dailyUsage(a.account, today), 'm\tcost')).toBe('80');
+    expect(await redis.client.hget(redisKeys.dailyUsage(b.account, today), 'm\tcost')).toBe('60');
+  });
 });
