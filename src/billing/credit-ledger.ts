@@ -391,6 +391,14 @@ export interface Settlement {
   cost: number;
 }
 
+/**
+ * Text from outside (the routing file, an upstream's error message) with any
+ * lone surrogate replaced as UTF-8 encoding replaces it. JSON escapes a lone
+ * surrogate, and Redis's cjson refuses the escape, which would fail the
+ * whole batch, again at every retry.
+ */
+const wellFormed = (text: string) => text.replace(/\p{Surrogate}/gu, '\uFFFD');
+
 /** The UTC day (YYYY-MM-DD) daily usage totals are filed under. */
 export const utcDay = (ms: number) => new Date(ms).toISOString().slice(0, 10);
 
@@ -420,7 +428,8 @@ export async function settleHolds(redis: Redis, batch: Settlement[], keepEventsM
     const u = s.usage;
     return [
       keys.account(s.account), keys.key(redisKeys.usageEvents(s.account)), keys.key(redisKeys.dailyUsage(s.account, day)),
-      s.requestId, s.cost, s.outcome, s.model, u.prompt_tokens, u.cached_tokens, u.completion_tokens, s.account, s.keyId, s.endpoint, s.reason ?? '',
+      s.requestId, s.cost, s.outcome, wellFormed(s.model), u.prompt_tokens, u.cached_tokens, u.completion_tokens, s.account, s.keyId,
+      wellFormed(s.endpoint), wellFormed(s.reason ?? ''),
     ];
   });
   const reply = (await SETTLE.run(redis, keys.list, [keepEventsMs, JSON.stringify(items)])) as number[];

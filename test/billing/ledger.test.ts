@@ -137,6 +137,17 @@ describe('holds and settlement', () => {
     expect(await readBalance(redis.client, account)).toEqual({ granted: 1_000_000 - 20 * 30, toppedUp: 0, held: 0 });
   });
 
+  it('settles a request whose failure text holds a lone surrogate, as UTF-8 would have written it', async () => {
+    const { account } = await makeAccount(redis, 1);
+    await holdCredit(redis.client, { account, requestId: 'odd-text', ttlMs: 60_000, prices, promptTokens: 10, n: 1, maxReplyTokens: 10 });
+    const broke: Settlement = { ...settlement(account, 'odd-text', 30), outcome: 'broke_off', reason: 'upstream said \ud800 then \ud83d\ude00', model: 'm\udfff' };
+    expect(await settleHolds(redis.client, [broke])).toEqual([{ charged: 0 }]);
+    const [event] = await redis.client.xrange(redisKeys.usageEvents(account), '-', '+');
+    const fields = Object.fromEntries(event[1].flatMap((v, i, all) => (i % 2 ? [] : [[v, all[i + 1]]])));
+    expect([fields.reason, fields.model]).toEqual(['upstream said \ufffd then \ud83d\ude00', 'm\ufffd']);
+    expect((await readBalance(redis.client, account))!.held).toBe(0);
+  });
+
   it('refuses a malformed settlement in a batch without writing anything for it, and lands the rest', async () => {
     const { account } = await makeAccount(redis, 1);
     for (const id of ['good-1', 'bad', 'good-2']) await holdCredit(redis.client, { account, requestId: id, ttlMs: 60_000, prices, promptTokens: 10, n: 1, maxReplyTokens: 10 });
