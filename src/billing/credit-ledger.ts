@@ -14,7 +14,7 @@
 // request beyond the hold itself and its usage event.
 import type { Redis } from 'ioredis';
 import { redisKeys } from '../redis/keys.js';
-import { LUA_INT, LUA_NOW_MS, luaScript } from '../redis/lua-script.js';
+import { LUA_INT, LUA_NOW_MS, luaJson, luaScript } from '../redis/lua-script.js';
 import type { ApiError } from '../protocol/errors.js';
 import { RATE_LIMIT_LUA, rateLimitHeaders, rateLimitRefusal, type RateCheck } from '../ratelimit/rate-limiter.js';
 import type { Usage } from '../protocol/chat-response.js';
@@ -359,7 +359,7 @@ export async function holdCredits(redis: Redis, asks: HoldAsk[]): Promise<(HoldR
     const account = keys.account(h.account);
     return [account, rate ? keys.key(rate.key) : account, h.requestId, h.ttlMs, h.promptTokens * h.prices.missPico, h.n * h.prices.outputPico, h.maxReplyTokens, rate ? 1 : 0, ...(rate?.args ?? [0, 0, 0])];
   });
-  const reply = (await HOLD.run(redis, keys.list, [JSON.stringify(items)])) as number[];
+  const reply = (await HOLD.run(redis, keys.list, [luaJson(items)])) as number[];
   return asks.map(({ rate }, i): HoldResult | ApiError => {
     const [status, amount, tokens, requests, tokensUsed] = reply.slice(5 * i, 5 * i + 5);
     if (status === -3) return { kind: 'no_account', rateLimitHeaders: {} };
@@ -391,14 +391,6 @@ export interface Settlement {
   cost: number;
 }
 
-/**
- * Text from outside (the routing file, an upstream's error message) with any
- * lone surrogate replaced as UTF-8 encoding replaces it. JSON escapes a lone
- * surrogate, and Redis's cjson refuses the escape, which would fail the
- * whole batch, again at every retry.
- */
-const wellFormed = (text: string) => text.replace(/\p{Surrogate}/gu, '\uFFFD');
-
 /** The UTC day (YYYY-MM-DD) daily usage totals are filed under. */
 export const utcDay = (ms: number) => new Date(ms).toISOString().slice(0, 10);
 
@@ -428,11 +420,10 @@ export async function settleHolds(redis: Redis, batch: Settlement[], keepEventsM
     const u = s.usage;
     return [
       keys.account(s.account), keys.key(redisKeys.usageEvents(s.account)), keys.key(redisKeys.dailyUsage(s.account, day)),
-      s.requestId, s.cost, s.outcome, wellFormed(s.model), u.prompt_tokens, u.cached_tokens, u.completion_tokens, s.account, s.keyId,
-      wellFormed(s.endpoint), wellFormed(s.reason ?? ''),
+      s.requestId, s.cost, s.outcome, s.model, u.prompt_tokens, u.cached_tokens, u.completion_tokens, s.account, s.keyId, s.endpoint, s.reason ?? '',
     ];
   });
-  const reply = (await SETTLE.run(redis, keys.list, [keepEventsMs, JSON.stringify(items)])) as number[];
+  const reply = (await SETTLE.run(redis, keys.list, [keepEventsMs, luaJson(items)])) as number[];
   return batch.map((_, i) => (reply[2 * i] === 1 ? { charged: reply[2 * i + 1] } : reply[2 * i] === 0 ? 'already settled' : 'refused'));
 }
 
