@@ -18,8 +18,8 @@ const PAD = { left: 56, right: 56, top: 16, bottom: 28 };
 const MIN_TOKEN_AXIS = 1_000;
 const MIN_COST_AXIS_MICROS = 10_000;
 
+/** The smallest of 1, 2, 2.5, 5 or 10 times a power of ten that reaches `n` (at least the axis minimums, so above 0). */
 function niceMax(n: number): number {
-  if (n <= 0) return 1;
   const magnitude = 10 ** Math.floor(Math.log10(n));
   return [1, 2, 2.5, 5, 10].map((m) => m * magnitude).find((m) => m >= n)!;
 }
