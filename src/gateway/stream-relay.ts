@@ -74,7 +74,7 @@ export class StreamRelay {
             contentDeltas += event.content.pieces;
             const [opening, pieces] = renderer.content(event.content);
             this.write(opening);
-            this.write(pieces);
+            this.write(pieces, renderer.knownAscii(event.content) ? 'latin1' : undefined);
           }
           if (event.choices) {
             for (const c of event.choices) if (c.delta.content) contentDeltas++;
@@ -123,10 +123,13 @@ export class StreamRelay {
     });
   }
 
-  /** Commits the response if it is not yet, and writes `text`. */
-  private write(text: string): void {
+  /**
+   * Commits the response if it is not yet, and writes `text`, in `encoding`
+   * where the caller knows it (a scan of a long text costs more than its rewrite).
+   */
+  private write(text: string, encoding?: BufferEncoding): void {
     // Object.assign, not a spread: see sendJson in protocol/http-io.ts.
     if (!this.res.headersSent) this.res.writeHead(200, Object.assign({}, SSE_HEADERS, this.opts.headers));
-    if (text) this.res.write(text, wireEncoding(text));
+    if (text) this.res.write(text, encoding ?? wireEncoding(text));
   }
 }

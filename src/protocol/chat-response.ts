@@ -51,6 +51,8 @@ export interface ContentRun {
   index: number;
   /** How many pieces; each has some text. */
   pieces: number;
+  /** Whether its text is known to be ASCII, from the bytes it came in (false when not known). */
+  ascii: boolean;
   /** Every piece as a JSON string literal between `before` and `after`, all joined. */
   render(before: string, after: string): string;
 }
@@ -117,12 +119,20 @@ export class ChunkRenderer {
   private readonly contentHeads: string[] = [];
   /** The text of a content chunk after its literal. */
   private readonly contentTail: string;
+  /** Whether the text around every chunk's content (the id and model above all) is ASCII. */
+  private readonly asciiFraming: boolean;
 
   constructor(identity: ReplyIdentity, private readonly includeUsage: boolean) {
     this.prefix = `{"id":${JSON.stringify(identity.id)},"object":"chat.completion.chunk","created":${identity.created},"model":${JSON.stringify(identity.model)},"choices":`;
     // OpenAI marks every content chunk with usage null when usage was asked for.
     this.suffix = includeUsage ? ',"usage":null}' : '}';
     this.contentTail = `},"logprobs":null,"finish_reason":null}]${this.suffix}\n\n`;
+    this.asciiFraming = Buffer.byteLength(this.prefix) === this.prefix.length;
+  }
+
+  /** Whether the text content(run) renders is known to be ASCII, with no need to scan it. */
+  knownAscii(run: ContentRun): boolean {
+    return run.ascii && this.asciiFraming;
   }
 
   /**

@@ -96,6 +96,11 @@ export class UpstreamBody implements Dispatcher.DispatchHandler {
     this.finish();
   }
 
+  /** Whether every byte received so far was ASCII, and so all text read from the body. */
+  get ascii(): boolean {
+    return !this.decoding;
+  }
+
   /** The whole body as text. */
   async text(): Promise<string> {
     let text = '';
@@ -256,7 +261,7 @@ export async function* readStream(endpoint: UpstreamEndpoint, body: UpstreamBody
   let done = false;
   try {
     for await (const text of body.texts()) {
-      done = yield* deliver(normalize(parser.push(text)));
+      done = yield* deliver(normalize(parser.push(text, body.ascii)));
       if (done) {
         body.discardRest();
         return;

@@ -81,12 +81,13 @@ function eventsIn(run: string): number {
 const literalReplacement = (text: string) => text.replaceAll('$', '$$$$');
 
 /** A run of plain content events, matched in the stream's text. */
-function readPlainContentRun(m: RegExpExecArray): StreamEvent {
+function readPlainContentRun(m: RegExpExecArray, ascii: boolean): StreamEvent {
   const source = m[0];
   return {
     content: {
       index: Number(m[1]),
       pieces: eventsIn(source),
+      ascii,
       render(before, after) {
         const pieces = source.slice(source.indexOf(BEFORE_FIRST_PIECE) + BEFORE_FIRST_PIECE.length, source.lastIndexOf(AFTER_LAST_PIECE) + 1);
         return before + pieces.replace(BETWEEN_PIECES, literalReplacement(after + before)) + after;

@@ -15,18 +15,25 @@ export interface SseEvent {
  */
 export interface QuickEvents<T> {
   pattern: RegExp;
-  read(match: RegExpExecArray): T;
+  /** `ascii`: whether the matched text is known to be ASCII (false when not known). */
+  read(match: RegExpExecArray, ascii: boolean): T;
 }
 
 export class SseParser<T = never> {
   private buffer = '';
+  /** Whether all of `buffer` is known to be ASCII. */
+  private ascii = true;
   private event: string | undefined;
   private data: string[] = [];
 
   constructor(private readonly quick?: QuickEvents<T>) {}
 
-  /** Feeds text; returns the events it completed: read by the quick path, or as plain SSE events. */
-  push(text: string): (SseEvent | T)[] {
+  /**
+   * Feeds text, `ascii` if it is known to be all ASCII; returns the events it
+   * completed: read by the quick path, or as plain SSE events.
+   */
+  push(text: string, ascii = false): (SseEvent | T)[] {
+    this.ascii = ascii && (this.ascii || this.buffer === '');
     this.buffer += text;
     const out: (SseEvent | T)[] = [];
     let start = 0;
@@ -36,7 +43,7 @@ export class SseParser<T = never> {
         pattern.lastIndex = start;
         const match = pattern.exec(this.buffer);
         if (match) {
-          out.push(this.quick.read(match));
+          out.push(this.quick.read(match, this.ascii));
           start = pattern.lastIndex;
           continue;
         }

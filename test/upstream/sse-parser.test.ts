@@ -36,7 +36,7 @@ describe('SseParser', () => {
 describe('SseParser with a quick path', () => {
   const quick = {
     pattern: /data: n(\d+)\n\n/y,
-    read: (m: RegExpExecArray) => ({ n: Number(m[1]) }),
+    read: (m: RegExpExecArray, ascii: boolean) => (ascii ? { n: Number(m[1]), ascii } : { n: Number(m[1]) }),
   };
 
   it('reads matching events whole and the rest the ordinary way, in order', () => {
@@ -49,5 +49,15 @@ describe('SseParser with a quick path', () => {
     expect(p.push('data: n')).toEqual([]);
     expect(p.push('3\n')).toEqual([]);
     expect(p.push('\ndata: n4\n\n')).toEqual([{ event: undefined, data: 'n3' }, { n: 4 }]);
+  });
+
+  it('says an event is ASCII only when every read it was made of was known to be', () => {
+    const p = new SseParser(quick);
+    expect(p.push('data: n1\n\ndata: n', true)).toEqual([{ n: 1, ascii: true }]);
+    expect(p.push('2\n\n', true)).toEqual([{ n: 2, ascii: true }]);
+    expect(p.push('data: n3\n\ndata: n', false)).toEqual([{ n: 3 }]);
+    // An event begun in a read not known to be ASCII, and (the parser keeps no finer account) the rest of that read.
+    expect(p.push('4\n\ndata: n5\n\n', true)).toEqual([{ n: 4 }, { n: 5 }]);
+    expect(p.push('data: n6\n\n', true)).toEqual([{ n: 6, ascii: true }]);
   });
 });
