@@ -1,6 +1,7 @@
 // The reply side of the wire format: the shapes every dialect normalizes to,
 // and the two renderers built on them: one whole `chat.completion` object, or
 // `chat.completion.chunk` server-sent events (SPEC 2.3, 6).
+import { isAsciiText } from './http-io.js';
 
 export interface TokenLogprob {
   token: string;
@@ -127,7 +128,7 @@ export class ChunkRenderer {
     // OpenAI marks every content chunk with usage null when usage was asked for.
     this.suffix = includeUsage ? ',"usage":null}' : '}';
     this.contentTail = `},"logprobs":null,"finish_reason":null}]${this.suffix}\n\n`;
-    this.asciiFraming = Buffer.byteLength(this.prefix) === this.prefix.length;
+    this.asciiFraming = isAsciiText(this.prefix);
   }
 
   /** Whether the text content(run) renders is known to be ASCII, with no need to scan it. */
