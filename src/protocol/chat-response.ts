@@ -171,8 +171,7 @@ export class ChunkRenderer {
   private open(index: number): string {
     if (this.contentHeads[index] !== undefined) return '';
     this.contentHeads[index] = `data: ${this.prefix}[{"index":${index},"delta":{"content":`;
-    const opening: ChoiceDelta = { index, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null };
-    return sseData(this.prefix + JSON.stringify([opening]) + this.suffix);
+    return `data: ${this.prefix}[{"index":${index},"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]${this.suffix}\n\n`;
   }
 
   /** The closing text of a reply that finished: the usage chunk if asked for, then [DONE]. */
