@@ -1,5 +1,5 @@
 // What Parley's JavaScript spends rewriting one streamed reply of the fast
-// upstream (256 content chunks), stage by stage, in one process with no
+// upstream (TOKENS content chunks), stage by stage, in one process with no
 // network and no other load, so that a change to the rewrite can be
 // measured to a few percent, where gateway-cpu.mjs sees it through the noise
 // of a loaded VM:
@@ -20,7 +20,7 @@
 //   npm run build && node bench/stream-stages.mjs [checkout ...]
 import { isAscii } from 'node:buffer';
 import { join } from 'node:path';
-import { STREAMED_REPLY } from './fast-replies.mjs';
+import { STREAMED_REPLY, TOKENS } from './fast-replies.mjs';
 import { median, ROOT } from './support.mjs';
 
 const REPLIES_PER_ROUND = 20_000;
@@ -54,7 +54,7 @@ async function stagesOf(root) {
       if (event.content) parts.push(...renderer.content(event.content));
       if (event.choices) parts.push(renderer.deltas(event.choices));
     }
-    parts.push(renderer.end({ prompt_tokens: 24, completion_tokens: 256, cached_tokens: 16 }));
+    parts.push(renderer.end({ prompt_tokens: 24, completion_tokens: TOKENS, cached_tokens: 16 }));
     lap('render');
     let at = 0;
     for (const part of parts) at += out.latin1Write(part, at);
@@ -63,21 +63,19 @@ async function stagesOf(root) {
   };
 }
 
+/** Nanoseconds per stage over one round of a checkout's replies. */
+function round(run) {
+  const spent = Object.fromEntries(STAGES.map((s) => [s, 0]));
+  for (let i = 0; i < REPLIES_PER_ROUND; i++) run.reply(spent);
+  return spent;
+}
+
 const checkouts = [ROOT, ...process.argv.slice(2)];
 const runs = [];
 for (const root of checkouts) runs.push({ root, reply: await stagesOf(root), rounds: [] });
-// Compiled first: each checkout's code warmed up before anything is measured.
-for (const run of runs) {
-  const spent = Object.fromEntries(STAGES.map((s) => [s, 0]));
-  for (let i = 0; i < REPLIES_PER_ROUND; i++) run.reply(spent);
-}
-for (let round = 0; round < ROUNDS; round++) {
-  for (const run of runs) {
-    const spent = Object.fromEntries(STAGES.map((s) => [s, 0]));
-    for (let i = 0; i < REPLIES_PER_ROUND; i++) run.reply(spent);
-    run.rounds.push(spent);
-  }
-}
+// Compiled first: each checkout's code warmed up by an unmeasured round.
+for (const run of runs) round(run);
+for (let r = 0; r < ROUNDS; r++) for (const run of runs) run.rounds.push(round(run));
 /** µs per reply, the median round's, of what `spent` picks from a round's nanoseconds. */
 const µsPerReply = (rounds, spent) => (median(rounds.map(spent)) / REPLIES_PER_ROUND / 1000).toFixed(1);
 console.table(runs.map(({ root, rounds }) => {

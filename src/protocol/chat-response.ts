@@ -171,7 +171,7 @@ export class ChunkRenderer {
   private open(index: number): string {
     if (this.contentHeads[index] !== undefined) return '';
     this.contentHeads[index] = `data: ${this.prefix}[{"index":${index},"delta":{"content":`;
-    return `data: ${this.prefix}[{"index":${index},"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]${this.suffix}\n\n`;
+    return sseData(`${this.prefix}[{"index":${index},"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]${this.suffix}`);
   }
 
   /** The closing text of a reply that finished: the usage chunk if asked for, then [DONE]. */
