@@ -5,7 +5,8 @@
 // of a loaded VM:
 //
 //   decode     the body's bytes to text, as upstream/client.ts does for ASCII
-//   parse      the SSE parser with the dialect's quick path (runs of plain content)
+//   parse      the SSE parser with the dialect's quick path (runs of plain content,
+//              read natively where the native reader is built)
 //   normalize  the dialect's full parse of every other event
 //   render     OpenAI's chunks, as the stream relay asks the ChunkRenderer for them
 //   copy       the rendered text into bytes, as the socket write does (a rope

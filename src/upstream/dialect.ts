@@ -4,6 +4,7 @@
 import type { ChatCompletionRequest } from '../protocol/chat-request.js';
 import type { Choice, ChoiceDelta, Completion, StreamEvent, Usage } from '../protocol/chat-response.js';
 import { ApiError, contextLengthExceeded, upstreamFailed, upstreamRejected } from '../protocol/errors.js';
+import { plainContentRuns } from './content-runs.js';
 import { SseParser, type SseEvent } from './sse-parser.js';
 
 export interface UpstreamTarget {
@@ -43,58 +44,6 @@ export interface DialectQuirks {
 type Json = Record<string, any>;
 
 const asInt = (v: unknown): number => (typeof v === 'number' && Number.isFinite(v) && v >= 0 ? Math.floor(v) : 0);
-
-// The common event of every stream: one choice, a piece of content, nothing
-// else, as a whole SSE event. Most of a stream is runs of such events, and
-// they are recognized and rewritten by the regular-expression engine alone: a
-// run is matched in one step, and rendered by one replace of the framing
-// between its pieces, with no JavaScript per event. The piece stays the JSON
-// string literal the upstream wrote: the pattern admits valid literals only,
-// so it is copied as it is. Any other event (an empty piece too), or other
-// framing, takes the full parse.
-const EVENT_OPENING = (index: string) =>
-  String.raw`data: \{"id":"[^"\\]*","object":"chat\.completion\.chunk","created":\d+,"model":"[^"\\]*",(?:"system_fingerprint":(?:null|"[^"\\]*"),)?"choices":\[\{"index":${index},"delta":\{"content":`;
-const EVENT_CLOSING = String.raw`\},"logprobs":null,"finish_reason":null(?:,"stop_reason":null)?\}\](?:,"usage":null)?\}\n\n`;
-/** A JSON string literal with some text in it. */
-const JSON_STRING = String.raw`"(?:[^"\\\u0000-\u001f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})+"`;
-const plainContentEvent = (index: string) => EVENT_OPENING(index) + JSON_STRING + EVENT_CLOSING;
-/** Consecutive plain content events of one choice, its index in group 1. */
-const PLAIN_CONTENT_RUN = new RegExp(`${plainContentEvent(String.raw`(\d+)`)}(?:${plainContentEvent(String.raw`\1`)})*`, 'y');
-/**
- * In a run, the framing from the end of one piece's literal to the start of
- * the next one's. A literal cannot hold it: its quotes are all escaped.
- */
-const BETWEEN_PIECES = new RegExp(EVENT_CLOSING + EVENT_OPENING(String.raw`\d+`), 'g');
-/** Text just before a run's first literal, and from its last one's closing quote on: a literal holds no unescaped quote, so neither is found inside one. */
-const BEFORE_FIRST_PIECE = '"delta":{"content":';
-const AFTER_LAST_PIECE = '"},"logprobs":null,';
-
-/** How many events a run holds: each ends in a blank line, and inside a JSON literal a newline is escaped. */
-function eventsIn(run: string): number {
-  let count = 0;
-  // A search for one character is a memchr, several times quicker than one for two.
-  for (let at = run.indexOf('\n'); at !== -1; at = run.indexOf('\n', at + 2)) count++;
-  return count;
-}
-
-/** Text taken as it is inside a replacement template, where `$` has meanings. */
-const literalReplacement = (text: string) => text.replaceAll('$', '$$$$');
-
-/** A run of plain content events, matched in the stream's text. */
-function readPlainContentRun(m: RegExpExecArray, ascii: boolean): StreamEvent {
-  const source = m[0];
-  return {
-    content: {
-      index: Number(m[1]),
-      pieces: eventsIn(source),
-      ascii,
-      render(before, after) {
-        const pieces = source.slice(source.indexOf(BEFORE_FIRST_PIECE) + BEFORE_FIRST_PIECE.length, source.lastIndexOf(AFTER_LAST_PIECE) + 1);
-        return before + pieces.replace(BETWEEN_PIECES, literalReplacement(after + before)) + after;
-      },
-    },
-  };
-}
 
 const CONTEXT_ERROR = /context length|context window|context size|maximum context|too many tokens|exceeds the available context/i;
 
@@ -173,7 +122,7 @@ export function openAiCompatible(quirks: DialectQuirks): Dialect {
     },
 
     streamParser() {
-      return new SseParser({ pattern: PLAIN_CONTENT_RUN, read: readPlainContentRun });
+      return new SseParser(plainContentRuns);
     },
 
     streamEvent(event) {

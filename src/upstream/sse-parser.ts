@@ -8,15 +8,14 @@ export interface SseEvent {
   data: string;
 }
 
-/**
- * The events that dominate a stream, read straight from the text: a sticky
- * pattern matching one or more whole events, blank lines included, and what
- * a match amounts to.
- */
+/** The events that dominate a stream, read straight from the text, whole events and their blank lines at once. */
 export interface QuickEvents<T> {
-  pattern: RegExp;
-  /** `ascii`: whether the matched text is known to be ASCII (false when not known). */
-  read(match: RegExpExecArray, ascii: boolean): T;
+  /**
+   * What the events at `start` of `text` amount to, and where they end;
+   * undefined where none are read this way. `ascii`: whether the text is
+   * known to be ASCII (false when not known).
+   */
+  read(text: string, start: number, ascii: boolean): { event: T; end: number } | undefined;
 }
 
 export class SseParser<T = never> {
@@ -39,12 +38,10 @@ export class SseParser<T = never> {
     let start = 0;
     for (;;) {
       if (this.quick && this.data.length === 0 && this.event === undefined) {
-        const { pattern } = this.quick;
-        pattern.lastIndex = start;
-        const match = pattern.exec(this.buffer);
-        if (match) {
-          out.push(this.quick.read(match, this.ascii));
-          start = pattern.lastIndex;
+        const quick = this.quick.read(this.buffer, start, this.ascii);
+        if (quick) {
+          out.push(quick.event);
+          start = quick.end;
           continue;
         }
       }

@@ -34,9 +34,13 @@ describe('SseParser', () => {
 });
 
 describe('SseParser with a quick path', () => {
+  const pattern = /data: n(\d+)\n\n/y;
   const quick = {
-    pattern: /data: n(\d+)\n\n/y,
-    read: (m: RegExpExecArray, ascii: boolean) => (ascii ? { n: Number(m[1]), ascii } : { n: Number(m[1]) }),
+    read(text: string, start: number, ascii: boolean) {
+      pattern.lastIndex = start;
+      const m = pattern.exec(text);
+      return m ? { event: ascii ? { n: Number(m[1]), ascii } : { n: Number(m[1]) }, end: pattern.lastIndex } : undefined;
+    },
   };
 
   it('reads matching events whole and the rest the ordinary way, in order', () => {

@@ -1,0 +1,114 @@
+// Runs of plain content events: most of any streamed reply, read and
+// rewritten in one step each rather than event by event.
+//
+// A plain content event is one choice, a piece of content, nothing else, as
+// a whole SSE event. The piece stays the JSON string literal the upstream
+// wrote: the grammar admits valid literals only, so it is copied as it is.
+// Any other event (an empty piece too), or other framing, takes the dialect's
+// full parse.
+//
+// Two readers accept exactly the same runs and render them to the same
+// bytes. The regular-expression one needs nothing but JavaScript: it matches
+// a run in one step and renders it with one replace of the framing between
+// its pieces. The native one (native/content-runs.cc, built where the
+// machine has a C++ compiler) reads ASCII text for less than that costs the
+// gateway's one JavaScript thread, and renders a flat string, not a rope.
+import { createRequire } from 'node:module';
+import type { StreamEvent } from '../protocol/chat-response.js';
+import type { QuickEvents } from './sse-parser.js';
+
+const EVENT_OPENING = (index: string) =>
+  String.raw`data: \{"id":"[^"\\]*","object":"chat\.completion\.chunk","created":\d+,"model":"[^"\\]*",(?:"system_fingerprint":(?:null|"[^"\\]*"),)?"choices":\[\{"index":${index},"delta":\{"content":`;
+const EVENT_CLOSING = String.raw`\},"logprobs":null,"finish_reason":null(?:,"stop_reason":null)?\}\](?:,"usage":null)?\}\n\n`;
+/** A JSON string literal with some text in it. */
+const JSON_STRING = String.raw`"(?:[^"\\\u0000-\u001f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})+"`;
+const plainContentEvent = (index: string) => EVENT_OPENING(index) + JSON_STRING + EVENT_CLOSING;
+/** Consecutive plain content events of one choice, its index in group 1. */
+const PLAIN_CONTENT_RUN = new RegExp(`${plainContentEvent(String.raw`(\d+)`)}(?:${plainContentEvent(String.raw`\1`)})*`, 'y');
+/**
+ * In a run, the framing from the end of one piece's literal to the start of
+ * the next one's. A literal cannot hold it: its quotes are all escaped.
+ */
+const BETWEEN_PIECES = new RegExp(EVENT_CLOSING + EVENT_OPENING(String.raw`\d+`), 'g');
+/** Text just before a run's first literal, and from its last one's closing quote on: a literal holds no unescaped quote, so neither is found inside one. */
+const BEFORE_FIRST_PIECE = '"delta":{"content":';
+const AFTER_LAST_PIECE = '"},"logprobs":null,';
+
+/** How many events a run holds: each ends in a blank line, and inside a JSON literal a newline is escaped. */
+function eventsIn(run: string): number {
+  let count = 0;
+  // A search for one character is a memchr, several times quicker than one for two.
+  for (let at = run.indexOf('\n'); at !== -1; at = run.indexOf('\n', at + 2)) count++;
+  return count;
+}
+
+/** Text taken as it is inside a replacement template, where `$` has meanings. */
+const literalReplacement = (text: string) => text.replaceAll('$', '$$$$');
+
+/** Reads runs with the regular-expression engine alone, no JavaScript per event. */
+export const regexContentRuns: QuickEvents<StreamEvent> = {
+  read(text, start, ascii) {
+    PLAIN_CONTENT_RUN.lastIndex = start;
+    const m = PLAIN_CONTENT_RUN.exec(text);
+    if (!m) return undefined;
+    const source = m[0];
+    const event: StreamEvent = {
+      content: {
+        index: Number(m[1]),
+        pieces: eventsIn(source),
+        ascii,
+        render(before, after) {
+          const pieces = source.slice(source.indexOf(BEFORE_FIRST_PIECE) + BEFORE_FIRST_PIECE.length, source.lastIndexOf(AFTER_LAST_PIECE) + 1);
+          return before + pieces.replace(BETWEEN_PIECES, literalReplacement(after + before)) + after;
+        },
+      },
+    };
+    return { event, end: PLAIN_CONTENT_RUN.lastIndex };
+  },
+};
+
+interface NativeReader {
+  /** The run at the start of `text` (ASCII): its literals, each followed by a NUL; `info` gets [characters, index, pieces]. */
+  scan(text: string, info: Float64Array): string | null;
+  /** Every literal between `before` and `after`, all joined. */
+  render(literals: string, before: string, after: string): string;
+}
+
+/** The built native reader, unless it is switched off (PARLEY_NATIVE_STREAMS=0) or could not be built or loaded here. */
+function loadNativeReader(): NativeReader | undefined {
+  if (process.env.PARLEY_NATIVE_STREAMS === '0') return undefined;
+  try {
+    return createRequire(import.meta.url)('../../build/Release/content_runs.node') as NativeReader;
+  } catch {
+    return undefined;
+  }
+}
+
+const nativeReader = loadNativeReader();
+/** One plain content event: the native scan is only asked where a run starts, so that it copies no text for other events. */
+const PLAIN_CONTENT_EVENT = new RegExp(plainContentEvent(String.raw`\d+`), 'y');
+/**
+ * The most text one scan is given: the native reader copies what it is
+ * given, and a run longer than this is read as several (rendered alike).
+ */
+const NATIVE_SCAN_CHARS = 16 * 1024;
+const scanned = new Float64Array(3);
+
+/** Reads runs of ASCII text natively, and leaves the rest to the regular expressions; undefined where the native reader is not built. */
+export const nativeContentRuns: QuickEvents<StreamEvent> | undefined = nativeReader && {
+  read(text, start, ascii) {
+    if (!ascii) return regexContentRuns.read(text, start, ascii);
+    PLAIN_CONTENT_EVENT.lastIndex = start;
+    if (!PLAIN_CONTENT_EVENT.test(text)) return undefined;
+    const literals = nativeReader.scan(text.slice(start, start + NATIVE_SCAN_CHARS), scanned);
+    // Only a first event longer than a whole scan is not found.
+    if (!literals) return regexContentRuns.read(text, start, ascii);
+    const event: StreamEvent = {
+      content: { index: scanned[1], pieces: scanned[2], ascii, render: (before, after) => nativeReader.render(literals, before, after) },
+    };
+    return { event, end: start + scanned[0] };
+  },
+};
+
+/** The reader streams are read with: the native one where it is built. */
+export const plainContentRuns: QuickEvents<StreamEvent> = nativeContentRuns ?? regexContentRuns;
