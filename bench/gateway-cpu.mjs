@@ -22,7 +22,7 @@
 //   npm run build && node bench/gateway-cpu.mjs [stream|whole] [rounds, default 10] [seconds, default 3] [checkout ...]
 import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { benchModel, chatLoad, forked, median, ROOT, startParley, stopAll, WARMUP_SECONDS } from './support.mjs';
+import { benchModel, chatLoad, forked, median, ROOT, startParley, stopAll, streamReaderOf, WARMUP_SECONDS } from './support.mjs';
 
 const [mode = 'stream', rounds = '10', seconds = '3', ...checkouts] = process.argv.slice(2);
 const stream = mode === 'stream';
@@ -58,7 +58,7 @@ try {
     if (root !== ROOT) stoppers.push(helpers.stopAll);
     const parley = await helpers.startParley([benchModel(upstream)], { failover: { queueTimeoutMs: 200 } });
     const pid = parley.child.pid;
-    targets.push({ name: `parley ${root}`, url: parley.url, headers: { authorization: `Bearer ${parley.key}` }, pid, helpers: childPids(pid) });
+    targets.push({ name: `parley ${root} (${streamReaderOf(root)})`, url: parley.url, headers: { authorization: `Bearer ${parley.key}` }, pid, helpers: childPids(pid) });
   }
   for (const t of targets) await chatLoad(`${t.url}/v1/chat/completions`, t.headers, stream, 32, WARMUP_SECONDS);
   const runs = new Map(targets.map((t) => [t, []]));
