@@ -8,12 +8,14 @@
 // full parse.
 //
 // Two readers accept exactly the same runs and render them to the same
-// bytes. The regular-expression one needs nothing but JavaScript: it matches
+// text. The regular-expression one needs nothing but JavaScript: it matches
 // a run in one step and renders it with one replace of the framing between
 // its pieces. The native one (native/content-runs.cc, built where the
 // machine has a C++ compiler) reads ASCII text for less than that costs the
 // gateway's one JavaScript thread, and renders a flat string, not a rope.
+import { existsSync } from 'node:fs';
 import { createRequire } from 'node:module';
+import { fileURLToPath } from 'node:url';
 import type { StreamEvent } from '../protocol/chat-response.js';
 import type { QuickEvents } from './sse-parser.js';
 
@@ -74,17 +76,21 @@ interface NativeReader {
   render(literals: string, before: string, after: string): string;
 }
 
-/** The built native reader, unless it is switched off (PARLEY_NATIVE_STREAMS=0) or could not be built or loaded here. */
-function loadNativeReader(): NativeReader | undefined {
-  if (process.env.PARLEY_NATIVE_STREAMS === '0') return undefined;
+/** The built native reader, unless it is switched off (PARLEY_NATIVE_STREAMS=0) or could not be built or loaded here; and why not. */
+function loadNativeReader(): { reader?: NativeReader; unused?: string } {
+  if (process.env.PARLEY_NATIVE_STREAMS === '0') return { unused: 'switched off by PARLEY_NATIVE_STREAMS=0' };
+  const built = fileURLToPath(new URL('../../build/Release/content_runs.node', import.meta.url));
+  if (!existsSync(built)) return { unused: 'not built here: npm run build builds it where python3, make and a C++ compiler are installed' };
   try {
-    return createRequire(import.meta.url)('../../build/Release/content_runs.node') as NativeReader;
-  } catch {
-    return undefined;
+    return { reader: createRequire(import.meta.url)(built) as NativeReader };
+  } catch (err) {
+    return { unused: `built but not loaded: ${(err as Error).message.split('\n')[0]}` };
   }
 }
 
-const nativeReader = loadNativeReader();
+const { reader: nativeReader, unused } = loadNativeReader();
+/** What reads streams in this process, for the operator. */
+export const streamReader = nativeReader ? 'the native reader' : `the JavaScript path (the native reader is ${unused})`;
 /** One plain content event: the native scan is only asked where a run starts, so that it copies no text for other events. */
 const PLAIN_CONTENT_EVENT = new RegExp(plainContentEvent(String.raw`\d+`), 'y');
 /**
