@@ -58,7 +58,7 @@ try {
     if (root !== ROOT) stoppers.push(helpers.stopAll);
     const parley = await helpers.startParley([benchModel(upstream)], { failover: { queueTimeoutMs: 200 } });
     const pid = parley.child.pid;
-    targets.push({ name: `parley ${root} (${streamReaderOf(root)})`, url: parley.url, headers: { authorization: `Bearer ${parley.key}` }, pid, helpers: childPids(pid) });
+    targets.push({ name: `parley ${root} (${(await streamReaderOf(root)).replace(/ \(.*/, '')})`, url: parley.url, headers: { authorization: `Bearer ${parley.key}` }, pid, helpers: childPids(pid) });
   }
   for (const t of targets) await chatLoad(`${t.url}/v1/chat/completions`, t.headers, stream, 32, WARMUP_SECONDS);
   const runs = new Map(targets.map((t) => [t, []]));

@@ -92,7 +92,7 @@ try {
       rows.push({ mode, target: name, ...mid, 'req/s by round': list.map((r) => r['req/s']).join(' ') });
     }
   }
-  console.log(`parley reads streams with its ${streamReaderOf(ROOT)}`);
+  console.log(`parley: streams are read by ${await streamReaderOf(ROOT)}`);
   console.table(rows);
   for (const mode of ['whole', 'streamed']) {
     const { bare, portkey } = ratios[mode];

@@ -10,7 +10,7 @@
 //   normalize  the dialect's full parse of every other event
 //   render     OpenAI's chunks, as the stream relay asks the ChunkRenderer for them
 //   copy       the rendered text into bytes, as the socket write does (a rope
-//              is flattened first)
+//              from the JavaScript reader is flattened first)
 //
 // The same reply through the gateway costs its main thread far more than the
 // total: there the text is new to the caches at every request, and the write

@@ -3,7 +3,7 @@
 // demo key that has credit and rate limits enough for a benchmark, and the
 // load the gateway benchmarks drive.
 import { fork, spawn } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -80,9 +80,9 @@ export function chatLoad(url, headers, stream, connections, duration) {
  */
 export const WARMUP_SECONDS = 20;
 
-/** How a built checkout of Parley reads streams: with its native reader where it was built (see README), else the JavaScript path. */
-export const streamReaderOf = (root) =>
-  existsSync(join(root, 'build/Release/content_runs.node')) && process.env.PARLEY_NATIVE_STREAMS !== '0' ? 'native reader' : 'JavaScript reader';
+/** What reads streams in a built checkout of Parley, as its own `parley serve` says at start (a checkout older than the native reader has only the JavaScript path). */
+export const streamReaderOf = async (root) =>
+  (await import(join(root, 'dist/upstream/content-runs.js')).catch(() => undefined))?.streamReader ?? 'the JavaScript path';
 
 /** The middle value of a list of numbers (0 for none). */
 export const median = (xs) => (xs.length ? [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] : 0);
