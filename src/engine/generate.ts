@@ -35,7 +35,9 @@ function tokenBias(model: LlamaModel, logitBias: Record<string, number>): TokenB
   const bias = new TokenBias(model.tokenizer);
   // TokenBias.set() passes over end-of-generation tokens, so that a reply can always end; OpenAI's
   // logit_bias applies to every token (a reply that may not end runs to max_tokens), so those go into
-  // the map that set() fills, which is what the sampler reads.
+  // the map that set() fills, which is what the sampler reads. There is no public way round set(): a
+  // TokenBias built on a tokenizer that calls no token end-of-generation is refused by the context,
+  // which requires the model's own tokenizer (node-llama-cpp 3.22).
   const logits = (bias as unknown as { _biases: Map<Token, number> })._biases;
   for (const [id, value] of entries) {
     const token = Number(id) as Token;
