@@ -18,7 +18,8 @@ import { forked, median, stopAll } from './support.mjs';
 
 const [mode = 'stream', rounds = '5', seconds = '4'] = process.argv.slice(2);
 const CONNECTIONS = 32;
-const WARMUP_SECONDS = 3;
+// Far less code than a gateway: a few seconds compile it (support.mjs's WARMUP_SECONDS is a gateway's).
+const CLIENT_WARMUP_SECONDS = 3;
 const body = JSON.stringify({ model: 'bench', messages: [{ role: 'user', content: 'Say 256 tokens.' }], max_tokens: 256, stream: mode === 'stream' });
 const headers = { 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(body)) };
 
@@ -80,7 +81,7 @@ async function load(post, duration) {
 try {
   const upstream = await forked('bench/fast-upstream.mjs', ['0']);
   const targets = Object.entries(clients(`http://127.0.0.1:${upstream.port}`));
-  for (const [, post] of targets) await load(post, WARMUP_SECONDS);
+  for (const [, post] of targets) await load(post, CLIENT_WARMUP_SECONDS);
   const runs = new Map(targets.map(([name]) => [name, []]));
   for (let round = 0; round < Number(rounds); round++) {
     for (const [name, post] of round % 2 ? [...targets].reverse() : targets) runs.get(name).push(await load(post, Number(seconds)));
