@@ -224,6 +224,24 @@ export async function readCompletion(endpoint: UpstreamEndpoint, body: UpstreamB
   }
 }
 
+/** One network read's events, normalized: those before a bad one, if any, and then its failure. */
+interface NormalizedRead {
+  events: StreamEvent[];
+  failure?: unknown;
+}
+
+/**
+ * Yields a read's events (to the client even when a bad one follows), then
+ * throws its failure; returns whether the reply is done. Defined once here:
+ * a generator function made per stream gives its generators a new prototype
+ * each time, and every property read on them misses V8's caches.
+ */
+function* delivered({ events, failure }: NormalizedRead): Generator<StreamEvent[], boolean> {
+  if (events.length > 0) yield events;
+  if (failure) throw failure;
+  return events.some((e) => e.done);
+}
+
 /**
  * The upstream's stream as batches of normalized events, one batch per
  * network read. Ends normally only on a complete reply: `[DONE]`, or the end
@@ -234,8 +252,7 @@ export async function* readStream(endpoint: UpstreamEndpoint, body: UpstreamBody
   const parser = endpoint.dialect.streamParser();
   const open = new Set<number>();
   let sawChoice = false;
-  // Events before a bad one in the same read still reach the client; then the failure.
-  const normalize = (batch: (SseEvent | StreamEvent)[]): { events: StreamEvent[]; failure?: unknown } => {
+  const normalize = (batch: (SseEvent | StreamEvent)[]): NormalizedRead => {
     const events: StreamEvent[] = [];
     for (const ev of batch) {
       let event: StreamEvent;
@@ -257,21 +274,16 @@ export async function* readStream(endpoint: UpstreamEndpoint, body: UpstreamBody
     }
     return { events };
   };
-  const deliver = function* ({ events, failure }: ReturnType<typeof normalize>) {
-    if (events.length > 0) yield events;
-    if (failure) throw failure;
-    return events.some((e) => e.done);
-  };
   let done = false;
   try {
     for await (const text of body.texts()) {
-      done = yield* deliver(normalize(parser.push(text, body.ascii)));
+      done = yield* delivered(normalize(parser.push(text, body.ascii)));
       if (done) {
         body.discardRest();
         return;
       }
     }
-    done = yield* deliver(normalize(parser.end()));
+    done = yield* delivered(normalize(parser.end()));
   } catch (err) {
     if (err instanceof UpstreamBrokeOff || err instanceof ApiError) throw err;
     throw new UpstreamBrokeOff(describeFailure(err));
