@@ -201,25 +201,28 @@ napi_value Scan(napi_env env, napi_callback_info call) {
     napi_throw_type_error(env, nullptr, "scan(text: string, info: Float64Array(3))");
     return nullptr;
   }
-  const char* text_end = text_copy.data() + text_copy.size();
+  // Each use of a thread_local in a shared library looks its address up again: once here, not per piece.
+  const std::string& text = text_copy;
+  std::string& out = literals;
+  const char* text_end = text.data() + text.size();
   Event first;
-  if (!read_event(Cursor(text_copy.data(), text_end), nullptr, first)) return null_value(env);
-  literals.assign(first.literal, first.literal_end);
-  literals.push_back('\0');
+  if (!read_event(Cursor(text.data(), text_end), nullptr, first)) return null_value(env);
+  out.assign(first.literal, first.literal_end);
+  out.push_back('\0');
   double pieces = 1;
   const char* end = first.end;
   for (Event e; read_next_event(Cursor(end, text_end), first, e); pieces++) {
-    literals.append(e.literal, e.literal_end);
-    literals.push_back('\0');
+    out.append(e.literal, e.literal_end);
+    out.push_back('\0');
     end = e.end;
   }
   double index = 0;
   for (size_t i = 0; i < first.index_length; i++) index = index * 10 + (first.index[i] - '0');
-  info[0] = static_cast<double>(end - text_copy.data());
+  info[0] = static_cast<double>(end - text.data());
   info[1] = index;
   info[2] = pieces;
   napi_value result;
-  napi_create_string_latin1(env, literals.data(), literals.size(), &result);
+  napi_create_string_latin1(env, out.data(), out.size(), &result);
   return result;
 }
 
@@ -239,19 +242,33 @@ napi_value Render(napi_env env, napi_callback_info call) {
     napi_throw_type_error(env, nullptr, "render(literals: string, before: string, after: string)");
     return nullptr;
   }
-  rendered.clear();
-  const char* end = literals.data() + literals.size();
-  for (const char* at = literals.data(); at < end;) {
+  // Each use of a thread_local in a shared library looks its address up again: once here, not per piece.
+  const std::string& pieces = literals;
+  const std::string& before = before_bytes;
+  const std::string& after = after_bytes;
+  std::string& out = rendered;
+  // Every piece ends in a NUL: the rendered size is known before anything is copied.
+  const char* end = pieces.data() + pieces.size();
+  size_t count = 0;
+  for (const char* at = pieces.data(); (at = static_cast<const char*>(std::memchr(at, 0, end - at))) != nullptr; at++) count++;
+  out.resize(pieces.size() - count + count * (before.size() + after.size()));
+  char* to = out.data();
+  for (const char* at = pieces.data(); at < end;) {
     const char* nul = static_cast<const char*>(std::memchr(at, 0, end - at));
-    rendered.append(before_bytes).append(at, nul - at).append(after_bytes);
+    std::memcpy(to, before.data(), before.size());
+    to += before.size();
+    std::memcpy(to, at, nul - at);
+    to += nul - at;
+    std::memcpy(to, after.data(), after.size());
+    to += after.size();
     at = nul + 1;
   }
   // The literals are ASCII; framing that is not is UTF-8 here.
   napi_value result;
-  if (is_ascii(before_bytes) && is_ascii(after_bytes)) {
-    napi_create_string_latin1(env, rendered.data(), rendered.size(), &result);
+  if (is_ascii(before) && is_ascii(after)) {
+    napi_create_string_latin1(env, out.data(), out.size(), &result);
   } else {
-    napi_create_string_utf8(env, rendered.data(), rendered.size(), &result);
+    napi_create_string_utf8(env, out.data(), out.size(), &result);
   }
   return result;
 }
