@@ -19,6 +19,7 @@
 // than the whole rewrite.
 #include <node_api.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -26,6 +27,8 @@ namespace {
 
 // Copies in and out, kept between calls so that their memory is reused; one
 // set per thread, as each thread that loads the module calls it on its own.
+// A function takes a reference to each it uses once: in a shared library,
+// every use of a thread_local looks its address up again.
 thread_local std::string text_copy;
 thread_local std::string literals;
 thread_local std::string before_bytes;
@@ -201,7 +204,6 @@ napi_value Scan(napi_env env, napi_callback_info call) {
     napi_throw_type_error(env, nullptr, "scan(text: string, info: Float64Array(3))");
     return nullptr;
   }
-  // Each use of a thread_local in a shared library looks its address up again: once here, not per piece.
   const std::string& text = text_copy;
   std::string& out = literals;
   const char* text_end = text.data() + text.size();
@@ -242,15 +244,13 @@ napi_value Render(napi_env env, napi_callback_info call) {
     napi_throw_type_error(env, nullptr, "render(literals: string, before: string, after: string)");
     return nullptr;
   }
-  // Each use of a thread_local in a shared library looks its address up again: once here, not per piece.
   const std::string& pieces = literals;
   const std::string& before = before_bytes;
   const std::string& after = after_bytes;
   std::string& out = rendered;
   // Every piece ends in a NUL: the rendered size is known before anything is copied.
   const char* end = pieces.data() + pieces.size();
-  size_t count = 0;
-  for (const char* at = pieces.data(); (at = static_cast<const char*>(std::memchr(at, 0, end - at))) != nullptr; at++) count++;
+  const size_t count = std::count(pieces.begin(), pieces.end(), '\0');
   out.resize(pieces.size() - count + count * (before.size() + after.size()));
   char* to = out.data();
   for (const char* at = pieces.data(); at < end;) {
