@@ -19,9 +19,13 @@ import { fileURLToPath } from 'node:url';
 import type { StreamEvent } from '../protocol/chat-response.js';
 import type { QuickEvents } from './sse-parser.js';
 
-const EVENT_OPENING = (index: string) =>
-  String.raw`data: \{"id":"[^"\\]*","object":"chat\.completion\.chunk","created":\d+,"model":"[^"\\]*",(?:"system_fingerprint":(?:null|"[^"\\]*"),)?"choices":\[\{"index":${index},"delta":\{"content":`;
-const EVENT_CLOSING = String.raw`\},"logprobs":null,"finish_reason":null(?:,"stop_reason":null)?\}\](?:,"usage":null)?\}\n\n`;
+/** An OpenAI-shaped chunk event of one choice, up to the inside of its delta; `index` matches the choice's index. */
+export const CHUNK_HEAD = (index: string) =>
+  String.raw`data: \{"id":"[^"\\]*","object":"chat\.completion\.chunk","created":\d+,"model":"[^"\\]*",(?:"system_fingerprint":(?:null|"[^"\\]*"),)?"choices":\[\{"index":${index},"delta":\{`;
+/** A chunk event from after its choice's finish_reason to its end, with no stop reason and no usage. */
+export const CHUNK_TAIL = String.raw`(?:,"stop_reason":null)?\}\](?:,"usage":null)?\}\n\n`;
+const EVENT_OPENING = (index: string) => CHUNK_HEAD(index) + '"content":';
+const EVENT_CLOSING = String.raw`\},"logprobs":null,"finish_reason":null` + CHUNK_TAIL;
 /** A JSON string literal with some text in it. */
 const JSON_STRING = String.raw`"(?:[^"\\\u0000-\u001f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})+"`;
 const plainContentEvent = (index: string) => EVENT_OPENING(index) + JSON_STRING + EVENT_CLOSING;

@@ -4,8 +4,9 @@
 import type { ChatCompletionRequest } from '../protocol/chat-request.js';
 import type { Choice, ChoiceDelta, Completion, StreamEvent, Usage } from '../protocol/chat-response.js';
 import { ApiError, contextLengthExceeded, upstreamFailed, upstreamRejected } from '../protocol/errors.js';
+import { choiceEdges } from './choice-edges.js';
 import { plainContentRuns } from './content-runs.js';
-import { SseParser, type SseEvent } from './sse-parser.js';
+import { SseParser, type QuickEvents, type SseEvent } from './sse-parser.js';
 
 export interface UpstreamTarget {
   upstreamModel: string;
@@ -42,6 +43,11 @@ export interface DialectQuirks {
 }
 
 type Json = Record<string, any>;
+
+/** What most of an OpenAI-shaped stream is: runs of content, and the events that open and finish each choice. */
+const quickEvents: QuickEvents<StreamEvent> = {
+  read: (text, start, ascii) => plainContentRuns.read(text, start, ascii) ?? choiceEdges.read(text, start, ascii),
+};
 
 const asInt = (v: unknown): number => (typeof v === 'number' && Number.isFinite(v) && v >= 0 ? Math.floor(v) : 0);
 
@@ -122,7 +128,7 @@ export function openAiCompatible(quirks: DialectQuirks): Dialect {
     },
 
     streamParser() {
-      return new SseParser(plainContentRuns);
+      return new SseParser(quickEvents);
     },
 
     streamEvent(event) {
