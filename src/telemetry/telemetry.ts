@@ -14,38 +14,18 @@ import { MeterProvider, PeriodicExportingMetricReader, type MetricReader } from 
 import { BasicTracerProvider, BatchSpanProcessor } from '@opentelemetry/sdk-trace-base';
 import type { Usage } from '../protocol/chat-response.js';
 import type { Router } from '../routing/router.js';
+import { HistogramTally, histogramProducer, Tally } from './tallies.js';
 
 const SECONDS_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120];
 
-type Attributes = Record<string, string>;
-
-/**
- * Cumulative counts kept in plain numbers and read by an observable counter
- * when metrics are collected. A synchronous counter hashes its attributes on
- * every add, several times per request; this costs one map lookup.
- */
-class Tally {
-  private readonly counts = new Map<string, { attributes: Attributes; value: number }>();
-
-  add(key: string, value: number, attributes: () => Attributes): void {
-    const entry = this.counts.get(key);
-    if (entry) entry.value += value;
-    else this.counts.set(key, { attributes: attributes(), value });
-  }
-
-  observe(result: { observe(value: number, attributes: Attributes): void }): void {
-    for (const { attributes, value } of this.counts.values()) result.observe(value, attributes);
-  }
-}
-
 export class Telemetry {
   readonly tracer: Tracer;
-  private readonly prometheus = new PrometheusExporter({ preventServerStart: true });
+  private readonly prometheus: PrometheusExporter;
   private readonly meterProvider: MeterProvider;
   private readonly tracerProvider: BasicTracerProvider | undefined;
   private readonly requests = new Tally();
-  private readonly duration;
-  private readonly firstToken;
+  private readonly duration = new HistogramTally('parley_request_duration_seconds', 'Time to answer a request, to its last byte', 's', SECONDS_BUCKETS);
+  private readonly firstToken = new HistogramTally('parley_time_to_first_token_seconds', 'Time from a streamed request to its first content', 's', SECONDS_BUCKETS);
   private readonly tokens = new Tally();
   /** Read when metrics are collected, like the tallies: an up-down counter would hash its attributes twice per request. */
   private holdsOpen = 0;
@@ -53,16 +33,16 @@ export class Telemetry {
   constructor(router: Router) {
     const resource = resourceFromAttributes({ 'service.name': process.env.OTEL_SERVICE_NAME ?? 'parley' });
     const otlp = Boolean(process.env.OTEL_EXPORTER_OTLP_ENDPOINT);
+    const metricProducers = [histogramProducer(resource, 'parley', [this.duration, this.firstToken])];
+    this.prometheus = new PrometheusExporter({ preventServerStart: true, metricProducers });
     const readers: MetricReader[] = [this.prometheus];
-    if (otlp) readers.push(new PeriodicExportingMetricReader({ exporter: new OTLPMetricExporter(), exportIntervalMillis: 15_000 }));
+    if (otlp) readers.push(new PeriodicExportingMetricReader({ exporter: new OTLPMetricExporter(), exportIntervalMillis: 15_000, metricProducers }));
     this.meterProvider = new MeterProvider({ resource, readers });
     this.tracerProvider = otlp ? new BasicTracerProvider({ resource, spanProcessors: [new BatchSpanProcessor(new OTLPTraceExporter(), { scheduledDelayMillis: 500 })] }) : undefined;
     this.tracer = (this.tracerProvider ?? trace.getTracerProvider()).getTracer('parley');
 
     const meter = this.meterProvider.getMeter('parley');
     meter.createObservableCounter('parley_requests', { description: 'Requests answered, by route, status and error code' }).addCallback((r) => this.requests.observe(r));
-    this.duration = meter.createHistogram('parley_request_duration_seconds', { unit: 's', advice: { explicitBucketBoundaries: SECONDS_BUCKETS } });
-    this.firstToken = meter.createHistogram('parley_time_to_first_token_seconds', { unit: 's', advice: { explicitBucketBoundaries: SECONDS_BUCKETS } });
     meter.createObservableCounter('parley_tokens', { description: 'Tokens metered, by model and kind (prompt, cached, completion)' }).addCallback((r) => this.tokens.observe(r));
     meter.createObservableUpDownCounter('parley_holds_open', { description: 'Credit holds this replica has open' }).addCallback((r) => r.observe(this.holdsOpen));
     meter.createObservableGauge('parley_upstream_healthy', { description: '1 when the endpoint\'s circuit is closed' }).addCallback((result) => {
@@ -77,11 +57,11 @@ export class Telemetry {
 
   recordRequest(route: string, status: number, code: string | null, seconds: number): void {
     this.requests.add(`${route}\t${status}\t${code ?? ''}`, 1, () => ({ route, status: String(status), code: code ?? '' }));
-    this.duration.record(seconds, { route, status: String(status) });
+    this.duration.record(`${route}\t${status}`, seconds, () => ({ route, status: String(status) }));
   }
 
   recordFirstToken(model: string, seconds: number): void {
-    this.firstToken.record(seconds, { model });
+    this.firstToken.record(model, seconds, () => ({ model }));
   }
 
   recordUsage(model: string, usage: Usage): void {
