@@ -161,7 +161,9 @@ export class ChunkRenderer {
       // nothing once they are taken out (an upstream's own opening, most often) is not sent.
       const { role: _role, ...delta } = c.delta;
       if (bare && (Object.keys(delta).length === 0 || (onlyContent(delta) && !delta.content))) continue;
-      const choice = JSON.stringify([{ ...c, delta }]);
+      // The usual finishing chunk is written from text: stringifying it cost more than rendering all of a reply's content.
+      const finishing = c.finish_reason !== null && c.logprobs === null && Object.keys(delta).length === 0;
+      const choice = finishing ? `[{"index":${c.index},"delta":{},"logprobs":null,"finish_reason":${jsonString(c.finish_reason!)}}]` : JSON.stringify([{ ...c, delta }]);
       out += sseData(this.prefix + choice + this.suffix);
     }
     return out;

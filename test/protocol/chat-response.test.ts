@@ -2,7 +2,7 @@
 // JSON.stringify would write for the same chunk, whatever the text.
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { ChunkRenderer, renderCompletion } from '../../src/protocol/chat-response.js';
+import { ChunkRenderer, renderCompletion, type ChoiceDelta } from '../../src/protocol/chat-response.js';
 
 const identity = { id: 'chatcmpl-1', created: 7, model: 'm' };
 const chunks = (text: string) =>
@@ -45,6 +45,17 @@ describe('ChunkRenderer', () => {
       { index: 0, delta: { content: '' }, logprobs: { content: [] }, finish_reason: null },
       { index: 0, delta: { content: '' }, logprobs: null, finish_reason: 'stop' },
     ]);
+  });
+
+  it('writes a finishing chunk with nothing else in it exactly as JSON would', () => {
+    fc.assert(
+      fc.property(fc.integer({ min: 0, max: 12 }), fc.string({ unit: 'binary' }), fc.constantFrom<ChoiceDelta['delta']>({}, { role: 'assistant' }), (index, reason, delta) => {
+        const text = new ChunkRenderer(identity, true).deltas([{ index, delta, logprobs: null, finish_reason: reason }]);
+        const choice = { index, delta: {}, logprobs: null, finish_reason: reason };
+        expect(chunks(text).at(-1)).toBe(JSON.stringify({ id: identity.id, object: 'chat.completion.chunk', created: identity.created, model: identity.model, choices: [choice], usage: null }));
+      }),
+      { numRuns: 300 },
+    );
   });
 
   it('writes a run of pieces exactly as it writes the same pieces one delta each', () => {
