@@ -42,7 +42,7 @@ export class HistogramTally {
   private readonly series = new Map<string, HistogramSeries>();
   private readonly startTime = hrTimeOf(Date.now());
 
-  constructor(readonly name: string, private readonly description: string, private readonly unit: string, private readonly boundaries: number[]) {}
+  constructor(private readonly name: string, private readonly description: string, private readonly unit: string, private readonly boundaries: number[]) {}
 
   /** Records `value` in the series `key`; `attributes` makes its attributes the first time. */
   record(key: string, value: number, attributes: () => Attributes): void {
