@@ -160,9 +160,10 @@ export class ChunkRenderer {
       // The role went out in the opening chunk, with the empty content OpenAI sends there; a delta left with
       // nothing once they are taken out (an upstream's own opening, most often) is not sent.
       const { role: _role, ...delta } = c.delta;
-      if (bare && (Object.keys(delta).length === 0 || (onlyContent(delta) && !delta.content))) continue;
+      const emptyDelta = Object.keys(delta).length === 0;
+      if (bare && (emptyDelta || (onlyContent(delta) && !delta.content))) continue;
       // The usual finishing chunk is written from text: stringifying it was 0.7% of a streamed request's main-thread time.
-      const finishing = c.finish_reason !== null && c.logprobs === null && Object.keys(delta).length === 0;
+      const finishing = emptyDelta && c.logprobs === null && c.finish_reason !== null;
       const choice = finishing ? `[{"index":${c.index},"delta":{},"logprobs":null,"finish_reason":${jsonString(c.finish_reason!)}}]` : JSON.stringify([{ ...c, delta }]);
       out += sseData(this.prefix + choice + this.suffix);
     }
