@@ -145,9 +145,13 @@ bool read_event(Cursor c, const Event* first, Event& e) {
   if (!c.json_string()) return false;
   e.literal_end = c.at();
   if (!c.literal("},\"logprobs\":null,\"finish_reason\":null")) return false;
+  // The null fields CHUNK_TAIL admits, in its order.
   c.literal(",\"stop_reason\":null");
+  c.literal(",\"matched_stop\":null");
+  c.literal(",\"token_ids\":null");
   if (!c.literal("}]")) return false;
   c.literal(",\"usage\":null");
+  c.literal(",\"prompt_token_ids\":null");
   if (!c.literal("}\n\n")) return false;
   e.end = c.at();
   return true;

@@ -22,8 +22,13 @@ import type { QuickEvents } from './sse-parser.js';
 /** An OpenAI-shaped chunk event of one choice, up to the inside of its delta; `index` matches the choice's index. */
 export const CHUNK_HEAD = (index: string) =>
   String.raw`data: \{"id":"[^"\\]*","object":"chat\.completion\.chunk","created":\d+,"model":"[^"\\]*",(?:"system_fingerprint":(?:null|"[^"\\]*"),)?"choices":\[\{"index":${index},"delta":\{`;
-/** A chunk event from after its choice's finish_reason to its end, with no stop reason and no usage. */
-export const CHUNK_TAIL = String.raw`(?:,"stop_reason":null)?\}\](?:,"usage":null)?\}\n\n`;
+/**
+ * A chunk event from after its choice's finish_reason to its end, where the
+ * fields some servers add are null: vLLM's stop_reason, token_ids (every
+ * chunk since 0.10.2) and prompt_token_ids (its first chunk), SGLang's
+ * matched_stop, and a usage field with no usage.
+ */
+export const CHUNK_TAIL = String.raw`(?:,"stop_reason":null)?(?:,"matched_stop":null)?(?:,"token_ids":null)?\}\](?:,"usage":null)?(?:,"prompt_token_ids":null)?\}\n\n`;
 const EVENT_OPENING = (index: string) => CHUNK_HEAD(index) + '"content":';
 const EVENT_CLOSING = String.raw`\},"logprobs":null,"finish_reason":null` + CHUNK_TAIL;
 /** A JSON string literal with some text in it. */

@@ -19,6 +19,10 @@ describe('the opening and finishing events of a choice', () => {
       chunk({ fingerprint: '"system_fingerprint":"fp_1",', index: '2', delta: '"role":"assistant","content":null', finish: 'null', usage: ',"usage":null' }),
       chunk({ delta: '', logprobs: '', finish: '"stop"' }),
       chunk({ index: '10', delta: '"role":"assistant"', finish: '"tool_calls"' }),
+      // vLLM since 0.10.2 (token ids, asked for or not) and SGLang.
+      chunk({ delta: '"role":"assistant","content":""', finish: 'null', usage: ',"prompt_token_ids":null' }),
+      chunk({ delta: '"content":""', finish: '"stop"', stop: ',"stop_reason":null,"token_ids":null' }),
+      chunk({ delta: '"role":"assistant","content":""', finish: 'null', stop: ',"matched_stop":null' }),
     ];
     for (const sse of events) {
       const read = choiceEdges.read(`: keep-alive\n\n${sse}data: [DONE]\n\n`, ': keep-alive\n\n'.length, true);
@@ -32,6 +36,9 @@ describe('the opening and finishing events of a choice', () => {
       chunk({ delta: '"content":" tok"', finish: 'null' }),
       chunk({ delta: '', finish: '"stop"', usage: ',"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}' }),
       chunk({ delta: '', finish: '"stop"', stop: ',"stop_reason":7' }),
+      chunk({ delta: '', finish: '"stop"', stop: ',"token_ids":[5]' }),
+      chunk({ delta: '', finish: '"stop"', stop: ',"matched_stop":2' }),
+      chunk({ delta: '"role":"assistant","content":""', finish: 'null', usage: ',"prompt_token_ids":[1,2]' }),
       chunk({ delta: '', logprobs: '"logprobs":{"content":[]},', finish: '"stop"' }),
       chunk({ delta: '"role":"assistant","content":""', finish: 'null', index: '01' }),
       chunk({ delta: '"role":"user"', finish: 'null' }),
@@ -52,8 +59,8 @@ describe('the opening and finishing events of a choice', () => {
         delta: part('', '"role":"assistant"', '"role":"assistant","content":""', '"role":"assistant","content":null', '"content":""', '"content":"x"', '"role":"assistant","content":"x"', '"content":"","role":"assistant"'),
         logprobs: part('', '"logprobs":null,', '"logprobs":{},'),
         finish: part('null', '"stop"', '"length"', '"content_filter"', '""', '"Stop"', '7'),
-        stop: part('', ',"stop_reason":null', ',"stop_reason":"x"'),
-        usage: part('', ',"usage":null', ',"usage":{"prompt_tokens":1,"completion_tokens":2}'),
+        stop: part('', ',"stop_reason":null', ',"stop_reason":"x"', ',"token_ids":null', ',"stop_reason":null,"token_ids":null', ',"token_ids":null,"stop_reason":null', ',"token_ids":[1]', ',"matched_stop":null', ',"matched_stop":"x"'),
+        usage: part('', ',"usage":null', ',"usage":{"prompt_tokens":1,"completion_tokens":2}', ',"prompt_token_ids":null', ',"usage":null,"prompt_token_ids":null', ',"prompt_token_ids":[1]'),
       })
       .map(chunk);
     fc.assert(

@@ -50,8 +50,8 @@ const framing = (odd: boolean) =>
     created: fc.constantFrom('1', '1795509253', ...(odd ? ['-1'] : [])),
     model: fc.constantFrom('m', 'bench', ...(odd ? ['m\\x'] : [])),
     fingerprint: fc.constantFrom('', '"system_fingerprint":null,', '"system_fingerprint":"fp_1",', ...(odd ? ['"system_fingerprint":1,'] : [])),
-    stop: fc.constantFrom('', ',"stop_reason":null'),
-    usage: fc.constantFrom('', ',"usage":null', ...(odd ? [',"usage":nul'] : [])),
+    stop: fc.constantFrom('', ',"stop_reason":null', ',"token_ids":null', ',"stop_reason":null,"token_ids":null', ',"matched_stop":null', ...(odd ? [',"token_ids":[1]', ',"token_ids":null,"stop_reason":null'] : [])),
+    usage: fc.constantFrom('', ',"usage":null', ',"prompt_token_ids":null', ',"usage":null,"prompt_token_ids":null', ...(odd ? [',"usage":nul', ',"prompt_token_ids":[1]'] : [])),
     logprobs: fc.constantFrom('null', ...(odd ? ['{"content":[]}'] : [])),
   });
 type Framing = Record<'id' | 'created' | 'model' | 'fingerprint' | 'stop' | 'usage' | 'logprobs', string>;

@@ -67,6 +67,20 @@ describe('reading stream events', () => {
     ]);
   });
 
+  it("reads current vLLM's and SGLang's content chunks, with their fields that are null, as runs", () => {
+    // As vLLM (with token_ids since 0.10.2) and SGLang (matched_stop) write them, each one of a whole reply.
+    const vllmNow = (content: string) =>
+      `data: {"id":"chatcmpl-f42e8ae7ddb346e1adfba47e3d710b46","object":"chat.completion.chunk","created":1760031300,"model":"m","choices":[{"index":0,"delta":{"content":${JSON.stringify(content)}},"logprobs":null,"finish_reason":null,"token_ids":null}]}\n\n`;
+    const sglang = (content: string) =>
+      `data: {"id":"c7a59cdb72e24ebd99d9821ebc0e4b8a","object":"chat.completion.chunk","created":1788360234,"model":"m","choices":[{"index":0,"delta":{"content":${JSON.stringify(content)}},"logprobs":null,"finish_reason":null,"matched_stop":null}]}\n\n`;
+    for (const shape of [vllmNow, sglang]) {
+      const events = vllm.streamParser().push(shape('Okay') + shape('.') + shape(' Sure'));
+      expect(events).toHaveLength(1);
+      const [run] = events as StreamEvent[];
+      expect({ pieces: piecesOf(run.content!), count: run.content!.pieces }).toEqual({ pieces: ['Okay', '.', ' Sure'], count: 3 });
+    }
+  });
+
   it('copies each piece as the literal the upstream wrote, between text taken as it is', () => {
     // The second piece spells out the framing that ends a piece, escaped as JSON escapes it: still one piece.
     const literals = ['"caf\\u00e9 \\"q\\""', JSON.stringify('"},"logprobs":null,"finish_reason":null}]}\n\ndata: {"delta":{"content":"'), '"$1"'];
