@@ -131,7 +131,8 @@ bool read_event(Cursor c, const Event* first, Event& e) {
   if (!c.literal("data: {\"id\":\"") || !c.plain_string_rest()) return false;
   if (!c.literal(",\"object\":\"chat.completion.chunk\",\"created\":") || !c.digits()) return false;
   if (!c.literal(",\"model\":\"") || !c.plain_string_rest() || !c.literal(",")) return false;
-  if (c.literal("\"system_fingerprint\":")) {
+  // The fields CHUNK_HEAD and CHUNK_TAIL admit and Parley drops, any number of each, in any order.
+  while (c.literal("\"service_tier\":") || c.literal("\"system_fingerprint\":")) {
     if (!c.literal("null") && !(c.literal("\"") && c.plain_string_rest())) return false;
     if (!c.literal(",")) return false;
   }
@@ -145,13 +146,16 @@ bool read_event(Cursor c, const Event* first, Event& e) {
   if (!c.json_string()) return false;
   e.literal_end = c.at();
   if (!c.literal("},\"logprobs\":null,\"finish_reason\":null")) return false;
-  // The null fields CHUNK_TAIL admits, in its order.
-  c.literal(",\"stop_reason\":null");
-  c.literal(",\"matched_stop\":null");
-  c.literal(",\"token_ids\":null");
+  bool dropped;
+  do {
+    dropped = c.literal(",\"stop_reason\":null") || c.literal(",\"matched_stop\":null") || c.literal(",\"token_ids\":null");
+  } while (dropped);
   if (!c.literal("}]")) return false;
-  c.literal(",\"usage\":null");
-  c.literal(",\"prompt_token_ids\":null");
+  for (;;) {
+    if (c.literal(",\"usage\":null") || c.literal(",\"prompt_token_ids\":null")) continue;
+    if (!c.literal(",\"obfuscation\":\"")) break;
+    if (!c.plain_string_rest()) return false;
+  }
   if (!c.literal("}\n\n")) return false;
   e.end = c.at();
   return true;

@@ -19,16 +19,16 @@ import { fileURLToPath } from 'node:url';
 import type { StreamEvent } from '../protocol/chat-response.js';
 import type { QuickEvents } from './sse-parser.js';
 
+// The fields around a chunk's one choice that Parley drops, in any order,
+// where they say nothing: OpenAI's service_tier, system_fingerprint and
+// obfuscation (random padding), vLLM's stop_reason and token_ids (on every
+// chunk since 0.10.2) and prompt_token_ids (its first), SGLang's
+// matched_stop, and a usage field with no usage.
 /** An OpenAI-shaped chunk event of one choice, up to the inside of its delta; `index` matches the choice's index. */
 export const CHUNK_HEAD = (index: string) =>
-  String.raw`data: \{"id":"[^"\\]*","object":"chat\.completion\.chunk","created":\d+,"model":"[^"\\]*",(?:"system_fingerprint":(?:null|"[^"\\]*"),)?"choices":\[\{"index":${index},"delta":\{`;
-/**
- * A chunk event from after its choice's finish_reason to its end, where the
- * fields some servers add are null: vLLM's stop_reason, token_ids (every
- * chunk since 0.10.2) and prompt_token_ids (its first chunk), SGLang's
- * matched_stop, and a usage field with no usage.
- */
-export const CHUNK_TAIL = String.raw`(?:,"stop_reason":null)?(?:,"matched_stop":null)?(?:,"token_ids":null)?\}\](?:,"usage":null)?(?:,"prompt_token_ids":null)?\}\n\n`;
+  String.raw`data: \{"id":"[^"\\]*","object":"chat\.completion\.chunk","created":\d+,"model":"[^"\\]*",(?:"(?:service_tier|system_fingerprint)":(?:null|"[^"\\]*"),)*"choices":\[\{"index":${index},"delta":\{`;
+/** A chunk event from after its choice's finish_reason to its end. */
+export const CHUNK_TAIL = String.raw`(?:,"(?:stop_reason|matched_stop|token_ids)":null)*\}\](?:,"(?:usage|prompt_token_ids)":null|,"obfuscation":"[^"\\]*")*\}\n\n`;
 const EVENT_OPENING = (index: string) => CHUNK_HEAD(index) + '"content":';
 const EVENT_CLOSING = String.raw`\},"logprobs":null,"finish_reason":null` + CHUNK_TAIL;
 /** A JSON string literal with some text in it. */

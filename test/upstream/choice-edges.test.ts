@@ -23,6 +23,7 @@ describe('the opening and finishing events of a choice', () => {
       chunk({ delta: '"role":"assistant","content":""', finish: 'null', usage: ',"prompt_token_ids":null' }),
       chunk({ delta: '"content":""', finish: '"stop"', stop: ',"stop_reason":null,"token_ids":null' }),
       chunk({ delta: '"role":"assistant","content":""', finish: 'null', stop: ',"matched_stop":null' }),
+      chunk({ fingerprint: '"service_tier":"default","system_fingerprint":null,', delta: '', finish: '"stop"', usage: ',"obfuscation":"3S9Rm"' }),
     ];
     for (const sse of events) {
       const read = choiceEdges.read(`: keep-alive\n\n${sse}data: [DONE]\n\n`, ': keep-alive\n\n'.length, true);
@@ -54,13 +55,14 @@ describe('the opening and finishing events of a choice', () => {
     const part = (...options: string[]) => fc.constantFrom(...options);
     const event = fc
       .record({
-        fingerprint: part('', '"system_fingerprint":null,', '"system_fingerprint":"fp_1",', '"system_fingerprint":1,'),
+        fingerprint: part('', '"system_fingerprint":null,', '"system_fingerprint":"fp_1",', '"system_fingerprint":1,', '"service_tier":"default","system_fingerprint":null,', '"service_tier":{},'),
         index: part('0', '3', '00', '-1', '1.5'),
         delta: part('', '"role":"assistant"', '"role":"assistant","content":""', '"role":"assistant","content":null', '"content":""', '"content":"x"', '"role":"assistant","content":"x"', '"content":"","role":"assistant"'),
         logprobs: part('', '"logprobs":null,', '"logprobs":{},'),
         finish: part('null', '"stop"', '"length"', '"content_filter"', '""', '"Stop"', '7'),
         stop: part('', ',"stop_reason":null', ',"stop_reason":"x"', ',"token_ids":null', ',"stop_reason":null,"token_ids":null', ',"token_ids":null,"stop_reason":null', ',"token_ids":[1]', ',"matched_stop":null', ',"matched_stop":"x"'),
-        usage: part('', ',"usage":null', ',"usage":{"prompt_tokens":1,"completion_tokens":2}', ',"prompt_token_ids":null', ',"usage":null,"prompt_token_ids":null', ',"prompt_token_ids":[1]'),
+        usage: part('', ',"usage":null', ',"usage":{"prompt_tokens":1,"completion_tokens":2}', ',"prompt_token_ids":null', ',"usage":null,"prompt_token_ids":null', ',"prompt_token_ids":[1]',
+          ',"obfuscation":"x","usage":null', ',"obfuscation":null'),
       })
       .map(chunk);
     fc.assert(

@@ -49,9 +49,12 @@ const framing = (odd: boolean) =>
     id: fc.constantFrom('up', 'chatcmpl-1', '', ...(odd ? ['bad"id'] : [])),
     created: fc.constantFrom('1', '1795509253', ...(odd ? ['-1'] : [])),
     model: fc.constantFrom('m', 'bench', ...(odd ? ['m\\x'] : [])),
-    fingerprint: fc.constantFrom('', '"system_fingerprint":null,', '"system_fingerprint":"fp_1",', ...(odd ? ['"system_fingerprint":1,'] : [])),
-    stop: fc.constantFrom('', ',"stop_reason":null', ',"token_ids":null', ',"stop_reason":null,"token_ids":null', ',"matched_stop":null', ...(odd ? [',"token_ids":[1]', ',"token_ids":null,"stop_reason":null'] : [])),
-    usage: fc.constantFrom('', ',"usage":null', ',"prompt_token_ids":null', ',"usage":null,"prompt_token_ids":null', ...(odd ? [',"usage":nul', ',"prompt_token_ids":[1]'] : [])),
+    fingerprint: fc.constantFrom('', '"system_fingerprint":null,', '"system_fingerprint":"fp_1",', '"service_tier":"default","system_fingerprint":null,',
+      ...(odd ? ['"system_fingerprint":1,', '"service_tier":"a\\"b",'] : [])),
+    stop: fc.constantFrom('', ',"stop_reason":null', ',"token_ids":null', ',"stop_reason":null,"token_ids":null', ',"token_ids":null,"stop_reason":null', ',"matched_stop":null',
+      ...(odd ? [',"token_ids":[1]', ',"stop_reason":"x"'] : [])),
+    usage: fc.constantFrom('', ',"usage":null', ',"prompt_token_ids":null', ',"usage":null,"prompt_token_ids":null', ',"obfuscation":"D5jIQ"', ',"obfuscation":"","usage":null',
+      ...(odd ? [',"usage":nul', ',"prompt_token_ids":[1]', ',"obfuscation":"a\\u0041"', ',"obfuscation":7'] : [])),
     logprobs: fc.constantFrom('null', ...(odd ? ['{"content":[]}'] : [])),
   });
 type Framing = Record<'id' | 'created' | 'model' | 'fingerprint' | 'stop' | 'usage' | 'logprobs', string>;

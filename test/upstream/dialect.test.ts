@@ -67,13 +67,16 @@ describe('reading stream events', () => {
     ]);
   });
 
-  it("reads current vLLM's and SGLang's content chunks, with their fields that are null, as runs", () => {
-    // As vLLM (with token_ids since 0.10.2) and SGLang (matched_stop) write them, each one of a whole reply.
+  it("reads current vLLM's, SGLang's and OpenAI's content chunks, with the fields Parley drops, as runs", () => {
+    // As vLLM (with token_ids since 0.10.2), SGLang (matched_stop) and OpenAI (service tier, padding) write them.
     const vllmNow = (content: string) =>
       `data: {"id":"chatcmpl-f42e8ae7ddb346e1adfba47e3d710b46","object":"chat.completion.chunk","created":1760031300,"model":"m","choices":[{"index":0,"delta":{"content":${JSON.stringify(content)}},"logprobs":null,"finish_reason":null,"token_ids":null}]}\n\n`;
     const sglang = (content: string) =>
       `data: {"id":"c7a59cdb72e24ebd99d9821ebc0e4b8a","object":"chat.completion.chunk","created":1788360234,"model":"m","choices":[{"index":0,"delta":{"content":${JSON.stringify(content)}},"logprobs":null,"finish_reason":null,"matched_stop":null}]}\n\n`;
-    for (const shape of [vllmNow, sglang]) {
+    let padding = 0;
+    const openai = (content: string) =>
+      `data: {"id":"chatcmpl-C3jmyBQgTgsLd421Wg8fBhM0xkOiK","object":"chat.completion.chunk","created":1755007032,"model":"gpt-4-0613","service_tier":"default","system_fingerprint":null,"choices":[{"index":0,"delta":{"content":${JSON.stringify(content)}},"logprobs":null,"finish_reason":null}],"obfuscation":"${'D5jIQAiER0kD2'.slice(++padding)}"}\n\n`;
+    for (const shape of [vllmNow, sglang, openai]) {
       const events = vllm.streamParser().push(shape('Okay') + shape('.') + shape(' Sure'));
       expect(events).toHaveLength(1);
       const [run] = events as StreamEvent[];
