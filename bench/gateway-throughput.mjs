@@ -9,8 +9,9 @@
 // 64) for OVERLOAD_SECONDS: served, 503/429, other errors, peak RSS; and
 // afterwards the books: open holds, and grants − charges = balance, exactly.
 //
-// A loaded small VM is noisy, so the targets take turns: ROUNDS rounds of
-// each, and the table shows each target's median round; the ratios are
+// A loaded small VM is noisy, so the targets take turns, in the reverse
+// order every other round: ROUNDS rounds of each, and the table shows each
+// target's median round; the ratios are
 // medians of the same-round ratios. Every target first serves an unmeasured
 // warm-up run per mode (WARMUP_SECONDS, support.mjs), so that each is
 // measured with its code compiled, as a long-running server is, not while
@@ -79,7 +80,8 @@ try {
     for (const [, url, headers] of targets) await load(url, headers, stream, 32, WARMUP_SECONDS);
     for (let round = 0; round < ROUNDS; round++) {
       const reqs = {};
-      for (const [name, url, headers] of targets) {
+      // Alternate the order, so that no target always runs right after the same one.
+      for (const [name, url, headers] of round % 2 ? [...targets].reverse() : targets) {
         const r = await load(url, headers, stream);
         reqs[name] = r.requests.average;
         runs.get(name).push({ 'req/s': Math.round(r.requests.average), 'p50 ms': r.latency.p50, 'p99 ms': r.latency.p99, non2xx: r.non2xx, errors: r.errors });
