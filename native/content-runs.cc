@@ -146,10 +146,7 @@ bool read_event(Cursor c, const Event* first, Event& e) {
   if (!c.json_string()) return false;
   e.literal_end = c.at();
   if (!c.literal("},\"logprobs\":null,\"finish_reason\":null")) return false;
-  bool dropped;
-  do {
-    dropped = c.literal(",\"stop_reason\":null") || c.literal(",\"matched_stop\":null") || c.literal(",\"token_ids\":null");
-  } while (dropped);
+  while (c.literal(",\"stop_reason\":null") || c.literal(",\"matched_stop\":null") || c.literal(",\"token_ids\":null")) continue;
   if (!c.literal("}]")) return false;
   for (;;) {
     if (c.literal(",\"usage\":null") || c.literal(",\"prompt_token_ids\":null")) continue;

@@ -19,7 +19,7 @@ describe('the opening and finishing events of a choice', () => {
       chunk({ fingerprint: '"system_fingerprint":"fp_1",', index: '2', delta: '"role":"assistant","content":null', finish: 'null', usage: ',"usage":null' }),
       chunk({ delta: '', logprobs: '', finish: '"stop"' }),
       chunk({ index: '10', delta: '"role":"assistant"', finish: '"tool_calls"' }),
-      // vLLM since 0.10.2 (token ids, asked for or not) and SGLang.
+      // vLLM since 0.10.2 (token ids, asked for or not), SGLang, and OpenAI with its service tier and padding.
       chunk({ delta: '"role":"assistant","content":""', finish: 'null', usage: ',"prompt_token_ids":null' }),
       chunk({ delta: '"content":""', finish: '"stop"', stop: ',"stop_reason":null,"token_ids":null' }),
       chunk({ delta: '"role":"assistant","content":""', finish: 'null', stop: ',"matched_stop":null' }),
