@@ -45,7 +45,8 @@ async function stagesOf(root) {
     };
     const text = isAscii(bytes) ? bytes.toString('latin1') : bytes.toString('utf8');
     lap('decode');
-    const read = dialect.streamParser().push(text, true);
+    // With the text's bytes, as upstream/client.ts hands them on for ASCII (a checkout from before that took `true` there, and reads a Buffer as true).
+    const read = dialect.streamParser().push(text, bytes);
     lap('parse');
     const events = read.map((e) => ('data' in e ? dialect.streamEvent(e) : e));
     lap('normalize');

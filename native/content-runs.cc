@@ -6,14 +6,17 @@
 // what the regular-expression engine, the rope it returns and the string's
 // encoding at the socket cost.
 //
-//   scan(text, info: Float64Array(3)) -> string | null
-//     The run at the start of `text`: its pieces' JSON string literals, each
-//     followed by a NUL (no literal holds a raw control character), and in
-//     `info` how many characters it spans, its choice index and its pieces.
+//   scan(bytes: Buffer, start, info: Float64Array(3)) -> string | null
+//     The run at `start` of the body's bytes (ASCII), read where they lie:
+//     its pieces' JSON string literals, each followed by a NUL (no literal
+//     holds a raw control character), and in `info` how many bytes it spans,
+//     its choice index and its pieces.
 //   render(literals, before, after) -> string
 //     Every piece between `before` and `after` (any strings), all joined.
 //
-// Both return strings, not Buffers: a string is allocated in V8's young
+// The reply's bytes are read as the network delivered them: a copy of their
+// text, a slice at a time, cost the gateway more than the scan. What comes
+// back is strings, not Buffers: a string is allocated in V8's young
 // generation for almost nothing and written to a socket with no further
 // copy, where a Buffer of a reply's size costs more to allocate and collect
 // than the whole rewrite.
@@ -25,11 +28,11 @@
 
 namespace {
 
-// Copies in and out, kept between calls so that their memory is reused; one
-// set per thread, as each thread that loads the module calls it on its own.
+// The literals scan collects and what render copies in and builds, kept
+// between calls so that their memory is reused; one set per thread, as each
+// thread that loads the module calls it on its own.
 // A function takes a reference to each it uses once: in a shared library,
 // every use of a thread_local looks its address up again.
-thread_local std::string text_copy;
 thread_local std::string literals;
 thread_local std::string before_bytes;
 thread_local std::string after_bytes;
@@ -185,7 +188,7 @@ napi_value null_value(napi_env env) {
   return result;
 }
 
-/** Copies a string's text into `out`: Latin-1 for the scanned text (ASCII by contract), UTF-8 for framing. */
+/** Copies a string's text into `out`: Latin-1 for literals (ASCII by contract), UTF-8 for framing. */
 bool copy_string(napi_env env, napi_value value, std::string& out, bool latin1) {
   size_t length;
   auto get = latin1 ? napi_get_value_string_latin1 : napi_get_value_string_utf8;
@@ -197,23 +200,29 @@ bool copy_string(napi_env env, napi_value value, std::string& out, bool latin1) 
 }
 
 napi_value Scan(napi_env env, napi_callback_info call) {
-  size_t argc = 2;
-  napi_value argv[2];
+  size_t argc = 3;
+  napi_value argv[3];
   napi_get_cb_info(env, call, &argc, argv, nullptr, nullptr);
+  bool is_buffer = false;
+  void* bytes;
+  size_t length;
+  double start;
   double* info;
   size_t info_length;
   napi_typedarray_type type;
-  if (argc < 2 || !copy_string(env, argv[0], text_copy, true) ||
-      napi_get_typedarray_info(env, argv[1], &type, &info_length, reinterpret_cast<void**>(&info), nullptr, nullptr) != napi_ok ||
+  if (argc < 3 || napi_is_buffer(env, argv[0], &is_buffer) != napi_ok || !is_buffer ||
+      napi_get_buffer_info(env, argv[0], &bytes, &length) != napi_ok || napi_get_value_double(env, argv[1], &start) != napi_ok ||
+      !(start >= 0 && start <= static_cast<double>(length)) ||
+      napi_get_typedarray_info(env, argv[2], &type, &info_length, reinterpret_cast<void**>(&info), nullptr, nullptr) != napi_ok ||
       type != napi_float64_array || info_length < 3) {
-    napi_throw_type_error(env, nullptr, "scan(text: string, info: Float64Array(3))");
+    napi_throw_type_error(env, nullptr, "scan(bytes: Buffer, start: number, info: Float64Array(3))");
     return nullptr;
   }
-  const std::string& text = text_copy;
+  const char* text = static_cast<const char*>(bytes) + static_cast<size_t>(start);
+  const char* text_end = static_cast<const char*>(bytes) + length;
   std::string& out = literals;
-  const char* text_end = text.data() + text.size();
   Event first;
-  if (!read_event(Cursor(text.data(), text_end), nullptr, first)) return null_value(env);
+  if (!read_event(Cursor(text, text_end), nullptr, first)) return null_value(env);
   out.assign(first.literal, first.literal_end);
   out.push_back('\0');
   double pieces = 1;
@@ -225,7 +234,7 @@ napi_value Scan(napi_env env, napi_callback_info call) {
   }
   double index = 0;
   for (size_t i = 0; i < first.index_length; i++) index = index * 10 + (first.index[i] - '0');
-  info[0] = static_cast<double>(end - text.data());
+  info[0] = static_cast<double>(end - text);
   info[1] = index;
   info[2] = pieces;
   napi_value result;

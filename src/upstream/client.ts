@@ -27,8 +27,15 @@ export interface UpstreamTimeouts {
 
 const agent = new Agent({ keepAliveTimeout: 30_000, connections: 1024 });
 
-/** Text not yet read past which the upstream's socket is paused. */
-const HIGH_WATER_CHARS = 64 * 1024;
+/** Bytes not yet read past which the upstream's socket is paused. */
+const HIGH_WATER_BYTES = 64 * 1024;
+
+/** One read of a body: everything received since the last, as text, and as bytes while the body has been all ASCII. */
+export interface BodyRead {
+  text: string;
+  /** The text's bytes, a byte per character; undefined from the first read that is not all ASCII on. */
+  bytes: Buffer | undefined;
+}
 
 /**
  * One call's reply as undici delivers it: the status first, then the body,
@@ -38,10 +45,10 @@ export class UpstreamBody implements Dispatcher.DispatchHandler {
   statusCode = 0;
   private controller: Dispatcher.DispatchController | undefined;
   private readonly decoder = new StringDecoder('utf8');
-  /** Set at the first chunk that is not ASCII: from there on, a character may be split between two chunks. */
+  /** Set at the first read that is not ASCII: from there on, a character may be split between two reads. */
   private decoding = false;
-  private pending: string[] = [];
-  private pendingChars = 0;
+  private pending: Buffer[] = [];
+  private pendingBytes = 0;
   private ended = false;
   private failure: Error | undefined;
   private discarding = false;
@@ -74,18 +81,14 @@ export class UpstreamBody implements Dispatcher.DispatchHandler {
 
   onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
     if (this.discarding) return;
-    // A reply is nearly always ASCII (JSON escapes the rest), and ASCII is read as latin1: a copy, where UTF-8 is decoded.
-    this.decoding ||= !isAscii(chunk);
-    const text = this.decoding ? this.decoder.write(chunk) : chunk.toString('latin1');
-    this.pending.push(text);
-    this.pendingChars += text.length;
-    if (this.pendingChars > HIGH_WATER_CHARS) controller.pause();
+    // Kept as it came (a view of the socket's read, never reused): the stream's reader may read these bytes in place.
+    this.pending.push(chunk);
+    this.pendingBytes += chunk.length;
+    if (this.pendingBytes > HIGH_WATER_BYTES) controller.pause();
     this.notify();
   }
 
   onResponseEnd(): void {
-    const rest = this.decoder.end();
-    if (rest) this.pending.push(rest);
     this.finish();
   }
 
@@ -96,36 +99,40 @@ export class UpstreamBody implements Dispatcher.DispatchHandler {
     this.finish();
   }
 
-  /** Whether every byte received so far was ASCII, and so all text read from the body. */
-  get ascii(): boolean {
-    return !this.decoding;
-  }
-
   /** The whole body as text. */
   async text(): Promise<string> {
     let text = '';
-    for await (const part of this.texts()) text += part;
+    for await (const read of this.reads()) text += read.text;
     return text;
   }
 
-  /** The body as it arrives: everything received since the last read, as one string. */
-  async *texts(): AsyncGenerator<string> {
+  /** The body as it arrives: everything received since the last read. */
+  async *reads(): AsyncGenerator<BodyRead> {
     try {
       for (;;) {
         if (this.pending.length > 0) {
-          const text = this.pending.length === 1 ? this.pending[0] : this.pending.join('');
+          const bytes = this.pending.length === 1 ? this.pending[0] : Buffer.concat(this.pending);
           this.pending = [];
-          this.pendingChars = 0;
+          this.pendingBytes = 0;
           this.controller?.resume();
-          yield text;
+          yield this.decode(bytes);
         } else if (this.failure) throw this.failure;
-        else if (this.ended) return;
-        else await new Promise<void>((resolve) => (this.wake = resolve));
+        else if (this.ended) {
+          const rest = this.decoder.end();
+          if (rest) yield { text: rest, bytes: undefined };
+          return;
+        } else await new Promise<void>((resolve) => (this.wake = resolve));
       }
     } finally {
       // A reader that stops early no longer wants the rest.
       if (!this.ended && !this.discarding) this.controller?.abort(new Error('the reply is no longer read'));
     }
+  }
+
+  private decode(bytes: Buffer): BodyRead {
+    // A reply is nearly always ASCII (JSON escapes the rest), and ASCII is read as latin1: a copy, where UTF-8 is decoded.
+    this.decoding ||= !isAscii(bytes);
+    return this.decoding ? { text: this.decoder.write(bytes), bytes: undefined } : { text: bytes.toString('latin1'), bytes };
   }
 
   /**
@@ -276,8 +283,8 @@ export async function* readStream(endpoint: UpstreamEndpoint, body: UpstreamBody
   };
   let done = false;
   try {
-    for await (const text of body.texts()) {
-      done = yield* delivered(normalize(parser.push(text, body.ascii)));
+    for await (const read of body.reads()) {
+      done = yield* delivered(normalize(parser.push(read.text, read.bytes)));
       if (done) {
         body.discardRest();
         return;

@@ -11,8 +11,9 @@
 // text. The regular-expression one needs nothing but JavaScript: it matches
 // a run in one step and renders it with one replace of the framing between
 // its pieces. The native one (native/content-runs.cc, built where the
-// machine has a C++ compiler) reads ASCII text for less than that costs the
-// gateway's one JavaScript thread, and renders a flat string, not a rope.
+// machine has a C++ compiler) reads ASCII replies from their bytes, where
+// they lie, for less than that costs the gateway's one JavaScript thread,
+// and renders a flat string, not a rope.
 import { existsSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
@@ -58,7 +59,7 @@ const literalReplacement = (text: string) => text.replaceAll('$', '$$$$');
 
 /** Reads runs with the regular-expression engine alone, no JavaScript per event. */
 export const regexContentRuns: QuickEvents<StreamEvent> = {
-  read(text, start, ascii) {
+  read(text, start, bytes) {
     PLAIN_CONTENT_RUN.lastIndex = start;
     const m = PLAIN_CONTENT_RUN.exec(text);
     if (!m) return undefined;
@@ -67,7 +68,7 @@ export const regexContentRuns: QuickEvents<StreamEvent> = {
       content: {
         index: Number(m[1]),
         pieces: eventsIn(source),
-        ascii,
+        ascii: bytes !== undefined,
         render(before, after) {
           const pieces = source.slice(source.indexOf(BEFORE_FIRST_PIECE) + BEFORE_FIRST_PIECE.length, source.lastIndexOf(AFTER_LAST_PIECE) + 1);
           return before + pieces.replace(BETWEEN_PIECES, literalReplacement(after + before)) + after;
@@ -79,8 +80,8 @@ export const regexContentRuns: QuickEvents<StreamEvent> = {
 };
 
 interface NativeReader {
-  /** The run at the start of `text` (ASCII): its literals, each followed by a NUL; `info` gets [characters, index, pieces]. */
-  scan(text: string, info: Float64Array): string | null;
+  /** The run at `start` of `bytes` (ASCII): its literals, each followed by a NUL; `info` gets [bytes, index, pieces]. */
+  scan(bytes: Buffer, start: number, info: Float64Array): string | null;
   /** Every literal between `before` and `after`, all joined. */
   render(literals: string, before: string, after: string): string;
 }
@@ -100,26 +101,16 @@ function loadNativeReader(): { reader?: NativeReader; unused?: string } {
 const { reader: nativeReader, unused } = loadNativeReader();
 /** What reads streams in this process, for the operator. */
 export const streamReader = nativeReader ? 'the native reader' : `the JavaScript path (the native reader is ${unused})`;
-/** One plain content event: the native scan is only asked where a run starts, so that it copies no text for other events. */
-const PLAIN_CONTENT_EVENT = new RegExp(plainContentEvent(String.raw`\d+`), 'y');
-/**
- * The most text one scan is given: the native reader copies what it is
- * given, and a run longer than this is read as several (rendered alike).
- */
-const NATIVE_SCAN_CHARS = 16 * 1024;
 const scanned = new Float64Array(3);
 
-/** Reads runs of ASCII text natively, and leaves the rest to the regular expressions; undefined where the native reader is not built. */
+/** Reads runs of ASCII bytes natively, and leaves text not known to be ASCII to the regular expressions; undefined where the native reader is not built. */
 export const nativeContentRuns: QuickEvents<StreamEvent> | undefined = nativeReader && {
-  read(text, start, ascii) {
-    if (!ascii) return regexContentRuns.read(text, start, ascii);
-    PLAIN_CONTENT_EVENT.lastIndex = start;
-    if (!PLAIN_CONTENT_EVENT.test(text)) return undefined;
-    const literals = nativeReader.scan(text.slice(start, start + NATIVE_SCAN_CHARS), scanned);
-    // Only a first event longer than a whole scan is not found.
-    if (!literals) return regexContentRuns.read(text, start, ascii);
+  read(text, start, bytes) {
+    if (!bytes) return regexContentRuns.read(text, start, bytes);
+    const literals = nativeReader.scan(bytes, start, scanned);
+    if (!literals) return undefined;
     const event: StreamEvent = {
-      content: { index: scanned[1], pieces: scanned[2], ascii, render: (before, after) => nativeReader.render(literals, before, after) },
+      content: { index: scanned[1], pieces: scanned[2], ascii: true, render: (before, after) => nativeReader.render(literals, before, after) },
     };
     return { event, end: start + scanned[0] };
   },

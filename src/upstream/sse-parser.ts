@@ -12,33 +12,35 @@ export interface SseEvent {
 export interface QuickEvents<T> {
   /**
    * What the events at `start` of `text` amount to, and where they end;
-   * undefined where none are read this way. `ascii`: whether the text is
-   * known to be ASCII (false when not known).
+   * undefined where none are read this way. `bytes`: the text as it came,
+   * a byte per character, where all of it is known to be ASCII (undefined
+   * when not known).
    */
-  read(text: string, start: number, ascii: boolean): { event: T; end: number } | undefined;
+  read(text: string, start: number, bytes?: Buffer): { event: T; end: number } | undefined;
 }
 
 export class SseParser<T = never> {
   private buffer = '';
-  /** Whether all of `buffer` is known to be ASCII. */
-  private ascii = true;
+  /** `buffer` as bytes, while all of it is known to be ASCII. */
+  private bytes: Buffer | undefined;
   private event: string | undefined;
   private data: string[] = [];
 
   constructor(private readonly quick?: QuickEvents<T>) {}
 
   /**
-   * Feeds text, `ascii` if it is known to be all ASCII; returns the events it
-   * completed: read by the quick path, or as plain SSE events.
+   * Feeds text, with its `bytes` where it is known to be all ASCII; returns
+   * the events it completed: read by the quick path, or as plain SSE events.
    */
-  push(text: string, ascii = false): (SseEvent | T)[] {
-    this.ascii = ascii && (this.ascii || this.buffer === '');
+  push(text: string, bytes?: Buffer): (SseEvent | T)[] {
+    // The quick path may read bytes where it would copy text; they are kept while every read held in the buffer came with them.
+    this.bytes = bytes && (this.buffer === '' ? bytes : this.bytes && Buffer.concat([this.bytes, bytes]));
     this.buffer += text;
     const out: (SseEvent | T)[] = [];
     let start = 0;
     for (;;) {
-      if (this.quick && this.data.length === 0 && this.event === undefined) {
-        const quick = this.quick.read(this.buffer, start, this.ascii);
+      if (this.quick && start < this.buffer.length && this.data.length === 0 && this.event === undefined) {
+        const quick = this.quick.read(this.buffer, start, this.bytes);
         if (quick) {
           out.push(quick.event);
           start = quick.end;
@@ -59,6 +61,7 @@ export class SseParser<T = never> {
       this.line(line, out);
     }
     this.buffer = this.buffer.slice(start);
+    this.bytes = this.bytes?.subarray(start);
     return out;
   }
 
@@ -67,6 +70,7 @@ export class SseParser<T = never> {
     const out: SseEvent[] = [];
     if (this.buffer) this.line(this.buffer, out);
     this.buffer = '';
+    this.bytes = undefined;
     this.dispatch(out);
     return out;
   }

@@ -17,7 +17,7 @@ type Read = (SseEvent | StreamEvent)[];
 function transcript(reader: typeof regexContentRuns, reads: string[], before = (i: number) => `<${i}|`, after = '|>\n'): { text: string; pieces: number } {
   const parser = new SseParser(reader);
   const events: Read = [];
-  for (const read of reads) events.push(...parser.push(read, true));
+  for (const read of reads) events.push(...parser.push(read, Buffer.from(read, 'latin1')));
   events.push(...parser.end());
   let text = '';
   let pieces = 0;
@@ -93,7 +93,6 @@ describe.runIf(nativeContentRuns)('the native reader of content runs', () => {
     );
   });
 
-  // Longer than one native scan: read as several runs, rendered as one.
   const vllmFraming: Framing = { id: 'chatcmpl-1', created: '1795509253', model: 'bench', fingerprint: '', stop: ',"stop_reason":null', usage: '', logprobs: 'null' };
   const longReply = plainEvent(vllmFraming, '0', '" tok"').repeat(300) + 'data: [DONE]\n\n';
 
@@ -107,13 +106,30 @@ describe.runIf(nativeContentRuns)('the native reader of content runs', () => {
   // The addon the reader loaded: Node loads a native module once per process.
   const addon = createRequire(import.meta.url)('../../build/Release/content_runs.node') as { scan: (...args: unknown[]) => string | null };
 
+  it('reads the bytes it is handed where they lie, from where the text is read', () => {
+    const scan = vi.spyOn(addon, 'scan');
+    try {
+      const sse = ': keep-alive\n\n' + longReply;
+      const bytes = Buffer.from(sse, 'latin1');
+      const [run] = new SseParser(native).push(sse, bytes) as StreamEvent[];
+      expect(run.content!.pieces).toBe(300);
+      // Every scan reads the reply's own bytes, not a copy of its text; one reads the whole run, from where it starts.
+      expect(scan.mock.calls.every(([read]) => read === bytes)).toBe(true);
+      const found = scan.mock.results.flatMap((r, i) => (r.value === null ? [] : [scan.mock.calls[i][1]]));
+      expect(found).toEqual([': keep-alive\n\n'.length]);
+    } finally {
+      scan.mockRestore();
+    }
+  });
+
   it('reads a run itself, however the upstream frames it', () => {
     const scan = vi.spyOn(addon, 'scan');
     try {
       fc.assert(
         fc.property(framing(false), (f) => {
           scan.mockClear();
-          const [run] = new SseParser(native).push(plainEvent(f, '0', '"a"') + plainEvent(f, '0', '"b"'), true) as StreamEvent[];
+          const sse = plainEvent(f, '0', '"a"') + plainEvent(f, '0', '"b"');
+          const [run] = new SseParser(native).push(sse, Buffer.from(sse, 'latin1')) as StreamEvent[];
           expect(run.content!.pieces).toBe(2);
           expect(scan.mock.results.map((r) => r.value)).toEqual(['"a"\0"b"\0']);
         }),
@@ -126,7 +142,7 @@ describe.runIf(nativeContentRuns)('the native reader of content runs', () => {
   it('leaves text not known to be ASCII to the regular expressions', () => {
     const scan = vi.spyOn(addon, 'scan');
     try {
-      const [run] = new SseParser(native).push(longReply, false) as StreamEvent[];
+      const [run] = new SseParser(native).push(longReply) as StreamEvent[];
       expect(run.content!.pieces).toBe(300);
       expect(scan).not.toHaveBeenCalled();
     } finally {

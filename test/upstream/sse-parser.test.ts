@@ -36,12 +36,14 @@ describe('SseParser', () => {
 describe('SseParser with a quick path', () => {
   const pattern = /data: n(\d+)\n\n/y;
   const quick = {
-    read(text: string, start: number, ascii: boolean) {
+    read(text: string, start: number, bytes: Buffer | undefined) {
       pattern.lastIndex = start;
       const m = pattern.exec(text);
-      return m ? { event: ascii ? { n: Number(m[1]), ascii } : { n: Number(m[1]) }, end: pattern.lastIndex } : undefined;
+      // What the bytes say at the match, where the quick path was given them.
+      return m ? { event: bytes ? { n: Number(m[1]), bytes: bytes.toString('latin1', start, pattern.lastIndex) } : { n: Number(m[1]) }, end: pattern.lastIndex } : undefined;
     },
   };
+  const ascii = (text: string) => Buffer.from(text, 'latin1');
 
   it('reads matching events whole and the rest the ordinary way, in order', () => {
     const p = new SseParser(quick);
@@ -55,13 +57,14 @@ describe('SseParser with a quick path', () => {
     expect(p.push('\ndata: n4\n\n')).toEqual([{ event: undefined, data: 'n3' }, { n: 4 }]);
   });
 
-  it('says an event is ASCII only when every read it was made of was known to be', () => {
+  it('hands the quick path the bytes of the text it reads only when every read the text was made of came with them', () => {
     const p = new SseParser(quick);
-    expect(p.push('data: n1\n\ndata: n', true)).toEqual([{ n: 1, ascii: true }]);
-    expect(p.push('2\n\n', true)).toEqual([{ n: 2, ascii: true }]);
-    expect(p.push('data: n3\n\ndata: n', false)).toEqual([{ n: 3 }]);
-    // An event begun in a read not known to be ASCII, and (the parser keeps no finer account) the rest of that read.
-    expect(p.push('4\n\ndata: n5\n\n', true)).toEqual([{ n: 4 }, { n: 5 }]);
-    expect(p.push('data: n6\n\n', true)).toEqual([{ n: 6, ascii: true }]);
+    expect(p.push('data: n1\n\ndata: n', ascii('data: n1\n\ndata: n'))).toEqual([{ n: 1, bytes: 'data: n1\n\n' }]);
+    // The rest of a read and the next, joined: the bytes stay in step with the text.
+    expect(p.push('2\n\ndata: n3\n\n', ascii('2\n\ndata: n3\n\n'))).toEqual([{ n: 2, bytes: 'data: n2\n\n' }, { n: 3, bytes: 'data: n3\n\n' }]);
+    expect(p.push('data: n4\n\ndata: n')).toEqual([{ n: 4 }]);
+    // An event begun in a read that came without bytes, and (the parser keeps no finer account) the rest of that read.
+    expect(p.push('5\n\ndata: n6\n\n', ascii('5\n\ndata: n6\n\n'))).toEqual([{ n: 5 }, { n: 6 }]);
+    expect(p.push('data: n7\n\n', ascii('data: n7\n\n'))).toEqual([{ n: 7, bytes: 'data: n7\n\n' }]);
   });
 });
