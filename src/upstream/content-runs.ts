@@ -106,7 +106,7 @@ const scanned = new Float64Array(3);
 /** Reads runs of ASCII bytes natively, and leaves text not known to be ASCII to the regular expressions; undefined where the native reader is not built. */
 export const nativeContentRuns: QuickEvents<StreamEvent> | undefined = nativeReader && {
   read(text, start, bytes) {
-    if (!bytes) return regexContentRuns.read(text, start, bytes);
+    if (!bytes) return regexContentRuns.read(text, start);
     const literals = nativeReader.scan(bytes, start, scanned);
     if (!literals) return undefined;
     const event: StreamEvent = {

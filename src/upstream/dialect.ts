@@ -46,7 +46,7 @@ type Json = Record<string, any>;
 
 /** What most of an OpenAI-shaped stream is: runs of content, and the events that open and finish each choice. */
 const quickEvents: QuickEvents<StreamEvent> = {
-  read: (text, start, bytes) => plainContentRuns.read(text, start, bytes) ?? choiceEdges.read(text, start, bytes),
+  read: (text, start, bytes) => plainContentRuns.read(text, start, bytes) ?? choiceEdges.read(text, start),
 };
 
 const asInt = (v: unknown): number => (typeof v === 'number' && Number.isFinite(v) && v >= 0 ? Math.floor(v) : 0);

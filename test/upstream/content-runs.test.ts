@@ -8,6 +8,9 @@ import { SseParser, type SseEvent } from '../../src/upstream/sse-parser.js';
 
 type Read = (SseEvent | StreamEvent)[];
 
+/** ASCII text's bytes, as the body hands them on with it. */
+const bytesOf = (text: string) => Buffer.from(text, 'latin1');
+
 /**
  * What a reader makes of a stream fed in `reads` (all ASCII): every event as
  * the relay would see it, runs rendered between framing that names their
@@ -17,7 +20,7 @@ type Read = (SseEvent | StreamEvent)[];
 function transcript(reader: typeof regexContentRuns, reads: string[], before = (i: number) => `<${i}|`, after = '|>\n'): { text: string; pieces: number } {
   const parser = new SseParser(reader);
   const events: Read = [];
-  for (const read of reads) events.push(...parser.push(read, Buffer.from(read, 'latin1')));
+  for (const read of reads) events.push(...parser.push(read, bytesOf(read)));
   events.push(...parser.end());
   let text = '';
   let pieces = 0;
@@ -110,7 +113,7 @@ describe.runIf(nativeContentRuns)('the native reader of content runs', () => {
     const scan = vi.spyOn(addon, 'scan');
     try {
       const sse = ': keep-alive\n\n' + longReply;
-      const bytes = Buffer.from(sse, 'latin1');
+      const bytes = bytesOf(sse);
       const [run] = new SseParser(native).push(sse, bytes) as StreamEvent[];
       expect(run.content!.pieces).toBe(300);
       // Every scan reads the reply's own bytes, not a copy of its text; one reads the whole run, from where it starts.
@@ -129,7 +132,7 @@ describe.runIf(nativeContentRuns)('the native reader of content runs', () => {
         fc.property(framing(false), (f) => {
           scan.mockClear();
           const sse = plainEvent(f, '0', '"a"') + plainEvent(f, '0', '"b"');
-          const [run] = new SseParser(native).push(sse, Buffer.from(sse, 'latin1')) as StreamEvent[];
+          const [run] = new SseParser(native).push(sse, bytesOf(sse)) as StreamEvent[];
           expect(run.content!.pieces).toBe(2);
           expect(scan.mock.results.map((r) => r.value)).toEqual(['"a"\0"b"\0']);
         }),
