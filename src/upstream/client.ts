@@ -30,12 +30,12 @@ const agent = new Agent({ keepAliveTimeout: 30_000, connections: 1024 });
 /** Bytes not yet read past which the upstream's socket is paused. */
 const HIGH_WATER_BYTES = 64 * 1024;
 
-/** One read of a body: everything received since the last, as text, and as bytes while the body has been all ASCII. */
-export interface BodyRead {
-  text: string;
-  /** The text's bytes, a byte per character; undefined from the first read that is not all ASCII on. */
-  bytes: Buffer | undefined;
-}
+/**
+ * One read of a body: everything received since the last. Bytes while the
+ * body has been all ASCII, which its reader may read in place, undecoded;
+ * text from the first read that is not.
+ */
+export type BodyRead = string | Buffer;
 
 /**
  * One call's reply as undici delivers it: the status first, then the body,
@@ -102,7 +102,7 @@ export class UpstreamBody implements Dispatcher.DispatchHandler {
   /** The whole body as text. */
   async text(): Promise<string> {
     let text = '';
-    for await (const read of this.reads()) text += read.text;
+    for await (const read of this.reads()) text += typeof read === 'string' ? read : read.toString('latin1');
     return text;
   }
 
@@ -119,7 +119,7 @@ export class UpstreamBody implements Dispatcher.DispatchHandler {
         } else if (this.failure) throw this.failure;
         else if (this.ended) {
           const rest = this.decoder.end();
-          if (rest) yield { text: rest, bytes: undefined };
+          if (rest) yield rest;
           return;
         } else await new Promise<void>((resolve) => (this.wake = resolve));
       }
@@ -130,9 +130,9 @@ export class UpstreamBody implements Dispatcher.DispatchHandler {
   }
 
   private decode(bytes: Buffer): BodyRead {
-    // A reply is nearly always ASCII (JSON escapes the rest), and ASCII is read as latin1: a copy, where UTF-8 is decoded.
+    // A reply is nearly always ASCII (JSON escapes the rest): then its bytes are passed on as they are, to be read as latin1 or in place.
     this.decoding ||= !isAscii(bytes);
-    return this.decoding ? { text: this.decoder.write(bytes), bytes: undefined } : { text: bytes.toString('latin1'), bytes };
+    return this.decoding ? this.decoder.write(bytes) : bytes;
   }
 
   /**
@@ -284,7 +284,7 @@ export async function* readStream(endpoint: UpstreamEndpoint, body: UpstreamBody
   let done = false;
   try {
     for await (const read of body.reads()) {
-      done = yield* delivered(normalize(parser.push(read.text, read.bytes)));
+      done = yield* delivered(normalize(parser.push(read)));
       if (done) {
         body.discardRest();
         return;

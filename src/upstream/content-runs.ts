@@ -59,7 +59,7 @@ const literalReplacement = (text: string) => text.replaceAll('$', '$$$$');
 
 /** Reads runs with the regular-expression engine alone, no JavaScript per event. */
 export const regexContentRuns: QuickEvents<StreamEvent> = {
-  read(text, start, bytes) {
+  read(text, start, ascii) {
     PLAIN_CONTENT_RUN.lastIndex = start;
     const m = PLAIN_CONTENT_RUN.exec(text);
     if (!m) return undefined;
@@ -68,7 +68,7 @@ export const regexContentRuns: QuickEvents<StreamEvent> = {
       content: {
         index: Number(m[1]),
         pieces: eventsIn(source),
-        ascii: bytes !== undefined,
+        ascii,
         render(before, after) {
           const pieces = source.slice(source.indexOf(BEFORE_FIRST_PIECE) + BEFORE_FIRST_PIECE.length, source.lastIndexOf(AFTER_LAST_PIECE) + 1);
           return before + pieces.replace(BETWEEN_PIECES, literalReplacement(after + before)) + after;
@@ -103,16 +103,20 @@ const { reader: nativeReader, unused } = loadNativeReader();
 export const streamReader = nativeReader ? 'the native reader' : `the JavaScript path (the native reader is ${unused})`;
 const scanned = new Float64Array(3);
 
-/** Reads runs of ASCII bytes natively, and leaves text not known to be ASCII to the regular expressions; undefined where the native reader is not built. */
+/** Reads runs of ASCII bytes natively, where they lie, and text with the regular expressions; undefined where the native reader is not built. */
 export const nativeContentRuns: QuickEvents<StreamEvent> | undefined = nativeReader && {
-  read(text, start, bytes) {
-    if (!bytes) return regexContentRuns.read(text, start);
-    const literals = nativeReader.scan(bytes, start, scanned);
-    if (!literals) return undefined;
-    const event: StreamEvent = {
-      content: { index: scanned[1], pieces: scanned[2], ascii: true, render: (before, after) => nativeReader.render(literals, before, after) },
-    };
-    return { event, end: start + scanned[0] };
+  read: regexContentRuns.read,
+  bytes: {
+    read(bytes, start) {
+      const literals = nativeReader.scan(bytes, start, scanned);
+      if (!literals) return undefined;
+      const event: StreamEvent = {
+        content: { index: scanned[1], pieces: scanned[2], ascii: true, render: (before, after) => nativeReader.render(literals, before, after) },
+      };
+      return { event, end: start + scanned[0] };
+    },
+    // A single event is a run only if the native reader read it as one.
+    event: () => undefined,
   },
 };
 

@@ -46,7 +46,15 @@ type Json = Record<string, any>;
 
 /** What most of an OpenAI-shaped stream is: runs of content, and the events that open and finish each choice. */
 const quickEvents: QuickEvents<StreamEvent> = {
-  read: (text, start, bytes) => plainContentRuns.read(text, start, bytes) ?? choiceEdges.read(text, start),
+  read: (text, start, ascii) => plainContentRuns.read(text, start, ascii) ?? choiceEdges.read(text, start, ascii),
+  // Where runs are read from bytes, an event left between them is one of the edges, or a plain SSE event.
+  bytes: plainContentRuns.bytes && {
+    read: plainContentRuns.bytes.read,
+    event: (text) => {
+      const edge = choiceEdges.read(text, 0, true);
+      return edge?.end === text.length ? edge.event : undefined;
+    },
+  },
 };
 
 const asInt = (v: unknown): number => (typeof v === 'number' && Number.isFinite(v) && v >= 0 ? Math.floor(v) : 0);

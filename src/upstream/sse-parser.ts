@@ -12,35 +12,87 @@ export interface SseEvent {
 export interface QuickEvents<T> {
   /**
    * What the events at `start` of `text` amount to, and where they end;
-   * undefined where none are read this way. `bytes`: the text as it came,
-   * a byte per character, where all of it is known to be ASCII (undefined
-   * when not known).
+   * undefined where none are read this way. `ascii`: whether all of the
+   * text is known to be ASCII (it came as bytes).
    */
-  read(text: string, start: number, bytes?: Buffer): { event: T; end: number } | undefined;
+  read(text: string, start: number, ascii: boolean): { event: T; end: number } | undefined;
+  /** For a reader that reads ASCII bytes where they lie: then the parser decodes none of the bytes it reads this way. */
+  bytes?: {
+    /** What the events at `start` of `bytes` amount to, and where they end; undefined where none are read this way. */
+    read(bytes: Buffer, start: number): { event: T; end: number } | undefined;
+    /** What one whole event it left (`data: ` line and blank line, decoded) amounts to; undefined for a plain SSE event. */
+    event(text: string): T | undefined;
+  };
 }
 
+const LF = 0x0a;
+const CR = 0x0d;
+const DATA_PREFIX = Buffer.from('data: ');
+
+/** Whether an event starts at `at` of `bytes` with `data: `. */
+function startsWithData(bytes: Buffer, at: number): boolean {
+  for (let i = 0; i < DATA_PREFIX.length; i++) if (bytes[at + i] !== DATA_PREFIX[i]) return false;
+  return true;
+}
+
+/**
+ * An incremental parser, fed the body as it arrives: text, or bytes where
+ * the body is known to be ASCII (a byte per character). Bytes are read in
+ * place while the quick path can read them (`quick.bytes`): only the events
+ * outside its runs (a few per stream) are decoded, each on its own. Text,
+ * and bytes the quick path cannot read, go through the same steps as text.
+ */
 export class SseParser<T = never> {
+  /** What is left of the input past its last whole line, as text. */
   private buffer = '';
-  /** `buffer` as bytes, while all of it is known to be ASCII. */
+  /** The same as bytes, while the input is read as bytes. */
   private bytes: Buffer | undefined;
+  /** From the first text on (or from the start, with no bytes reader), the input is read as text. */
+  private asText: boolean;
+  /** Whether every read so far came as bytes. */
+  private ascii = true;
   private event: string | undefined;
   private data: string[] = [];
 
-  constructor(private readonly quick?: QuickEvents<T>) {}
+  constructor(private readonly quick?: QuickEvents<T>) {
+    this.asText = !quick?.bytes;
+  }
 
-  /**
-   * Feeds text, with its `bytes` where it is known to be all ASCII; returns
-   * the events it completed: read by the quick path, or as plain SSE events.
-   */
-  push(text: string, bytes?: Buffer): (SseEvent | T)[] {
-    // The quick path may read bytes where it would copy text; they are kept while every read held in the buffer came with them.
-    this.bytes = bytes && (this.buffer === '' ? bytes : this.bytes && Buffer.concat([this.bytes, bytes]));
+  /** Feeds the next read: text, or ASCII bytes; returns the events it completed, read by the quick path or as plain SSE events. */
+  push(read: string | Buffer): (SseEvent | T)[] {
+    if (typeof read === 'string') this.ascii = false;
+    if (!this.asText) {
+      if (typeof read !== 'string') return this.pushBytes(read);
+      this.asText = true;
+      this.buffer = this.bytes ? this.bytes.toString('latin1') : '';
+      this.bytes = undefined;
+    }
+    return this.pushText(typeof read === 'string' ? read : read.toString('latin1'));
+  }
+
+  /** Ends the input: an event left without its blank line still counts. */
+  end(): SseEvent[] {
+    const out: SseEvent[] = [];
+    const rest = this.asText ? this.buffer : (this.bytes?.toString('latin1') ?? '');
+    if (rest) this.line(rest, out);
+    this.buffer = '';
+    this.bytes = undefined;
+    this.dispatch(out);
+    return out;
+  }
+
+  /** Whether no event is half-read: the quick path reads whole events only. */
+  private get idle(): boolean {
+    return this.data.length === 0 && this.event === undefined;
+  }
+
+  private pushText(text: string): (SseEvent | T)[] {
     this.buffer += text;
     const out: (SseEvent | T)[] = [];
     let start = 0;
     for (;;) {
-      if (this.quick && start < this.buffer.length && this.data.length === 0 && this.event === undefined) {
-        const quick = this.quick.read(this.buffer, start, this.bytes);
+      if (this.quick && start < this.buffer.length && this.idle) {
+        const quick = this.quick.read(this.buffer, start, this.ascii);
         if (quick) {
           out.push(quick.event);
           start = quick.end;
@@ -50,32 +102,50 @@ export class SseParser<T = never> {
       const nl = this.buffer.indexOf('\n', start);
       if (nl === -1) break;
       // Nearly every event is one `data: ` line and a blank line: taken whole, without the line-by-line parse.
-      if (this.data.length === 0 && this.event === undefined && this.buffer.charCodeAt(nl + 1) === 0x0a && this.buffer.startsWith('data: ', start) && this.buffer.charCodeAt(nl - 1) !== 0x0d) {
+      if (this.idle && this.buffer.charCodeAt(nl + 1) === LF && this.buffer.startsWith('data: ', start) && this.buffer.charCodeAt(nl - 1) !== CR) {
         out.push({ event: undefined, data: this.buffer.slice(start + 6, nl) });
         start = nl + 2;
         continue;
       }
-      let line = this.buffer.slice(start, nl);
+      this.line(this.buffer.slice(start, nl), out);
       start = nl + 1;
-      if (line.endsWith('\r')) line = line.slice(0, -1);
-      this.line(line, out);
     }
     this.buffer = this.buffer.slice(start);
-    this.bytes = this.bytes?.subarray(start);
     return out;
   }
 
-  /** Ends the input: an event left without its blank line still counts. */
-  end(): SseEvent[] {
-    const out: SseEvent[] = [];
-    if (this.buffer) this.line(this.buffer, out);
-    this.buffer = '';
-    this.bytes = undefined;
-    this.dispatch(out);
+  private pushBytes(read: Buffer): (SseEvent | T)[] {
+    const bytes = this.bytes?.length ? Buffer.concat([this.bytes, read]) : read;
+    const quick = this.quick!.bytes!;
+    const out: (SseEvent | T)[] = [];
+    let start = 0;
+    for (;;) {
+      if (start < bytes.length && this.idle) {
+        const run = quick.read(bytes, start);
+        if (run) {
+          out.push(run.event);
+          start = run.end;
+          continue;
+        }
+      }
+      const nl = bytes.indexOf(LF, start);
+      if (nl === -1) break;
+      // One `data: ` line and a blank line, as in text, decoded alone: the quick path may still read it.
+      if (this.idle && bytes[nl + 1] === LF && startsWithData(bytes, start) && bytes[nl - 1] !== CR) {
+        const event = bytes.toString('latin1', start, nl + 2);
+        out.push(quick.event(event) ?? { event: undefined, data: event.slice(6, -2) });
+        start = nl + 2;
+        continue;
+      }
+      this.line(bytes.toString('latin1', start, nl), out);
+      start = nl + 1;
+    }
+    this.bytes = bytes.subarray(start);
     return out;
   }
 
   private line(line: string, out: (SseEvent | T)[]): void {
+    if (line.endsWith('\r')) line = line.slice(0, -1);
     if (line === '') return this.dispatch(out);
     if (line.startsWith(':')) return;
     const colon = line.indexOf(':');

@@ -26,10 +26,10 @@ describe('the opening and finishing events of a choice', () => {
       chunk({ fingerprint: '"service_tier":"default","system_fingerprint":null,', delta: '', finish: '"stop"', usage: ',"obfuscation":"3S9Rm"' }),
     ];
     for (const sse of events) {
-      const read = choiceEdges.read(`: keep-alive\n\n${sse}data: [DONE]\n\n`, ': keep-alive\n\n'.length);
+      const read = choiceEdges.read(`: keep-alive\n\n${sse}data: [DONE]\n\n`, ': keep-alive\n\n'.length, true);
       expect(read).toEqual({ event: fullParse(sse), end: ': keep-alive\n\n'.length + sse.length });
     }
-    expect(choiceEdges.read(events[1], 0)?.event).toEqual({ choices: [{ index: 0, delta: { content: '' }, logprobs: null, finish_reason: 'length' }] });
+    expect(choiceEdges.read(events[1], 0, true)?.event).toEqual({ choices: [{ index: 0, delta: { content: '' }, logprobs: null, finish_reason: 'length' }] });
   });
 
   it('leaves every other event to the full parse', () => {
@@ -48,7 +48,7 @@ describe('the opening and finishing events of a choice', () => {
       chunk({ delta: '"role":"assistant","content":""', finish: 'null' }).replace('\n\n', '\r\n\r\n'),
       chunk({ delta: '', finish: '"stop"' }).replace('"choices":[{', '"choices":[{"index":1},{'),
     ];
-    for (const sse of others) expect(choiceEdges.read(sse, 0)).toBeUndefined();
+    for (const sse of others) expect(choiceEdges.read(sse, 0, true)).toBeUndefined();
   });
 
   it('never reads an event otherwise than the full parse would, whatever its framing', () => {
@@ -67,7 +67,7 @@ describe('the opening and finishing events of a choice', () => {
       .map(chunk);
     fc.assert(
       fc.property(event, (sse) => {
-        const read = choiceEdges.read(sse, 0);
+        const read = choiceEdges.read(sse, 0, true);
         if (read) expect(read).toEqual({ event: fullParse(sse), end: sse.length });
       }),
       { numRuns: 2000 },

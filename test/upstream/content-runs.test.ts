@@ -8,7 +8,7 @@ import { SseParser, type SseEvent } from '../../src/upstream/sse-parser.js';
 
 type Read = (SseEvent | StreamEvent)[];
 
-/** ASCII text's bytes, as the body hands them on with it. */
+/** ASCII text's bytes, as the body hands them on. */
 const bytesOf = (text: string) => Buffer.from(text, 'latin1');
 
 /**
@@ -20,7 +20,7 @@ const bytesOf = (text: string) => Buffer.from(text, 'latin1');
 function transcript(reader: typeof regexContentRuns, reads: string[], before = (i: number) => `<${i}|`, after = '|>\n'): { text: string; pieces: number } {
   const parser = new SseParser(reader);
   const events: Read = [];
-  for (const read of reads) events.push(...parser.push(read, bytesOf(read)));
+  for (const read of reads) events.push(...parser.push(bytesOf(read)));
   events.push(...parser.end());
   let text = '';
   let pieces = 0;
@@ -114,7 +114,7 @@ describe.runIf(nativeContentRuns)('the native reader of content runs', () => {
     try {
       const sse = ': keep-alive\n\n' + longReply;
       const bytes = bytesOf(sse);
-      const [run] = new SseParser(native).push(sse, bytes) as StreamEvent[];
+      const [run] = new SseParser(native).push(bytes) as StreamEvent[];
       expect(run.content!.pieces).toBe(300);
       // Every scan reads the reply's own bytes, not a copy of its text; one reads the whole run, from where it starts.
       expect(scan.mock.calls.every(([read]) => read === bytes)).toBe(true);
@@ -125,6 +125,18 @@ describe.runIf(nativeContentRuns)('the native reader of content runs', () => {
     }
   });
 
+  it('decodes none of the bytes of a run it reads', () => {
+    const toString = vi.spyOn(Buffer.prototype, 'toString');
+    try {
+      const [run] = new SseParser(native).push(bytesOf(longReply)) as StreamEvent[];
+      expect(run.content!.pieces).toBe(300);
+      // Only the event after the run is decoded.
+      expect(toString.mock.results.map((r) => r.value)).toEqual(['data: [DONE]\n\n']);
+    } finally {
+      toString.mockRestore();
+    }
+  });
+
   it('reads a run itself, however the upstream frames it', () => {
     const scan = vi.spyOn(addon, 'scan');
     try {
@@ -132,7 +144,7 @@ describe.runIf(nativeContentRuns)('the native reader of content runs', () => {
         fc.property(framing(false), (f) => {
           scan.mockClear();
           const sse = plainEvent(f, '0', '"a"') + plainEvent(f, '0', '"b"');
-          const [run] = new SseParser(native).push(sse, bytesOf(sse)) as StreamEvent[];
+          const [run] = new SseParser(native).push(bytesOf(sse)) as StreamEvent[];
           expect(run.content!.pieces).toBe(2);
           expect(scan.mock.results.map((r) => r.value)).toEqual(['"a"\0"b"\0']);
         }),

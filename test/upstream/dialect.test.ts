@@ -55,6 +55,30 @@ describe('reading stream events', () => {
     expect(quick).toEqual([...full, { done: true }]);
   });
 
+  it("reads a stream's ASCII bytes as it reads its text, however the reads are cut", () => {
+    const chunk = (index: number, delta: object, finish: string | null) => ({ ...plain, choices: [{ index, delta, logprobs: null, finish_reason: finish }] });
+    const chunks = [
+      chunk(0, { role: 'assistant', content: '' }, null), chunk(1, { role: 'assistant', content: '' }, null),
+      ...['Hel', 'lo "x"', ' \u00e9\n'].map((content, i) => chunk(i % 2, { content }, null)),
+      chunk(0, { content: 'a' }, null), chunk(0, { content: 'b' }, null), chunk(0, {}, 'stop'), chunk(1, {}, 'length'),
+      { ...plain, choices: [], usage: { prompt_tokens: 9, completion_tokens: 5, prompt_tokens_details: { cached_tokens: 4 } } },
+    ];
+    // ASCII, as JSON.stringify leaves it once other characters are escaped.
+    const sse = ': keep-alive\n\n' + chunks.map((c) => `data: ${JSON.stringify(c).replace(/[^\x00-\x7f]/g, (ch) => `\\u${ch.charCodeAt(0).toString(16).padStart(4, '0')}`)}\n\n`).join('') + 'data: [DONE]\n\n';
+    /** Every event as the full parse makes it, runs spelled out piece by piece. */
+    const spelled = (events: ReturnType<ReturnType<typeof vllm.streamParser>['push']>) => events.flatMap((e) => {
+      if ('data' in e) return [vllm.streamEvent(e)];
+      return e.content ? piecesOf(e.content).map((content) => ({ choices: [{ index: e.content!.index, delta: { content }, logprobs: null, finish_reason: null }] })) : [e];
+    });
+    const asText = spelled(vllm.streamParser().push(sse));
+    expect(asText).toHaveLength(chunks.length + 1);
+    for (let at = 0; at <= sse.length; at += 3) {
+      const parser = vllm.streamParser();
+      const events = [...parser.push(Buffer.from(sse.slice(0, at))), ...parser.push(Buffer.from(sse.slice(at))), ...parser.end()];
+      expect(spelled(events)).toEqual(asText);
+    }
+  });
+
   it('gathers consecutive plain pieces of one choice into one run, and starts a new run when the choice changes', () => {
     const piece = (index: number, content: string) => `data: ${JSON.stringify({ ...plain, choices: [{ ...plain.choices[0], index, delta: { content } }] })}\n\n`;
     const events = vllm.streamParser().push(piece(0, 'a') + piece(0, 'b') + piece(1, 'c') + piece(0, '') + piece(0, 'd'));
