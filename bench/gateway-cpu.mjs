@@ -17,7 +17,8 @@
 // The targets take turns for `rounds` rounds of `seconds` each; the table
 // shows each one's median, and the ratio is the median of same-round ratios.
 // Each further argument is another checkout of Parley (built), measured the
-// same way: an A/B of two versions of the code in one run.
+// same way: an A/B of two versions of the code in one run, with the median
+// of each one's same-round ratios to this checkout.
 //
 //   npm run build && node bench/gateway-cpu.mjs [stream|whole] [rounds, default 10] [seconds, default 3] [checkout ...]
 import { readdirSync, readFileSync } from 'node:fs';
@@ -102,6 +103,15 @@ try {
       errors: list.reduce((sum, x) => sum + x.errors, 0),
     };
   }));
+  // An A/B of checkouts: each further one against the first, round by round, where the VM's drift between rounds cancels out.
+  const first = runs.get(targets[1]);
+  for (const t of targets.slice(2)) {
+    const list = runs.get(t);
+    const mainRatios = list.map((x, i) => x.main / first[i].main);
+    const processRatios = list.map((x, i) => x.whole / first[i].whole);
+    const lower = mainRatios.filter((r) => r < 1).length;
+    console.log(`${t.name} ÷ ${targets[1].name}: main thread ${median(mainRatios).toFixed(3)} (lower in ${lower} of ${mainRatios.length} rounds), process ${median(processRatios).toFixed(3)}`);
+  }
 } finally {
   for (const stop of stoppers) stop();
 }
