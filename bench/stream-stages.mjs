@@ -46,10 +46,11 @@ async function stagesOf(root) {
     };
     const parser = dialect.streamParser();
     // As upstream/client.ts hands a read on: ASCII bytes as they are (a checkout from before decoded them, and took the text with its bytes).
+    const takesBytes = parser.push.length === 1;
     const ascii = isAscii(bytes);
-    const text = parser.push.length === 1 ? (ascii ? bytes : bytes.toString('utf8')) : ascii ? bytes.toString('latin1') : bytes.toString('utf8');
+    const text = !ascii ? bytes.toString('utf8') : takesBytes ? bytes : bytes.toString('latin1');
     lap('decode');
-    const read = parser.push.length === 1 ? parser.push(text) : parser.push(text, bytes);
+    const read = takesBytes ? parser.push(text) : parser.push(text, bytes);
     lap('parse');
     const events = read.map((e) => ('data' in e ? dialect.streamEvent(e) : e));
     lap('normalize');

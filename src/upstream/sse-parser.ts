@@ -45,35 +45,29 @@ function startsWithData(bytes: Buffer, at: number): boolean {
 export class SseParser<T = never> {
   /** What is left of the input past its last whole line, as text. */
   private buffer = '';
-  /** The same as bytes, while the input is read as bytes. */
+  /** The same as bytes, while the input is read as bytes: while every read came as bytes, and the quick path reads them. */
   private bytes: Buffer | undefined;
-  /** From the first text on (or from the start, with no bytes reader), the input is read as text. */
-  private asText: boolean;
   /** Whether every read so far came as bytes. */
   private ascii = true;
   private event: string | undefined;
   private data: string[] = [];
 
-  constructor(private readonly quick?: QuickEvents<T>) {
-    this.asText = !quick?.bytes;
-  }
+  constructor(private readonly quick?: QuickEvents<T>) {}
 
   /** Feeds the next read: text, or ASCII bytes; returns the events it completed, read by the quick path or as plain SSE events. */
   push(read: string | Buffer): (SseEvent | T)[] {
-    if (typeof read === 'string') this.ascii = false;
-    if (!this.asText) {
-      if (typeof read !== 'string') return this.pushBytes(read);
-      this.asText = true;
-      this.buffer = this.bytes ? this.bytes.toString('latin1') : '';
-      this.bytes = undefined;
-    }
-    return this.pushText(typeof read === 'string' ? read : read.toString('latin1'));
+    if (typeof read !== 'string') return this.ascii && this.quick?.bytes ? this.pushBytes(read) : this.pushText(read.toString('latin1'));
+    // From the first text on, the input is read as text, what was left of the bytes first.
+    this.ascii = false;
+    if (this.bytes) this.buffer = this.bytes.toString('latin1');
+    this.bytes = undefined;
+    return this.pushText(read);
   }
 
   /** Ends the input: an event left without its blank line still counts. */
   end(): SseEvent[] {
     const out: SseEvent[] = [];
-    const rest = this.asText ? this.buffer : (this.bytes?.toString('latin1') ?? '');
+    const rest = this.bytes ? this.bytes.toString('latin1') : this.buffer;
     if (rest) this.line(rest, out);
     this.buffer = '';
     this.bytes = undefined;

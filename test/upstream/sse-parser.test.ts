@@ -1,6 +1,9 @@
 import { describe, expect, it } from 'vitest';
 import { SseParser, type QuickEvents } from '../../src/upstream/sse-parser.js';
 
+/** ASCII text's bytes, as the body hands them on. */
+const ascii = (text: string) => Buffer.from(text, 'latin1');
+
 describe('SseParser', () => {
   it('reads data with and without the space after the colon, and CRLF line ends', () => {
     const p = new SseParser();
@@ -42,7 +45,6 @@ describe('SseParser with a quick path', () => {
       return m ? { event: { n: Number(m[1]), ascii }, end: pattern.lastIndex } : undefined;
     },
   };
-  const ascii = (text: string) => Buffer.from(text, 'latin1');
 
   it('reads matching events whole and the rest the ordinary way, in order', () => {
     const p = new SseParser(quick);
@@ -82,7 +84,6 @@ describe('SseParser with a quick path that reads bytes', () => {
     };
     return { handed, quick };
   };
-  const ascii = (text: string) => Buffer.from(text, 'latin1');
 
   it('reads the bytes it is handed where they lie, and decodes the events they leave one at a time', () => {
     const { handed, quick } = reader();
