@@ -43,8 +43,16 @@ export class KeyAuthenticator {
     sub.on('message', (_channel: string, hash: string) => auth.cache.delete(hash));
     let subscribedOnce = false;
     sub.on('ready', () => {
-      if (subscribedOnce) auth.cache.clear();
-      subscribedOnce = true;
+      if (!subscribedOnce) {
+        subscribedOnce = true;
+        return;
+      }
+      // Cleared once subscribed again, so that no key looked up before then outlives a revocation it missed.
+      // A renewal that fails is tried again at the next reconnection.
+      sub.subscribe(redisKeys.keyRevocations).then(
+        () => auth.cache.clear(),
+        () => {},
+      );
     });
     await sub.subscribe(redisKeys.keyRevocations);
     return auth;

@@ -26,9 +26,15 @@ export async function connectRedis(target: string, name = 'parley'): Promise<Red
   return redis;
 }
 
-/** A second connection for pub/sub, which cannot share a connection with commands. */
+/**
+ * A second connection for pub/sub, which cannot share a connection with
+ * commands. It does not renew its subscriptions when it reconnects: its user
+ * subscribes again at each 'ready' and handles a failure, where ioredis's own
+ * renewal has no handler for one, and a renewal cut short (by a replica
+ * stopping meanwhile) was an unhandled rejection.
+ */
 export function subscriberFor(redis: Redis): Redis {
-  const sub = redis.duplicate({ enableOfflineQueue: true, maxRetriesPerRequest: null });
+  const sub = redis.duplicate({ enableOfflineQueue: true, maxRetriesPerRequest: null, autoResubscribe: false });
   sub.on('error', () => {});
   return sub;
 }

@@ -1,11 +1,18 @@
 // API keys through Parley with a real redis-server and the real `openai`
 // client: every 401 case, revocation reaching every replica within a
-// second, and no raw key kept in memory.
+// second, revocations missed while the subscription was down, and no raw
+// key kept in memory.
+import { connect, createServer, type Socket } from 'node:net';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { KeyAuthenticator } from '../../src/accounts/key-authenticator.js';
+import { revokeApiKey } from '../../src/accounts/api-keys.js';
 import { readBalance } from '../../src/billing/credit-ledger.js';
+import { connectRedis } from '../../src/redis/connection.js';
+import { redisKeys } from '../../src/redis/keys.js';
 import { answering, startFakeUpstream, until, type FakeUpstream } from '../support/fake-upstream.js';
 import { makeAccount, modelEntry, postChat, startTestGateway, type TestGateway, TEST_KEY_SECRET } from '../support/gateway.js';
+import { startTestRedis } from '../support/redis.js';
 
 const messages = [{ role: 'user' as const, content: 'hello' }];
 
@@ -43,14 +50,12 @@ describe('authentication', () => {
     const team = await makeAccount(gw.redis, 1);
     const client = new OpenAI({ baseURL: `${gw.url}/v1`, apiKey: team.key, maxRetries: 0 });
     await client.chat.completions.create({ model: 'm', messages });
-    const { revokeApiKey } = await import('../../src/accounts/api-keys.js');
     expect(await revokeApiKey(gw.redis.client, team.keyId)).toBe(true);
     await until(async () => (await postChat({ url: gw.url, apiKey: team.key }, { model: 'm', messages })).status === 401, 1_000);
     await expect(client.chat.completions.create({ model: 'm', messages })).rejects.toMatchObject({ status: 401, code: 'invalid_api_key' });
   });
 
   it('keeps no raw key in its in-process caches', async () => {
-    const { KeyAuthenticator } = await import('../../src/accounts/key-authenticator.js');
     const auth = await KeyAuthenticator.start(gw.redis.client, TEST_KEY_SECRET);
     try {
       const team = await makeAccount(gw.redis, 1);
@@ -82,8 +87,7 @@ describe('a revocation reaches every replica within a second', () => {
     try {
       const team = await makeAccount(a.redis, 1);
       for (const gw of [a, b]) expect((await postChat({ url: gw.url, apiKey: team.key }, { model: 'm', messages })).status).toBe(200);
-      const { revokeApiKey } = await import('../../src/accounts/api-keys.js');
-      await revokeApiKey(a.redis.client, team.keyId);
+        await revokeApiKey(a.redis.client, team.keyId);
       const revokedAt = Date.now();
       for (const gw of [a, b]) {
         await until(async () => (await postChat({ url: gw.url, apiKey: team.key }, { model: 'm', messages })).status === 401, 1_000);
@@ -93,6 +97,87 @@ describe('a revocation reaches every replica within a second', () => {
       await b.close();
       await a.close();
       await upstream.close();
+    }
+  });
+});
+
+/**
+ * A TCP pass-through to Redis that can cut every connection, and swallow
+ * what clients send that holds a SUBSCRIBE: a renewal that is never answered.
+ */
+async function cuttingProxy(port: number) {
+  const open = new Set<Socket>();
+  const proxy = { port: 0, swallowSubscribes: false, swallowed: 0, cut: () => open.forEach((s) => s.destroy()), close: () => new Promise((r) => server.close(r)) };
+  const server = createServer((client) => {
+    const redis = connect(port, '127.0.0.1');
+    for (const s of [client, redis]) {
+      open.add(s);
+      s.on('error', () => {});
+      s.on('close', () => {
+        open.delete(s);
+        client.destroy();
+        redis.destroy();
+      });
+    }
+    client.on('data', (bytes) => {
+      if (proxy.swallowSubscribes && /subscribe/i.test(bytes.toString('latin1'))) proxy.swallowed++;
+      else redis.write(bytes);
+    });
+    redis.pipe(client);
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  proxy.port = (server.address() as { port: number }).port;
+  return proxy;
+}
+
+describe('the revocation subscription', () => {
+  const subscribers = async (redis: { client: { pubsub(...args: string[]): Promise<unknown> } }) =>
+    ((await redis.client.pubsub('NUMSUB', redisKeys.keyRevocations)) as [string, number])[1];
+  const refused = (auth: KeyAuthenticator, key: string) => auth.authenticate(`Bearer ${key}`).then(() => false, (err) => err.status === 401);
+
+  it('forgets the keys it knew when it reconnects, for revocations it missed, and hears later ones', async () => {
+    const redis = await startTestRedis();
+    const client = await connectRedis(redis.url);
+    const auth = await KeyAuthenticator.start(client, TEST_KEY_SECRET);
+    try {
+      const [missed, later] = [await makeAccount(redis, 1), await makeAccount(redis, 1)];
+      for (const team of [missed, later]) expect((await auth.authenticate(`Bearer ${team.key}`)).account).toBe(team.account);
+      // The subscriber is cut off; the revocation is published to no one.
+      await redis.client.client('KILL', 'TYPE', 'pubsub');
+      await revokeApiKey(redis.client, missed.keyId);
+      await until(() => refused(auth, missed.key), 3_000);
+      // Subscribed again: a revocation now reaches it by message, the other key still cached.
+      await until(async () => (await subscribers(redis)) === 1, 3_000);
+      expect(await refused(auth, later.key)).toBe(false);
+      await revokeApiKey(redis.client, later.keyId);
+      await until(() => refused(auth, later.key), 1_000);
+    } finally {
+      await auth.close();
+      client.disconnect();
+      await redis.stop();
+    }
+  });
+
+  it('stops with no unhandled rejection while a renewal of its subscription is unanswered', async () => {
+    const redis = await startTestRedis();
+    const proxy = await cuttingProxy(Number(new URL(redis.url).port));
+    const client = await connectRedis(`redis://127.0.0.1:${proxy.port}`);
+    const auth = await KeyAuthenticator.start(client, TEST_KEY_SECRET);
+    const unhandled: unknown[] = [];
+    const onUnhandled = (reason: unknown) => unhandled.push(reason);
+    process.on('unhandledRejection', onUnhandled);
+    try {
+      proxy.swallowSubscribes = true;
+      proxy.cut();
+      await until(async () => proxy.swallowed > 0, 3_000);
+      await auth.close();
+      await new Promise((r) => setTimeout(r, 200));
+      expect(unhandled).toEqual([]);
+    } finally {
+      process.off('unhandledRejection', onUnhandled);
+      client.disconnect();
+      await proxy.close();
+      await redis.stop();
     }
   });
 });
