@@ -12,7 +12,7 @@ import { connectRedis } from '../../src/redis/connection.js';
 import { redisKeys } from '../../src/redis/keys.js';
 import { answering, startFakeUpstream, until, type FakeUpstream } from '../support/fake-upstream.js';
 import { makeAccount, modelEntry, postChat, startTestGateway, type TestGateway, TEST_KEY_SECRET } from '../support/gateway.js';
-import { startTestRedis } from '../support/redis.js';
+import { startTestRedis, type TestRedis } from '../support/redis.js';
 
 const messages = [{ role: 'user' as const, content: 'hello' }];
 
@@ -87,7 +87,7 @@ describe('a revocation reaches every replica within a second', () => {
     try {
       const team = await makeAccount(a.redis, 1);
       for (const gw of [a, b]) expect((await postChat({ url: gw.url, apiKey: team.key }, { model: 'm', messages })).status).toBe(200);
-        await revokeApiKey(a.redis.client, team.keyId);
+      await revokeApiKey(a.redis.client, team.keyId);
       const revokedAt = Date.now();
       for (const gw of [a, b]) {
         await until(async () => (await postChat({ url: gw.url, apiKey: team.key }, { model: 'm', messages })).status === 401, 1_000);
@@ -131,8 +131,7 @@ async function cuttingProxy(port: number) {
 }
 
 describe('the revocation subscription', () => {
-  const subscribers = async (redis: { client: { pubsub(...args: string[]): Promise<unknown> } }) =>
-    ((await redis.client.pubsub('NUMSUB', redisKeys.keyRevocations)) as [string, number])[1];
+  const subscribers = async (redis: TestRedis) => ((await redis.client.pubsub('NUMSUB', redisKeys.keyRevocations)) as [string, number])[1];
   const refused = (auth: KeyAuthenticator, key: string) => auth.authenticate(`Bearer ${key}`).then(() => false, (err) => err.status === 401);
 
   it('forgets the keys it knew when it reconnects, for revocations it missed, and hears later ones', async () => {
