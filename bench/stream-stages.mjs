@@ -48,9 +48,9 @@ async function stagesOf(root) {
     // As upstream/client.ts hands a read on: ASCII bytes as they are (a checkout from before decoded them, and took the text with its bytes).
     const takesBytes = parser.push.length === 1;
     const ascii = isAscii(bytes);
-    const text = !ascii ? bytes.toString('utf8') : takesBytes ? bytes : bytes.toString('latin1');
+    const input = !ascii ? bytes.toString('utf8') : takesBytes ? bytes : bytes.toString('latin1');
     lap('decode');
-    const read = takesBytes ? parser.push(text) : parser.push(text, bytes);
+    const read = takesBytes ? parser.push(input) : parser.push(input, bytes);
     lap('parse');
     const events = read.map((e) => ('data' in e ? dialect.streamEvent(e) : e));
     lap('normalize');

@@ -41,12 +41,9 @@ export class KeyAuthenticator {
     const sub = subscriberFor(redis);
     const auth = new KeyAuthenticator(redis, sub, secret);
     sub.on('message', (_channel: string, hash: string) => auth.cache.delete(hash));
-    let subscribedOnce = false;
+    await sub.subscribe(redisKeys.keyRevocations);
+    // Listened for once subscribed, so that only reconnections are heard: the first 'ready' came before the answer.
     sub.on('ready', () => {
-      if (!subscribedOnce) {
-        subscribedOnce = true;
-        return;
-      }
       // Cleared once subscribed again, so that no key looked up before then outlives a revocation it missed.
       // A renewal that fails is tried again at the next reconnection.
       sub.subscribe(redisKeys.keyRevocations).then(
@@ -54,7 +51,6 @@ export class KeyAuthenticator {
         () => {},
       );
     });
-    await sub.subscribe(redisKeys.keyRevocations);
     return auth;
   }
 
