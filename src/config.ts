@@ -85,12 +85,21 @@ const gatewaySettings = z
         deadlineMs: z.int().min(10).default(60_000),
         /** The longest a request waits for a slot on a full endpoint. */
         queueTimeoutMs: z.int().min(0).default(10_000),
+        /** The share of an endpoint's queue one account's requests may take (at least one place). */
+        accountQueueShare: z.number().gt(0).max(1).default(0.5),
       })
       .prefault({}),
     health: z
       .strictObject({
-        /** Failures in a row that open an endpoint's circuit (a refused connection opens it at once). */
+        /**
+         * An endpoint's circuit opens when, within `windowMs`, it has this many failures, making up at least
+         * `failureRate` of its outcomes, from at least `minCallers` accounts (the active probe counts as one);
+         * or this many failed probes in a row; or at once on a refused connection.
+         */
         failureThreshold: z.int().min(1).default(3),
+        failureRate: z.number().gt(0).max(1).default(0.5),
+        windowMs: z.int().min(100).default(10_000),
+        minCallers: z.int().min(1).default(2),
         /** How long an open circuit stays open before one request or probe tests it. */
         openMs: z.int().min(10).default(5_000),
         /** Active check: GET <endpoint url><path> every intervalMs (0 turns it off). */

@@ -4,10 +4,16 @@
 // attempt budget and the deadline. When every endpoint is at capacity the
 // request waits in the first queue with room. Once an upstream answers, its
 // reply is the reply: nothing after the first byte fails over.
+//
+// A failed attempt counts against its endpoint's circuit once the request
+// is over, and only when the endpoint is to blame: not when the request
+// failed the same way everywhere it went (two endpoints answering it with
+// the same 5xx: its content is the cause, and counting it would let one
+// tenant's poison requests open a circuit every tenant shares).
 import { SpanStatusCode, type Span } from '@opentelemetry/api';
 import type { ChatCompletionRequest } from '../protocol/chat-request.js';
 import { ApiError, noHealthyUpstream, upstreamsBusy } from '../protocol/errors.js';
-import { QueueTimeout } from '../routing/endpoint-state.js';
+import { QueueTimeout, type EndpointState } from '../routing/endpoint-state.js';
 import type { RoutePlan } from '../routing/router.js';
 import type { RoutedEndpoint, RoutedModel } from '../routing/routing-table.js';
 import type { Cancellation } from '../upstream/cancellation.js';
@@ -39,13 +45,55 @@ function upstreamBodies(endpoint: RoutedEndpoint, model: RoutedModel, request: C
 /** A failure before the upstream's first byte that another endpoint may not share. */
 const isRetryable = (err: unknown) => err instanceof ApiError && (err.code === 'upstream_unreachable' || err.code === 'upstream_error');
 
+interface FailedAttempt {
+  state: EndpointState;
+  err: ApiError;
+}
+
+/** Whether every attempt was answered with one and the same 5xx, by two endpoints or more: then the request is the cause. */
+function requestAtFault(failed: FailedAttempt[]): boolean {
+  const status = failed[0]?.err.upstreamStatus;
+  return failed.length >= 2 && status !== undefined && failed.every((f) => f.err.upstreamStatus === status);
+}
+
+/** Counts the failed attempts against their endpoints, unless the request itself was at fault. */
+function blame(failed: FailedAttempt[], account: string, gaveUp: boolean): void {
+  const exonerated = gaveUp && requestAtFault(failed);
+  for (const { state, err } of failed) {
+    if (exonerated) state.breaker.onNoVerdict();
+    else state.recordFailure(account, err.code === 'upstream_unreachable');
+  }
+}
+
 export async function callWithFailover(
   ctx: GatewayContext,
   span: Span,
   model: RoutedModel,
   request: ChatCompletionRequest,
   plan: RoutePlan,
+  account: string,
   cancellation: Cancellation,
+): Promise<UpstreamCall> {
+  const failed: FailedAttempt[] = [];
+  try {
+    const call = await walkPlan(ctx, span, model, request, plan, account, cancellation, failed);
+    blame(failed, account, false);
+    return call;
+  } catch (err) {
+    blame(failed, account, true);
+    throw err;
+  }
+}
+
+async function walkPlan(
+  ctx: GatewayContext,
+  span: Span,
+  model: RoutedModel,
+  request: ChatCompletionRequest,
+  plan: RoutePlan,
+  account: string,
+  cancellation: Cancellation,
+  failed: FailedAttempt[],
 ): Promise<UpstreamCall> {
   const { settings } = ctx.routing();
   const { maxAttempts, deadlineMs, queueTimeoutMs } = settings.failover;
@@ -68,7 +116,7 @@ export async function callWithFailover(
     const timeouts = { firstByteMs: Math.max(1, Math.min(settings.upstreamFirstByteTimeoutMs, deadline - started)), idleMs: settings.upstreamIdleTimeoutMs };
     try {
       const bodies = await Promise.all(upstreamBodies(endpoint, model, request).map((b) => postChatCompletion(endpoint, b, cancellation, timeouts)));
-      state.recordSuccess(Date.now() - started);
+      state.recordSuccess(account, Date.now() - started);
       ctx.router.routed(model, endpoint, plan.request);
       attemptSpan.end();
       let released = false;
@@ -78,11 +126,12 @@ export async function callWithFailover(
       attemptSpan.setStatus({ code: SpanStatusCode.ERROR, message: err instanceof ApiError ? (err.code ?? err.type) : 'aborted' });
       attemptSpan.end();
       if (cancellation.cancelled || !isRetryable(err)) {
-        // The upstream answered (a 4xx is the request's fault, not the endpoint's).
-        if (err instanceof ApiError) state.breaker.onSuccess();
+        // The upstream answered (a 4xx is the request's fault, not the endpoint's), or its client left.
+        if (err instanceof ApiError && !cancellation.cancelled) state.breaker.onSuccess(account);
+        else state.breaker.onNoVerdict();
         throw err;
       }
-      state.recordFailure((err as ApiError).code === 'upstream_unreachable');
+      failed.push({ state, err: err as ApiError });
       console.warn(`parley: ${endpoint.name}: ${(err as Error).message}; trying the next endpoint`);
       lastError = err;
       return undefined;
@@ -101,11 +150,11 @@ export async function callWithFailover(
   }
   for (const endpoint of busy) {
     const state = ctx.router.state(endpoint);
-    if (attempts >= maxAttempts || !state.hasQueueRoom()) continue;
+    if (attempts >= maxAttempts || !state.hasQueueRoom(account)) continue;
     const wait = Math.min(queueTimeoutMs, deadline - Date.now());
     if (wait <= 0) break;
     try {
-      await state.acquireQueued(wait, cancellation);
+      await state.acquireQueued(account, wait, cancellation);
     } catch (err) {
       if (err instanceof QueueTimeout) throw upstreamsBusy(request.model, retryAfter);
       throw err;

@@ -10,6 +10,7 @@ import { handleChatCompletion } from './chat-completions.js';
 import type { GatewayContext } from './context.js';
 import { getModel, listModels } from './models-routes.js';
 import { handlePlatform } from '../platform/routes.js';
+import { routeLabel } from '../telemetry/route-labels.js';
 
 /** Ready: not shutting down, and Redis answers (without it every request would fail closed). */
 async function readiness(res: ServerResponse, ctx: GatewayContext): Promise<void> {
@@ -20,14 +21,6 @@ async function readiness(res: ServerResponse, ctx: GatewayContext): Promise<void
     return sendJson(res, 503, { status: 'redis unreachable' });
   }
   sendJson(res, 200, { status: 'ready' });
-}
-
-/** The route's name for spans and metrics: the path, but never a model id or key id from it. */
-function routeName(method: string, path: string): string {
-  if (path.startsWith('/v1/models/')) return `${method} /v1/models/{id}`;
-  if (path.startsWith('/platform/models/')) return `${method} /platform/models/{id}`;
-  if (path.startsWith('/platform/api-keys/')) return `${method} /platform/api-keys/{id}/revoke`;
-  return `${method} ${path}`;
 }
 
 export function createGatewayServer(ctx: GatewayContext): Server {
@@ -54,7 +47,7 @@ export function createGatewayServer(ctx: GatewayContext): Server {
     const started = performance.now();
     const method = req.method ?? 'GET';
     const [path, search = ''] = (req.url ?? '/').split('?', 2);
-    const name = routeName(method, path);
+    const name = routeLabel(method, path);
     const span = ctx.telemetry.tracer.startSpan(name, { attributes: { 'http.request.method': method, 'http.route': name } });
     let errorCode: string | null = null;
     res.once('close', () => {

@@ -3,6 +3,7 @@
 // spec's rule for unknown fields: accepted, and never sent upstream.
 import { z } from 'zod';
 import { invalidParameter, type ApiError } from './errors.js';
+import { illFormedTextPath } from './well-formed-text.js';
 
 const MAX_CHOICES = 4;
 
@@ -84,7 +85,12 @@ export function parseChatCompletionRequest(body: unknown): ChatCompletionRequest
     return invalidParameter(null, 'The request body must be a JSON object.');
   }
   const parsed = chatCompletionRequest.safeParse(body);
-  if (parsed.success) return parsed.data;
+  if (parsed.success) {
+    const illFormed = illFormedTextPath(parsed.data);
+    if (!illFormed) return parsed.data;
+    const param = paramName(illFormed);
+    return invalidParameter(param, `Invalid value for '${param}': the text is not valid Unicode (it holds a lone UTF-16 surrogate, such as \\ud800 without its pair). Send well-formed text.`);
+  }
   const issue = parsed.error.issues[0];
   const param = paramName(issue.path);
   const value = issue.path.reduce<unknown>((v, k) => (v as Record<PropertyKey, unknown> | undefined)?.[k], body);

@@ -25,6 +25,9 @@ export class Cancelled extends Error {
 }
 
 export class ApiError extends Error {
+  /** For a failure the upstream answered with a status of its own (a 5xx): that status. */
+  upstreamStatus: number | undefined;
+
   constructor(
     readonly status: number,
     readonly type: ErrorType,
@@ -85,8 +88,11 @@ export const upstreamsBusy = (model: string, retryAfterSeconds: number) =>
 export const upstreamUnreachable = (detail: string) =>
   new ApiError(502, 'server_error', `The model's server could not be reached: ${detail}`, 'upstream_unreachable');
 
-export const upstreamFailed = (detail: string) =>
-  new ApiError(502, 'server_error', `The model's server failed before it answered: ${detail}`, 'upstream_error');
+export const upstreamFailed = (detail: string, upstreamStatus?: number) => {
+  const err = new ApiError(502, 'server_error', `The model's server failed before it answered: ${detail}`, 'upstream_error');
+  err.upstreamStatus = upstreamStatus;
+  return err;
+};
 
 /** An upstream's own 4xx answer that is the caller's fault, passed on with its message. */
 export const upstreamRejected = (status: number, message: string, param: string | null) =>

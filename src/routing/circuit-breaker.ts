@@ -1,16 +1,39 @@
-// A circuit breaker per endpoint: after `failureThreshold` failures in a row
-// (or one refused connection: nothing is listening) it opens and the
-// endpoint gets no traffic; after `openMs` it half-opens and lets one request
-// (or an active probe) test it; a success closes it, a failure opens it again.
+// A circuit breaker per endpoint, opened only on evidence that the endpoint,
+// not a request, is at fault (as Envoy's outlier detection does): over the
+// last `windowMs`, at least `failureThreshold` failures, making up at least
+// `failureRate` of the outcomes, from at least `minCallers` different
+// accounts. One tenant's requests, however many fail, cannot open a circuit
+// that every tenant shares. The active probe is a caller of its own, and
+// `failureThreshold` probe failures in a row open the circuit by themselves;
+// a refused connection (nothing is listening) opens it at once. After
+// `openMs` the circuit half-opens and lets one request (or a probe) test it:
+// a success closes it, a failure opens it again.
 export type BreakerState = 'closed' | 'open' | 'half_open';
 
 export interface BreakerSettings {
   failureThreshold: number;
+  failureRate: number;
+  windowMs: number;
+  minCallers: number;
   openMs: number;
 }
 
+/** Who saw an outcome: an account id, or the active probe. */
+export const PROBE_CALLER = '(probe)';
+
+/** The window is kept as this many slices, so that recording an outcome costs the same at any request rate. */
+const SLICES = 10;
+
+interface Slice {
+  start: number;
+  outcomes: number;
+  failures: number;
+  failingCallers: Set<string>;
+}
+
 export class CircuitBreaker {
-  private failuresInARow = 0;
+  private slices: Slice[] = [];
+  private probeFailuresInARow = 0;
   private openedAt = 0;
   private opened = false;
   private trialInFlight = false;
@@ -42,19 +65,60 @@ export class CircuitBreaker {
     return state === 'closed' || (state === 'half_open' && !this.trialInFlight);
   }
 
-  onSuccess(): void {
-    this.failuresInARow = 0;
-    this.opened = false;
+  onSuccess(caller: string): void {
+    if (caller === PROBE_CALLER) this.probeFailuresInARow = 0;
     this.trialInFlight = false;
+    if (this.opened) {
+      this.opened = false;
+      this.slices = [];
+      return;
+    }
+    this.record(false, caller);
   }
 
   /** `refused`: the connection itself was refused, so the endpoint is down now, not flaky. */
-  onFailure(refused = false): void {
+  onFailure(caller: string, refused = false): void {
     this.trialInFlight = false;
-    this.failuresInARow++;
-    if (refused || this.failuresInARow >= this.settings.failureThreshold || this.opened) {
+    if (caller === PROBE_CALLER) this.probeFailuresInARow++;
+    this.record(true, caller);
+    // Open or half-open already: any failure (the trial's included) opens it anew.
+    if (refused || this.opened || this.probeFailuresInARow >= this.settings.failureThreshold || this.evidenceIsEnough()) {
       this.opened = true;
       this.openedAt = this.now();
     }
+  }
+
+  /** A request that took the half-open trial ended with nothing to say of the endpoint (its own fault, or its client left). */
+  onNoVerdict(): void {
+    this.trialInFlight = false;
+  }
+
+  private record(failed: boolean, caller: string): void {
+    const now = this.now();
+    const sliceMs = Math.max(1, this.settings.windowMs / SLICES);
+    while (this.slices.length > 0 && this.slices[0].start <= now - this.settings.windowMs) this.slices.shift();
+    let slice = this.slices.at(-1);
+    if (!slice || now - slice.start >= sliceMs) {
+      slice = { start: now, outcomes: 0, failures: 0, failingCallers: new Set() };
+      this.slices.push(slice);
+    }
+    slice.outcomes++;
+    if (failed) {
+      slice.failures++;
+      slice.failingCallers.add(caller);
+    }
+  }
+
+  private evidenceIsEnough(): boolean {
+    const { failureThreshold, failureRate, minCallers } = this.settings;
+    const failing = new Set<string>();
+    let failures = 0;
+    let outcomes = 0;
+    for (const s of this.slices) {
+      outcomes += s.outcomes;
+      failures += s.failures;
+      for (const caller of s.failingCallers) failing.add(caller);
+    }
+    return failures >= failureThreshold && failures >= failureRate * outcomes && failing.size >= minCallers;
   }
 }

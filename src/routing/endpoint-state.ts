@@ -2,6 +2,11 @@
 // waiting, its circuit breaker, latency and how much of its prompts its cache
 // served. It outlives routing-file reloads (keyed by the endpoint's name), so
 // an edit does not forget that an endpoint is down or busy.
+//
+// The queue is fair between accounts: one account may take at most
+// `accountQueueShare` of its places, and a freed slot goes to the accounts
+// waiting in turn, so that one team's burst neither fills the queue nor
+// makes the others wait behind all of it.
 import { Cancelled } from '../protocol/errors.js';
 import type { Cancellation } from '../upstream/cancellation.js';
 import { CircuitBreaker, type BreakerSettings, type BreakerState } from './circuit-breaker.js';
@@ -10,6 +15,8 @@ export interface EndpointLimits {
   /** Requests at once; beyond it, requests wait in a bounded queue. */
   maxConcurrent: number;
   maxQueue: number;
+  /** The share of the queue's places one account's requests may take. */
+  accountQueueShare: number;
 }
 
 export interface EndpointSnapshot {
@@ -35,7 +42,9 @@ export class QueueTimeout extends Error {}
 
 export class EndpointState {
   inFlight = 0;
-  private readonly waiters: Waiter[] = [];
+  /** Waiters by account, in the order the accounts take their turns. */
+  private readonly waiting = new Map<string, Waiter[]>();
+  private waiters = 0;
   readonly breaker: CircuitBreaker;
   private requests = 0;
   private failures = 0;
@@ -52,37 +61,45 @@ export class EndpointState {
 
   /** In flight plus waiting: what least-load policies compare. */
   get load(): number {
-    return this.inFlight + this.waiters.length;
+    return this.inFlight + this.waiters;
   }
 
   get queued(): number {
-    return this.waiters.length;
+    return this.waiters;
   }
 
   hasFreeSlot(): boolean {
     return this.inFlight < this.limits.maxConcurrent;
   }
 
-  hasQueueRoom(): boolean {
-    return this.waiters.length < this.limits.maxQueue;
+  /** Whether `account` may wait for a slot: the queue has room, and the account has not taken its share of it. */
+  hasQueueRoom(account: string): boolean {
+    const { maxQueue, accountQueueShare } = this.limits;
+    const own = this.waiting.get(account)?.length ?? 0;
+    return this.waiters < maxQueue && own < Math.max(1, Math.floor(maxQueue * accountQueueShare));
   }
 
   /** Takes a slot now if one is free. */
   tryAcquire(): boolean {
-    if (!this.hasFreeSlot() || this.waiters.length > 0) return false;
+    if (!this.hasFreeSlot() || this.waiters > 0) return false;
     this.inFlight++;
     return true;
   }
 
   /** Waits in the queue for a slot, up to `timeoutMs` or until the request is cancelled. */
-  async acquireQueued(timeoutMs: number, cancellation: Cancellation): Promise<void> {
+  async acquireQueued(account: string, timeoutMs: number, cancellation: Cancellation): Promise<void> {
     // A request whose client has already left takes no place in the queue.
     if (cancellation.cancelled) throw new Cancelled();
     if (this.tryAcquire()) return;
     await new Promise<void>((resolve, reject) => {
       const leave = (err: Error) => {
-        const i = this.waiters.indexOf(waiter);
-        if (i >= 0) this.waiters.splice(i, 1);
+        const own = this.waiting.get(account);
+        const i = own?.indexOf(waiter) ?? -1;
+        if (own && i >= 0) {
+          own.splice(i, 1);
+          this.waiters--;
+          if (own.length === 0) this.waiting.delete(account);
+        }
         waiter.reject(err);
       };
       const timer = setTimeout(() => leave(new QueueTimeout(`waited ${timeoutMs} ms for ${this.name}`)), timeoutMs);
@@ -101,28 +118,37 @@ export class EndpointState {
           reject(err);
         },
       };
-      this.waiters.push(waiter);
+      const own = this.waiting.get(account);
+      if (own) own.push(waiter);
+      else this.waiting.set(account, [waiter]);
+      this.waiters++;
     });
   }
 
-  /** Gives the slot back; the next waiter, if any, takes it. */
+  /** Gives the slot back; the first waiter of the account whose turn it is, if any, takes it. */
   release(): void {
-    const next = this.waiters.shift();
-    if (next) next.resolve();
-    else this.inFlight--;
+    const turn = this.waiting.entries().next();
+    if (turn.done) return void this.inFlight--;
+    const [account, own] = turn.value;
+    const next = own.shift()!;
+    this.waiters--;
+    // The account goes to the back of the line, behind every other account waiting.
+    this.waiting.delete(account);
+    if (own.length > 0) this.waiting.set(account, own);
+    next.resolve();
   }
 
-  recordSuccess(firstByteMs: number): void {
+  recordSuccess(caller: string, firstByteMs: number): void {
     this.requests++;
-    this.breaker.onSuccess();
+    this.breaker.onSuccess(caller);
     this.lastLatency = firstByteMs;
     this.latencyEwma = this.latencyEwma === null ? firstByteMs : this.latencyEwma * (1 - EWMA_WEIGHT) + firstByteMs * EWMA_WEIGHT;
   }
 
-  recordFailure(refused: boolean): void {
+  recordFailure(caller: string, refused: boolean): void {
     this.requests++;
     this.failures++;
-    this.breaker.onFailure(refused);
+    this.breaker.onFailure(caller, refused);
   }
 
   recordUsage(promptTokens: number, cachedTokens: number): void {
@@ -137,7 +163,7 @@ export class EndpointState {
       health: circuit === 'closed' ? 'healthy' : circuit === 'open' ? 'unhealthy' : 'recovering',
       circuit,
       inFlight: this.inFlight,
-      queued: this.waiters.length,
+      queued: this.waiters,
       requests: this.requests,
       failures: this.failures,
       cachedTokenShare: this.promptTokens === 0 ? 0 : this.cachedTokens / this.promptTokens,

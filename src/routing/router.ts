@@ -6,6 +6,7 @@
 import { request as httpRequest } from 'undici';
 import type { GatewaySettings } from '../config.js';
 import type { ChatMessage } from '../protocol/chat-request.js';
+import { PROBE_CALLER } from './circuit-breaker.js';
 import { EndpointState, type EndpointSnapshot } from './endpoint-state.js';
 import { createPolicy } from './policies/index.js';
 import type { RoutingPolicy, RoutingRequest } from './policies/policy.js';
@@ -27,7 +28,7 @@ export class Router {
   /** Takes a new routing table: new endpoints get state and a probe, removed ones lose theirs, kept ones take the new limits and health settings. */
   apply(table: RoutingTable): void {
     this.table = table;
-    const { health } = table.settings;
+    const { health, failover } = table.settings;
     const live = new Set<string>();
     for (const model of table.models.values()) {
       const { policy, maxImbalance } = model.config.routing;
@@ -35,7 +36,7 @@ export class Router {
       if (this.policies.get(model.config.id)?.key !== key) this.policies.set(model.config.id, { key, policy: createPolicy(policy, { maxImbalance }) });
       for (const e of model.endpoints) {
         live.add(e.name);
-        const limits = { maxConcurrent: e.maxConcurrent, maxQueue: e.maxQueue };
+        const limits = { maxConcurrent: e.maxConcurrent, maxQueue: e.maxQueue, accountQueueShare: failover.accountQueueShare };
         const state = this.states.get(e.name);
         if (state) {
           state.limits = limits;
@@ -76,7 +77,8 @@ export class Router {
   state(endpoint: RoutedEndpoint): EndpointState {
     let state = this.states.get(endpoint.name);
     if (!state) {
-      state = new EndpointState(endpoint.name, { maxConcurrent: endpoint.maxConcurrent, maxQueue: endpoint.maxQueue }, this.table!.settings.health);
+      const { health, failover } = this.table!.settings;
+      state = new EndpointState(endpoint.name, { maxConcurrent: endpoint.maxConcurrent, maxQueue: endpoint.maxQueue, accountQueueShare: failover.accountQueueShare }, health);
       this.states.set(endpoint.name, state);
     }
     return state;
@@ -108,10 +110,10 @@ export class Router {
       try {
         const res = await httpRequest(`${endpoint.url}${probe.path}`, { headers, headersTimeout: probe.timeoutMs, bodyTimeout: probe.timeoutMs });
         await res.body.dump();
-        if (res.statusCode < 500) state.breaker.onSuccess();
-        else state.breaker.onFailure();
+        if (res.statusCode < 500) state.breaker.onSuccess(PROBE_CALLER);
+        else state.breaker.onFailure(PROBE_CALLER);
       } catch (err) {
-        state.breaker.onFailure((err as { code?: string }).code === 'ECONNREFUSED');
+        state.breaker.onFailure(PROBE_CALLER, (err as { code?: string }).code === 'ECONNREFUSED');
       }
     }, probe.intervalMs);
     timer.unref();

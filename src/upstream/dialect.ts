@@ -38,6 +38,8 @@ export interface DialectQuirks {
   openAiNativeParams?: boolean;
   /** Extra fields for the upstream body. */
   extraBody?: (req: ChatCompletionRequest) => Record<string, unknown>;
+  /** An upstream 5xx whose message shows that the request, not the server, was at fault: the caller gets a 400. */
+  requestFaultMessage?: RegExp;
   /** Where this upstream reports cached prompt tokens. */
   cachedTokens: (usage: Record<string, any>, whole: Record<string, any>) => number | undefined;
 }
@@ -174,7 +176,8 @@ export function openAiCompatible(quirks: DialectQuirks): Dialect {
       if (status >= 400 && status < 500 && status !== 408 && status !== 429) {
         return upstreamRejected(status === 404 ? 400 : status, message, typeof e.param === 'string' ? e.param : null);
       }
-      return upstreamFailed(`HTTP ${status}: ${message}`);
+      if (status >= 500 && quirks.requestFaultMessage?.test(message)) return upstreamRejected(400, `The model's server could not read this request: ${message}`, null);
+      return upstreamFailed(`HTTP ${status}: ${message}`, status);
     },
   };
 }

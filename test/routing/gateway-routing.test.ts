@@ -2,9 +2,10 @@
 // the first byte and never after, priorities, the attempt budget, concurrency
 // limits and queues, circuit breakers and probes, reloads, prefix affinity,
 // and the operators' view.
+import OpenAI from 'openai';
 import { describe, expect, it } from 'vitest';
 import { chunk, completionBody, replyJson, sleep, startFakeUpstream, writeEvents, type Script } from '../support/fake-upstream.js';
-import { modelEntry, postChat, withGatewayOn } from '../support/gateway.js';
+import { makeAccount, modelEntry, postChat, withGatewayOn } from '../support/gateway.js';
 
 const messages = [{ role: 'user' as const, content: 'hello' }];
 
@@ -94,7 +95,7 @@ describe('concurrency limits', () => {
   });
 
   it('queues within maxQueue and serves in turn', async () => {
-    await withGatewayOn([answer('queued', 200)], ([a]) => ({ gateway: noProbe, models: [modelEntry('m', [vllm(a, { maxConcurrent: 1, maxQueue: 2 })])] }), async (gw, [up]) => {
+    await withGatewayOn([answer('queued', 200)], ([a]) => ({ gateway: noProbe, models: [modelEntry('m', [vllm(a, { maxConcurrent: 1, maxQueue: 4 })])] }), async (gw, [up]) => {
       let peak = 0;
       let now = 0;
       up.setScript(async (req, res) => {
@@ -110,9 +111,12 @@ describe('concurrency limits', () => {
 });
 
 describe('health', () => {
-  it('opens the circuit after failures in a row, then lets one request test it and closes on success', async () => {
+  it("opens the circuit on two accounts' failures, then lets one request test it and closes on success", async () => {
     await withGatewayOn([failWith(500), answer('steady')], ([a, b]) => ({ gateway: { health: { failureThreshold: 2, openMs: 400, probe: { intervalMs: 0 } } }, models: [modelEntry('m', [vllm(a), vllm(b, { priority: 1 })])] }), async (gw, [flaky]) => {
-      for (let i = 0; i < 2; i++) await gw.client.chat.completions.create({ model: 'm', messages });
+      const other = await makeAccount(gw.redis, 10);
+      const otherClient = new OpenAI({ baseURL: `${gw.url}/v1`, apiKey: other.key, maxRetries: 0 });
+      await gw.client.chat.completions.create({ model: 'm', messages });
+      await otherClient.chat.completions.create({ model: 'm', messages });
       expect(flaky.received).toHaveLength(2);
       for (let i = 0; i < 3; i++) await gw.client.chat.completions.create({ model: 'm', messages });
       expect(flaky.received).toHaveLength(2);
@@ -124,7 +128,7 @@ describe('health', () => {
   });
 
   it('an active probe brings a recovered endpoint back', async () => {
-    await withGatewayOn([failWith(500), answer('steady')], ([a, b]) => ({ gateway: { health: { failureThreshold: 1, openMs: 60_000, probe: { intervalMs: 100, path: '/models' } } }, models: [modelEntry('m', [vllm(a), vllm(b, { priority: 1 })])] }), async (gw, [flaky]) => {
+    await withGatewayOn([failWith(500), answer('steady')], ([a, b]) => ({ gateway: { health: { failureThreshold: 1, minCallers: 1, openMs: 60_000, probe: { intervalMs: 100, path: '/models' } } }, models: [modelEntry('m', [vllm(a), vllm(b, { priority: 1 })])] }), async (gw, [flaky]) => {
       await gw.client.chat.completions.create({ model: 'm', messages });
       flaky.setScript((req, res) => (req.path.endsWith('/models') ? replyJson(res, { data: [] }) : answer('back')(req, res)));
       await sleep(300);

@@ -1,6 +1,6 @@
 // The routing policies alone, on plain data.
 import { describe, expect, it } from 'vitest';
-import { CircuitBreaker } from '../../src/routing/circuit-breaker.js';
+import { CircuitBreaker, PROBE_CALLER } from '../../src/routing/circuit-breaker.js';
 import { EndpointState, QueueTimeout } from '../../src/routing/endpoint-state.js';
 import { LeastLoadPolicy } from '../../src/routing/policies/least-load.js';
 import type { Candidate, RoutingPolicy } from '../../src/routing/policies/policy.js';
@@ -103,45 +103,102 @@ describe('prefix affinity', () => {
 });
 
 describe('circuit breaker', () => {
-  it('opens after failures in a row, half-opens for one trial, and closes on success', () => {
+  const settings = { failureThreshold: 3, failureRate: 0.5, windowMs: 10_000, minCallers: 2, openMs: 1000 };
+
+  it('opens on failures from several accounts within the window, half-opens for one trial, and closes on success', () => {
     let now = 0;
-    const breaker = new CircuitBreaker({ failureThreshold: 3, openMs: 1000 }, () => now);
-    breaker.onFailure();
-    breaker.onFailure();
+    const breaker = new CircuitBreaker(settings, () => now);
+    breaker.onFailure('team-a');
+    breaker.onFailure('team-b');
     expect(breaker.state).toBe('closed');
-    breaker.onFailure();
+    breaker.onFailure('team-a');
     expect(breaker.state).toBe('open');
     expect(breaker.allowRequest()).toBe(false);
     now = 1000;
     expect(breaker.state).toBe('half_open');
     expect(breaker.allowRequest()).toBe(true);
     expect(breaker.allowRequest()).toBe(false);
-    breaker.onSuccess();
+    breaker.onSuccess('team-c');
     expect(breaker.state).toBe('closed');
+  });
+
+  it("stays closed however many of one account's requests fail", () => {
+    const breaker = new CircuitBreaker(settings);
+    for (let i = 0; i < 100; i++) breaker.onFailure('attacker');
+    expect(breaker.state).toBe('closed');
+  });
+
+  it('stays closed while failures are under the failure rate of the window', () => {
+    const breaker = new CircuitBreaker(settings);
+    for (let i = 0; i < 10; i++) {
+      breaker.onSuccess('team-a');
+      breaker.onSuccess('team-b');
+      breaker.onSuccess('team-c');
+      breaker.onFailure(i % 2 ? 'team-a' : 'team-b');
+    }
+    expect(breaker.state).toBe('closed');
+  });
+
+  it('forgets outcomes older than the window', () => {
+    let now = 0;
+    const breaker = new CircuitBreaker(settings, () => now);
+    breaker.onFailure('team-a');
+    breaker.onFailure('team-b');
+    now = 10_001;
+    breaker.onFailure('team-a');
+    expect(breaker.state).toBe('closed');
+  });
+
+  it('opens on failed probes in a row alone, and a probe counts as a caller of its own', () => {
+    const probed = new CircuitBreaker(settings);
+    probed.onFailure(PROBE_CALLER);
+    probed.onFailure(PROBE_CALLER);
+    expect(probed.state).toBe('closed');
+    probed.onFailure(PROBE_CALLER);
+    expect(probed.state).toBe('open');
+
+    const confirmed = new CircuitBreaker(settings);
+    confirmed.onFailure('team-a');
+    confirmed.onFailure('team-a');
+    confirmed.onFailure(PROBE_CALLER);
+    expect(confirmed.state).toBe('open');
   });
 
   it('opens at once on a refused connection, and again after a failed trial', () => {
     let now = 0;
-    const breaker = new CircuitBreaker({ failureThreshold: 3, openMs: 1000 }, () => now);
-    breaker.onFailure(true);
+    const breaker = new CircuitBreaker(settings, () => now);
+    breaker.onFailure('team-a', true);
     expect(breaker.state).toBe('open');
     now = 1500;
     expect(breaker.allowRequest()).toBe(true);
-    breaker.onFailure();
+    breaker.onFailure('team-a');
     expect(breaker.state).toBe('open');
+  });
+
+  it('frees the half-open trial of a request that had nothing to say of the endpoint', () => {
+    let now = 0;
+    const breaker = new CircuitBreaker(settings, () => now);
+    breaker.onFailure('team-a', true);
+    now = 1000;
+    expect(breaker.allowRequest()).toBe(true);
+    breaker.onNoVerdict();
+    expect(breaker.state).toBe('half_open');
+    expect(breaker.allowRequest()).toBe(true);
   });
 });
 
+const BREAKER = { failureThreshold: 3, failureRate: 0.5, windowMs: 10_000, minCallers: 2, openMs: 1000 };
+
 describe('endpoint concurrency', () => {
   it('admits up to maxConcurrent, queues the next in order, and hands a released slot to the first waiter', async () => {
-    const state = new EndpointState('e', { maxConcurrent: 1, maxQueue: 2 }, { failureThreshold: 3, openMs: 1000 });
+    const state = new EndpointState('e', { maxConcurrent: 1, maxQueue: 2, accountQueueShare: 1 }, BREAKER);
     expect(state.tryAcquire()).toBe(true);
     expect(state.tryAcquire()).toBe(false);
     const order: string[] = [];
-    const a = state.acquireQueued(1000, new Cancellation()).then(() => order.push('a'));
-    const b = state.acquireQueued(1000, new Cancellation()).then(() => order.push('b'));
+    const a = state.acquireQueued('team', 1000, new Cancellation()).then(() => order.push('a'));
+    const b = state.acquireQueued('team', 1000, new Cancellation()).then(() => order.push('b'));
     expect(state.load).toBe(3);
-    expect(state.hasQueueRoom()).toBe(false);
+    expect(state.hasQueueRoom('team')).toBe(false);
     state.release();
     await a;
     state.release();
@@ -151,18 +208,18 @@ describe('endpoint concurrency', () => {
   });
 
   it('gives up waiting after the queue timeout', async () => {
-    const state = new EndpointState('e', { maxConcurrent: 1, maxQueue: 1 }, { failureThreshold: 3, openMs: 1000 });
+    const state = new EndpointState('e', { maxConcurrent: 1, maxQueue: 1, accountQueueShare: 1 }, BREAKER);
     state.tryAcquire();
-    await expect(state.acquireQueued(30, new Cancellation())).rejects.toBeInstanceOf(QueueTimeout);
+    await expect(state.acquireQueued('team', 30, new Cancellation())).rejects.toBeInstanceOf(QueueTimeout);
     expect(state.queued).toBe(0);
   });
 
   it('leaves the queue at once when its request is cancelled, and a slot released later goes to the next', async () => {
-    const state = new EndpointState('e', { maxConcurrent: 1, maxQueue: 2 }, { failureThreshold: 3, openMs: 1000 });
+    const state = new EndpointState('e', { maxConcurrent: 1, maxQueue: 2, accountQueueShare: 1 }, BREAKER);
     state.tryAcquire();
     const leaving = new Cancellation();
-    const left = state.acquireQueued(10_000, leaving);
-    const staying = state.acquireQueued(10_000, new Cancellation());
+    const left = state.acquireQueued('team', 10_000, leaving);
+    const staying = state.acquireQueued('team', 10_000, new Cancellation());
     leaving.cancel();
     await expect(left).rejects.toMatchObject({ name: 'AbortError' });
     expect(state.queued).toBe(1);
@@ -172,16 +229,39 @@ describe('endpoint concurrency', () => {
   });
 
   it('refuses at once, taking no place in the queue, a request cancelled before it began to wait', async () => {
-    const state = new EndpointState('e', { maxConcurrent: 1, maxQueue: 2 }, { failureThreshold: 3, openMs: 1000 });
+    const state = new EndpointState('e', { maxConcurrent: 1, maxQueue: 2, accountQueueShare: 1 }, BREAKER);
     state.tryAcquire();
     const gone = new Cancellation();
     gone.cancel();
-    await expect(state.acquireQueued(20, gone)).rejects.toMatchObject({ name: 'AbortError' });
+    await expect(state.acquireQueued('team', 20, gone)).rejects.toMatchObject({ name: 'AbortError' });
     expect(state.queued).toBe(0);
     // Past the queue timeout nothing else fires: an error thrown from a timer would fail this test as uncaught.
     await new Promise((r) => setTimeout(r, 50));
     state.release();
     expect(state.inFlight).toBe(0);
+  });
+
+  it("lets one account take only its share of the queue, leaving room for the others", () => {
+    const state = new EndpointState('e', { maxConcurrent: 1, maxQueue: 4, accountQueueShare: 0.5 }, BREAKER);
+    state.tryAcquire();
+    const waits = [state.acquireQueued('burst', 1000, new Cancellation()), state.acquireQueued('burst', 1000, new Cancellation())];
+    expect(state.hasQueueRoom('burst')).toBe(false);
+    expect(state.hasQueueRoom('other')).toBe(true);
+    for (let i = 0; i < 3; i++) state.release();
+    return Promise.all(waits);
+  });
+
+  it('hands freed slots to the accounts waiting in turn, not in arrival order', async () => {
+    const state = new EndpointState('e', { maxConcurrent: 1, maxQueue: 8, accountQueueShare: 1 }, BREAKER);
+    state.tryAcquire();
+    const order: string[] = [];
+    const waits = ['a1', 'a2', 'a3', 'b1', 'c1'].map((w) => state.acquireQueued(w[0], 1000, new Cancellation()).then(() => order.push(w)));
+    for (let i = 0; i < 5; i++) {
+      state.release();
+      await new Promise((r) => setImmediate(r));
+    }
+    await Promise.all(waits);
+    expect(order).toEqual(['a1', 'b1', 'c1', 'a2', 'a3']);
   });
 });
 
@@ -203,10 +283,10 @@ describe('the router across reloads', () => {
       const first = await table(3);
       router.apply(first);
       const endpoint = first.models.get('m')!.endpoints[0];
-      router.state(endpoint).breaker.onFailure();
+      router.state(endpoint).breaker.onFailure(PROBE_CALLER);
       expect(router.state(endpoint).breaker.state).toBe('closed');
       router.apply(await table(2));
-      router.state(endpoint).breaker.onFailure();
+      router.state(endpoint).breaker.onFailure(PROBE_CALLER);
       expect(router.state(endpoint).breaker.state).toBe('open');
     } finally {
       router.close();

@@ -58,6 +58,20 @@ describe('metrics', () => {
     expect(text).not.toContain('tangerine');
   });
 
+  it('give every URL Parley does not serve one shared route label, so a scan of random paths adds no series', async () => {
+    const series = async () => (await (await fetch(`${gw.url}/metrics`)).text()).split('\n').filter((l) => l.startsWith('parley_')).length;
+    for (let i = 1; i <= 20; i++) await fetch(`${gw.url}/x${i}${'/y'.repeat(i % 3)}?q=${i}`, { method: i % 2 ? 'GET' : 'POST' });
+    await fetch(`${gw.url}/v1/models/some-model-${Math.random()}`);
+    const text = await (await fetch(`${gw.url}/metrics`)).text();
+    expect(text).toContain('route="GET unmatched"');
+    expect(text).toContain('route="POST unmatched"');
+    expect(text).not.toMatch(/route="[A-Z]+ \/x/);
+    expect(text).not.toContain('some-model-');
+    const again = await series();
+    for (let i = 21; i <= 40; i++) await fetch(`${gw.url}/x${i}`, { method: i % 2 ? 'GET' : 'POST' });
+    expect(await series()).toBe(again);
+  });
+
   it('counts a hold while its reply streams, and not once the reply is done', async () => {
     const holdsOpen = async () => Number(/^parley_holds_open(?:\{[^}]*\})? (\S+)$/m.exec(await (await fetch(`${gw.url}/metrics`)).text())?.[1]);
     const res = await postChat(gw, { model: 'slow', messages, stream: true });

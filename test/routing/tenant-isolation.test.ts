@@ -1,0 +1,133 @@
+// One tenant cannot hurt another: requests that fail because of their own
+// content open no circuit, text that is not valid Unicode never reaches an
+// upstream, and an upstream's 5xx that names the request's fault is a 4xx.
+import OpenAI from 'openai';
+import { describe, expect, it } from 'vitest';
+import { readBalance } from '../../src/billing/credit-ledger.js';
+import { completionBody, replyJson, type Script } from '../support/fake-upstream.js';
+import { makeAccount, modelEntry, postChat, withGatewayOn, type TestGateway } from '../support/gateway.js';
+
+const messages = [{ role: 'user' as const, content: 'hello' }];
+
+/** An upstream that fails every request holding the word POISON with a 500 that says nothing of why, and answers the rest. */
+const failsOnPoison: Script = (req, res) => {
+  if (JSON.stringify(req.body.messages).includes('POISON')) return replyJson(res, { error: { message: 'Internal Server Error', type: 'server_error' } }, 500);
+  replyJson(res, completionBody('fine', { prompt_tokens: 5, completion_tokens: 1 }));
+};
+
+const health = { health: { failureThreshold: 2, openMs: 60_000, probe: { intervalMs: 0 } } };
+
+async function circuits(gw: TestGateway): Promise<string[]> {
+  const view = await (await fetch(`${gw.url}/admin/endpoints`)).json();
+  return view.data[0].endpoints.map((e: { circuit: string }) => e.circuit);
+}
+
+async function otherTenant(gw: TestGateway): Promise<OpenAI> {
+  const { key } = await makeAccount(gw.redis, 10);
+  return new OpenAI({ baseURL: `${gw.url}/v1`, apiKey: key, maxRetries: 0 });
+}
+
+describe('poison requests', () => {
+  it("that every endpoint answers with the same 500 open no circuit, and other tenants keep getting 200", async () => {
+    await withGatewayOn([failsOnPoison, failsOnPoison], (urls) => ({ gateway: health, models: [modelEntry('m', urls.map((url) => ({ kind: 'vllm', url })))] }), async (gw) => {
+      const victim = await otherTenant(gw);
+      for (let i = 0; i < 6; i++) {
+        const res = await postChat(gw, { model: 'm', messages: [{ role: 'user', content: `POISON ${i}` }] });
+        expect(res.status).toBe(502);
+        expect((await victim.chat.completions.create({ model: 'm', messages })).choices[0].message.content).toBe('fine');
+      }
+      expect(await circuits(gw)).toEqual(['closed', 'closed']);
+    });
+  });
+
+  it('from one tenant open no circuit on a single endpoint, however many there are', async () => {
+    await withGatewayOn([failsOnPoison], ([url]) => ({ gateway: health, models: [modelEntry('m', [{ kind: 'vllm', url }])] }), async (gw) => {
+      const victim = await otherTenant(gw);
+      for (let i = 0; i < 10; i++) expect((await postChat(gw, { model: 'm', messages: [{ role: 'user', content: 'POISON' }] })).status).toBe(502);
+      expect(await circuits(gw)).toEqual(['closed']);
+      expect((await victim.chat.completions.create({ model: 'm', messages })).choices[0].message.content).toBe('fine');
+    });
+  });
+
+  it("still open the circuit of an endpoint that fails several tenants' requests", async () => {
+    const broken: Script = (_req, res) => replyJson(res, { error: { message: 'CUDA error: out of memory' } }, 500);
+    await withGatewayOn([broken], ([url]) => ({ gateway: health, models: [modelEntry('m', [{ kind: 'vllm', url }])] }), async (gw) => {
+      const second = await otherTenant(gw);
+      expect((await postChat(gw, { model: 'm', messages })).status).toBe(502);
+      await expect(second.chat.completions.create({ model: 'm', messages })).rejects.toMatchObject({ status: 502 });
+      expect(await circuits(gw)).toEqual(['open']);
+    });
+  });
+
+  it("llama.cpp's 500 for a body its JSON library cannot read is a 400 for the client, and no failure of the endpoint", async () => {
+    const llamaServer: Script = (req, res) => {
+      if (JSON.stringify(req.body).includes('POISON')) {
+        return replyJson(res, { error: { code: 500, message: "[json.exception.parse_error.101] parse error at line 1, column 52: syntax error while parsing value - invalid string: surrogate U+D800..U+DBFF must be followed by U+DC00..U+DFFF; last read: '\"a\\ud800b'", type: 'server_error' } }, 500);
+      }
+      replyJson(res, completionBody('fine', { prompt_tokens: 5, completion_tokens: 1 }));
+    };
+    await withGatewayOn([llamaServer], ([url]) => ({ gateway: { health: { ...health.health, minCallers: 1 } }, models: [modelEntry('m', [{ kind: 'llamacpp', url }])] }), async (gw, [up]) => {
+      for (let i = 0; i < 3; i++) {
+        const res = await postChat(gw, { model: 'm', messages: [{ role: 'user', content: 'POISON' }] });
+        expect(res.status).toBe(400);
+        expect((await res.json()).error).toMatchObject({ type: 'invalid_request_error', code: 'upstream_rejected' });
+      }
+      expect(up.received).toHaveLength(3);
+      expect(await circuits(gw)).toEqual(['closed']);
+      expect((await gw.client.chat.completions.create({ model: 'm', messages })).choices[0].message.content).toBe('fine');
+    });
+  });
+});
+
+describe('a saturated endpoint', () => {
+  it("gives one account's burst only its share of the queue, so another account is still queued and served", async () => {
+    const slow: Script = async (_req, res) => {
+      await new Promise((r) => setTimeout(r, 150));
+      replyJson(res, completionBody('fine', { prompt_tokens: 5, completion_tokens: 1 }));
+    };
+    await withGatewayOn([slow], ([url]) => ({ gateway: health, models: [modelEntry('m', [{ kind: 'vllm', url, maxConcurrent: 1, maxQueue: 2 }])] }), async (gw) => {
+      const victim = await otherTenant(gw);
+      const burst = Promise.all(Array.from({ length: 4 }, () => postChat(gw, { model: 'm', messages }).then((r) => r.status)));
+      await new Promise((r) => setTimeout(r, 50));
+      const served = await victim.chat.completions.create({ model: 'm', messages });
+      expect(served.choices[0].message.content).toBe('fine');
+      expect((await burst).sort()).toEqual([200, 200, 503, 503]);
+    });
+  });
+});
+
+describe('text that is not valid Unicode', () => {
+  const tool = { type: 'function', function: { name: 'lookup', parameters: { type: 'object', properties: { q: { type: 'string' } } } } };
+  const cases: [param: string, body: Record<string, unknown>][] = [
+    ['messages[0].content', { messages: [{ role: 'user', content: 'a\ud800b' }] }],
+    ['messages[0].content[0].text', { messages: [{ role: 'user', content: [{ type: 'text', text: '\udc00' }] }] }],
+    ['messages[0].name', { messages: [{ role: 'user', content: 'hi', name: 'x\udbff' }] }],
+    ['messages[1].tool_calls[0].function.arguments', {
+      messages: [{ role: 'user', content: 'hi' }, { role: 'assistant', content: null, tool_calls: [{ id: 'c1', type: 'function', function: { name: 'lookup', arguments: '{"q": "\ud83d"}' } }] }],
+    }],
+    ['stop[1]', { messages, stop: ['ok', 'end\ud800'] }],
+    ['tools[0].function.description', { messages, tools: [{ ...tool, function: { ...tool.function, description: 'finds \udfff' } }] }],
+    ['tools[0].function.parameters.properties.q\ud800', { messages, tools: [{ ...tool, function: { ...tool.function, parameters: { type: 'object', properties: { 'q\ud800': { type: 'string' } } } } }] }],
+  ];
+
+  it.each(cases)('is a 400 naming %s, with no upstream call and no charge', async (param, body) => {
+    await withGatewayOn([failsOnPoison], ([url]) => ({ gateway: health, models: [modelEntry('m', [{ kind: 'vllm', url }], { supports: { tools: true, jsonOutput: true } })] }), async (gw, [up]) => {
+      const before = await readBalance(gw.redis.client, gw.account);
+      const res = await postChat(gw, { model: 'm', ...body });
+      expect(res.status).toBe(400);
+      const { error } = await res.json();
+      expect(error).toMatchObject({ type: 'invalid_request_error', param });
+      expect(error.message).toMatch(/not valid Unicode/);
+      expect(up.received).toHaveLength(0);
+      expect(await readBalance(gw.redis.client, gw.account)).toEqual(before);
+    });
+  });
+
+  it('is accepted where a surrogate pair makes one character', async () => {
+    await withGatewayOn([failsOnPoison], ([url]) => ({ gateway: health, models: [modelEntry('m', [{ kind: 'vllm', url }])] }), async (gw, [up]) => {
+      const reply = await gw.client.chat.completions.create({ model: 'm', messages: [{ role: 'user', content: 'a \ud83d\ude00 face' }] });
+      expect(reply.choices[0].message.content).toBe('fine');
+      expect(up.received[0].body.messages[0].content).toBe('a 😀 face');
+    });
+  });
+});
