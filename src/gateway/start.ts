@@ -3,11 +3,13 @@
 // valid new version of the file.
 import type { FSWatcher } from 'node:fs';
 import type { AddressInfo } from 'node:net';
+import { join } from 'node:path';
 import { ensureDemoAccount } from '../accounts/demo-account.js';
 import { KeyAuthenticator } from '../accounts/key-authenticator.js';
 import { resolveKeySecret } from '../accounts/server-secret.js';
 import { MICROS_PER_UNIT } from '../billing/prices.js';
 import { HoldQueue } from '../billing/hold-queue.js';
+import { SettlementJournal } from '../billing/settlement-journal.js';
 import { SettlementQueue } from '../billing/settlement-queue.js';
 import { loadRoutingFile, watchRoutingFile } from '../config.js';
 import { LocalEngines } from '../engine/supervisor.js';
@@ -73,7 +75,15 @@ export async function startGateway(opts: GatewayOptions): Promise<RunningGateway
     const telemetry = new Telemetry(router);
     started.push(() => telemetry.shutdown());
     const keepUsageEventsMs = () => (table.billing.usageRetentionDays ?? 0) * 86_400_000;
-    const settlements = new SettlementQueue(redis, keepUsageEventsMs);
+    const journal = SettlementJournal.open(join(opts.dataDir, 'settlements'));
+    started.push(() => journal.close());
+    const settlements = new SettlementQueue(redis, keepUsageEventsMs, journal);
+    const replayed = settlements.adoptOrphans(table.billing.holdTtlMs);
+    if (replayed > 0) console.log(`parley: settling ${replayed} replies an earlier process owed (from its settlement journal)`);
+    // A replica that died owing settlements on a volume others share: adopted once no one has written its journal for a hold's life.
+    const adoptAbandoned = setInterval(() => settlements.adoptOrphans(table.billing.holdTtlMs), table.billing.holdTtlMs);
+    adoptAbandoned.unref();
+    started.push(() => clearInterval(adoptAbandoned));
     const context: GatewayContext = { routing: () => table, router, lifecycle, telemetry, redis, keys, holds: new HoldQueue(redis), settlements, keySecret: secret };
     const server = createGatewayServer(context);
     // Streams can be long; Node's default request timeout would cut them.

@@ -14,7 +14,8 @@ export async function connectRedis(target: string, name = 'parley'): Promise<Red
     maxRetriesPerRequest: 0,
     connectTimeout: 2_000,
     lazyConnect: true,
-    retryStrategy: (attempt) => Math.min(attempt * 100, 1_000),
+    // At most half a second between tries: settlements owed land soon after Redis is back.
+    retryStrategy: (attempt) => Math.min(attempt * 100, 500),
     // The request path batches its own scripts per turn of the event loop
     // (billing/hold-queue.ts, settlement-queue.ts); ioredis's automatic
     // pipelining on top of that cost Parley 5-10% more CPU per request.

@@ -6,8 +6,8 @@ import { request } from 'node:http';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readBalance } from '../../src/billing/credit-ledger.js';
-import { completionBody, replyJson, type FakeUpstream } from '../support/fake-upstream.js';
-import { modelEntry, startGatewayOn, type GatewayOnUpstreams, type TestGateway } from '../support/gateway.js';
+import { completionBody, replyJson, type FakeUpstream, type Script } from '../support/fake-upstream.js';
+import { modelEntry, startGatewayOn, withGatewayOn, type GatewayOnUpstreams, type TestGateway } from '../support/gateway.js';
 
 let running: GatewayOnUpstreams;
 let upstream: FakeUpstream;
@@ -23,9 +23,9 @@ beforeAll(async () => {
 afterAll(() => running.close());
 
 /** Sends raw bytes with raw headers, as no well-behaved client would. */
-function rawPost(body: Buffer | string, headers: Record<string, string>): Promise<{ status: number; body: string }> {
+function rawPost(body: Buffer | string, headers: Record<string, string>, base = gw.url): Promise<{ status: number; body: string }> {
   return new Promise((resolve, reject) => {
-    const url = new URL(`${gw.url}/v1/chat/completions`);
+    const url = new URL(`${base}/v1/chat/completions`);
     const req = request({ host: url.hostname, port: url.port, path: url.pathname, method: 'POST', headers }, (res) => {
       let text = '';
       res.on('data', (c) => (text += c));
@@ -78,6 +78,49 @@ describe('hostile input', () => {
     expect(charged).toBeLessThan(250);
     expect((await readBalance(gw.redis.client, gw.account))!.held).toBe(0);
     expect(start.granted).toBeGreaterThanOrEqual((await readBalance(gw.redis.client, gw.account))!.granted);
+  });
+
+  it('Unicode edge cases in every string field of a valid request: a 200 or a 4xx, never a 5xx, and never an open circuit', async () => {
+    const edge = fc.oneof(
+      unicode,
+      fc.constantFrom('\ud800', '\udfff', 'a\ud83d', '\ude00b', '\ud83d\ude00', '\ufeff', '\u0000\u0001', '\u200b\u200d', 'ﬃ', '\u{10ffff}'),
+      fc.array(fc.integer({ min: 0, max: 0xffff }), { maxLength: 8 }).map((units) => String.fromCharCode(...units)),
+    );
+    const validRequest = fc.record({
+      system: edge, user: edge, name: edge, args: edge, stop: edge, toolName: edge, description: edge, schemaKey: edge, seedText: edge,
+    }).map((t) => ({
+      model: 'm',
+      messages: [
+        { role: 'system', content: t.system },
+        { role: 'user', content: [{ type: 'text', text: t.user }], name: t.name },
+        { role: 'assistant', content: null, tool_calls: [{ id: 'c1', type: 'function', function: { name: t.toolName, arguments: t.args } }] },
+        { role: 'tool', content: t.seedText, tool_call_id: 'c1' },
+      ],
+      stop: [t.stop],
+      tools: [{ type: 'function', function: { name: t.toolName, description: t.description, parameters: { type: 'object', properties: { [t.schemaKey]: { type: 'string' } } } } }],
+      response_format: { type: 'json_schema', json_schema: { name: 'out', schema: { type: 'object', description: t.description } } },
+      max_tokens: 4,
+    }));
+    const wellFormed = (v: unknown): boolean =>
+      typeof v === 'string' ? v.isWellFormed() : typeof v === 'object' && v !== null ? Object.entries(v).every(([k, inner]) => k.isWellFormed() && wellFormed(inner)) : true;
+    // As llama.cpp's server does: a 500 for text its JSON library cannot take.
+    const strict: Script = (req, res) => {
+      if (!wellFormed(req.body)) return replyJson(res, { error: { message: 'Internal Server Error' } }, 500);
+      replyJson(res, completionBody('ok', { prompt_tokens: 3, completion_tokens: 1 }));
+    };
+    const health = { failureThreshold: 1, minCallers: 1, probe: { intervalMs: 0 } };
+    await withGatewayOn([strict], ([url]) => ({ gateway: { health }, models: [modelEntry('m', [{ kind: 'vllm', url }], { supports: { tools: true, jsonOutput: true } })] }), async (strictGw) => {
+      await fc.assert(
+        fc.asyncProperty(validRequest, async (body) => {
+          const res = await rawPost(JSON.stringify(body), { 'content-type': 'application/json', authorization: `Bearer ${strictGw.apiKey}` }, strictGw.url);
+          expect(res.status, res.body).toBeLessThan(500);
+          if (res.status !== 200) expect(JSON.parse(res.body).error.type).toBe('invalid_request_error');
+        }),
+        { numRuns: 200 },
+      );
+      const view = await (await fetch(`${strictGw.url}/admin/endpoints`)).json();
+      expect(view.data[0].endpoints[0].circuit).toBe('closed');
+    });
   });
 
   it('headers of every kind: never a 5xx', async () => {

@@ -7,7 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readBalance } from '../../src/billing/credit-ledger.js';
 import { DEFAULT_MODEL_FILE } from '../../src/engine/model-maker.js';
 import { fixtureModelPaths } from '../support/fixture-models.js';
-import { modelEntry, postChat, startTestGateway, type TestGateway } from '../support/gateway.js';
+import { makeAccount, modelEntry, postChat, startTestGateway, type TestGateway } from '../support/gateway.js';
 
 const MODELS: { name: string; local: Record<string, unknown> }[] = [
   { name: 'parley-tiny (generated)', local: { contextSize: 4096, parallel: 4 } },
@@ -132,6 +132,21 @@ describe.each(MODELS)('local engine: $name', ({ local }) => {
     const endless = await ask(-100, 400);
     expect(endless.choices[0].finish_reason).toBe('length');
     expect(endless.usage!.completion_tokens).toBe(400);
+  });
+
+  it("refuses a tenant's text that is not valid Unicode before the engine, and keeps serving the others", async () => {
+    const other = await makeAccount(gw.redis, 1);
+    const before = await readBalance(gw.redis.client, gw.account);
+    for (let i = 0; i < 4; i++) {
+      const res = await postChat(gw, { model, messages: user(`a\ud800b ${i}`), max_tokens: 4 });
+      expect(res.status).toBe(400);
+      expect((await res.json()).error).toMatchObject({ type: 'invalid_request_error', param: 'messages[1].content' });
+    }
+    expect(await readBalance(gw.redis.client, gw.account)).toEqual(before);
+    const res = await postChat({ url: gw.url, apiKey: other.key }, { model, messages: user('hello'), max_tokens: 4 });
+    expect(res.status).toBe(200);
+    const view = await (await fetch(`${gw.url}/admin/endpoints`)).json();
+    expect(view.data[0].endpoints[0]).toMatchObject({ circuit: 'closed', failures: 0 });
   });
 
   it('ignores fields it does not know', async () => {
