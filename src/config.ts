@@ -7,7 +7,10 @@ import { readFileSync, watch, type FSWatcher } from 'node:fs';
 import { basename, dirname, resolve } from 'node:path';
 import { LineCounter, parseDocument, isNode } from 'yaml';
 import { z } from 'zod';
-import { POLICY_NAMES } from './routing/policies/index.js';
+
+/** The ways of choosing an endpoint, one module each in routing/policies/. */
+export const POLICY_NAMES = ['prefix-affinity', 'least-load', 'round-robin'] as const;
+export type PolicyName = (typeof POLICY_NAMES)[number];
 
 export const UPSTREAM_KINDS = ['openai', 'vllm', 'sglang', 'llamacpp', 'deepseek', 'parley-engine'] as const;
 export type UpstreamKind = (typeof UPSTREAM_KINDS)[number];
@@ -62,8 +65,12 @@ const model = z.strictObject({
   routing: z
     .strictObject({
       policy: z.enum(POLICY_NAMES).default('prefix-affinity'),
-      /** Prefix affinity spills to the least loaded endpoint when the prefix's home has this many more requests. */
+      /** Prefix affinity spills a request from a prefix's home busier than this many times the mean load... */
+      loadFactor: z.number().min(1).default(1.25),
+      /** ... and busier than the mean by this many requests. */
       maxImbalance: z.int().min(0).default(4),
+      /** How far past its even share of prefixes an endpoint may be home to more (when there are many). */
+      placementSlack: z.number().min(0).max(4).default(0.25),
     })
     .prefault({}),
   endpoints: z.array(endpoint).min(1),

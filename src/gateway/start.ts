@@ -16,6 +16,7 @@ import { LocalEngines } from '../engine/supervisor.js';
 import { listen } from '../listen.js';
 import { connectRedis } from '../redis/connection.js';
 import { startPrivateRedis } from '../redis/private-server.js';
+import { PrefixSharing } from '../routing/prefix-sharing.js';
 import { Router } from '../routing/router.js';
 import { buildRoutingTable, type RoutingTable } from '../routing/routing-table.js';
 import type { GatewayContext } from './context.js';
@@ -68,7 +69,9 @@ export async function startGateway(opts: GatewayOptions): Promise<RunningGateway
     const engines = new LocalEngines(opts.dataDir);
     started.push(() => engines.stopAll());
     let table: RoutingTable = await buildRoutingTable(routingFile, engines);
-    const router = new Router();
+    const sharing = new PrefixSharing(redis);
+    started.push(() => sharing.close());
+    const router = new Router(sharing);
     router.apply(table);
     started.push(() => router.close());
     const lifecycle = new Lifecycle();

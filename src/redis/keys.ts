@@ -37,6 +37,8 @@ export const redisKeys = {
   session: (id: string) => `${P}session:${id}`,
   /** Counter of login attempts per client address in a window. */
   loginAttempts: (client: string) => `${P}login-attempts:${client}`,
+  /** Sorted sets of a model's prompt prefixes (routing placement keys), by when the fleet first and last saw each. */
+  prefixes: (model: string) => ({ firstSeen: `${P}{prefixes:${model}}:first-seen`, lastSeen: `${P}{prefixes:${model}}:last-seen` }),
   /** Set when the demo account was made, so it is made once per Redis. */
   demoAccount: `${P}demo-account`,
 } as const;

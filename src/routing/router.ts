@@ -10,6 +10,7 @@ import { PROBE_CALLER } from './circuit-breaker.js';
 import { EndpointState, type EndpointSnapshot } from './endpoint-state.js';
 import { createPolicy } from './policies/index.js';
 import type { RoutingPolicy, RoutingRequest } from './policies/policy.js';
+import type { PrefixSharing } from './prefix-sharing.js';
 import { prefixBlocks } from './prefix-blocks.js';
 import type { RoutedEndpoint, RoutedModel, RoutingTable } from './routing-table.js';
 
@@ -20,6 +21,9 @@ export interface RoutePlan {
 }
 
 export class Router {
+  /** `sharing`: where prefix placement learns the fleet's prefixes (without it, each replica goes by what it sees). */
+  constructor(private readonly sharing?: PrefixSharing) {}
+
   private readonly states = new Map<string, EndpointState>();
   private readonly policies = new Map<string, { key: string; policy: RoutingPolicy }>();
   private readonly probes = new Map<string, NodeJS.Timeout>();
@@ -31,9 +35,11 @@ export class Router {
     const { health, failover } = table.settings;
     const live = new Set<string>();
     for (const model of table.models.values()) {
-      const { policy, maxImbalance } = model.config.routing;
-      const key = `${policy}/${maxImbalance}`;
-      if (this.policies.get(model.config.id)?.key !== key) this.policies.set(model.config.id, { key, policy: createPolicy(policy, { maxImbalance }) });
+      const { policy, ...settings } = model.config.routing;
+      const key = JSON.stringify(model.config.routing);
+      if (this.policies.get(model.config.id)?.key !== key) {
+        this.policies.set(model.config.id, { key, policy: createPolicy(policy, settings, this.sharing?.known(model.config.id)) });
+      }
       for (const e of model.endpoints) {
         live.add(e.name);
         const limits = { maxConcurrent: e.maxConcurrent, maxQueue: e.maxQueue, accountQueueShare: failover.accountQueueShare };
@@ -45,7 +51,11 @@ export class Router {
         this.startProbe(e, table.settings);
       }
     }
-    for (const id of this.policies.keys()) if (!table.models.has(id)) this.policies.delete(id);
+    for (const id of this.policies.keys()) {
+      if (table.models.has(id)) continue;
+      this.policies.delete(id);
+      this.sharing?.forget(id);
+    }
     for (const name of [...this.states.keys()]) {
       if (live.has(name)) continue;
       this.states.delete(name);
@@ -56,7 +66,7 @@ export class Router {
 
   plan(model: RoutedModel, messages: ChatMessage[]): RoutePlan {
     const entry = this.policies.get(model.config.id)!;
-    const request: RoutingRequest = { prefixBlocks: model.endpoints.length > 1 && model.config.routing.policy === 'prefix-affinity' ? prefixBlocks(messages) : [] };
+    const request: RoutingRequest = { prefixBlocks: model.endpoints.length > 1 && entry.policy.needsPrefix ? prefixBlocks(messages) : [] };
     const priorities = [...new Set(model.endpoints.map((e) => e.priority))].sort((a, b) => a - b);
     const endpoints: RoutedEndpoint[] = [];
     for (const priority of priorities) {
@@ -68,7 +78,7 @@ export class Router {
     return { endpoints, request };
   }
 
-  /** The request went to `endpoint`: prefix affinity remembers the new home. */
+  /** The request went to `endpoint`: prefix affinity notes its prefix. */
   routed(model: RoutedModel, endpoint: RoutedEndpoint, request: RoutingRequest): void {
     this.policies.get(model.config.id)?.policy.onRouted(endpoint.name, request);
   }

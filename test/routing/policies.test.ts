@@ -4,7 +4,9 @@ import { CircuitBreaker, PROBE_CALLER } from '../../src/routing/circuit-breaker.
 import { EndpointState, QueueTimeout } from '../../src/routing/endpoint-state.js';
 import { LeastLoadPolicy } from '../../src/routing/policies/least-load.js';
 import type { Candidate, RoutingPolicy } from '../../src/routing/policies/policy.js';
-import { PrefixAffinityPolicy } from '../../src/routing/policies/prefix-affinity.js';
+import { KnownPrefixes } from '../../src/routing/known-prefixes.js';
+import { PLACEMENT_BLOCKS, PrefixAffinityPolicy } from '../../src/routing/policies/prefix-affinity.js';
+import { PrefixPlacement, rendezvousOrder, type PlacementEndpoint } from '../../src/routing/prefix-placement.js';
 import { RoundRobinPolicy } from '../../src/routing/policies/round-robin.js';
 import { BLOCK_CHARS, prefixBlocks } from '../../src/routing/prefix-blocks.js';
 import { Cancellation } from '../../src/upstream/cancellation.js';
@@ -13,6 +15,7 @@ const pool = (...loads: number[]): Candidate[] => loads.map((load, i) => ({ name
 const names = (cs: Candidate[]) => cs.map((c) => c.name);
 const system = (tenant: number) => ({ role: 'system' as const, content: `Tenant ${tenant} instructions. `.repeat(60) });
 const conversation = (tenant: number, question: string) => [system(tenant), { role: 'user' as const, content: question }];
+const placementKeyOf = (request: { prefixBlocks: string[] }) => request.prefixBlocks[Math.min(request.prefixBlocks.length, PLACEMENT_BLOCKS) - 1];
 
 describe('least-load', () => {
   it('puts the least loaded first, relative to weight', () => {
@@ -55,50 +58,108 @@ describe('prefix blocks', () => {
   });
 });
 
-describe('prefix affinity', () => {
-  it('sends a tenant\'s requests to the endpoint that served its prefix', () => {
-    const policy = new PrefixAffinityPolicy({ maxImbalance: 4 });
-    const first = prefixBlocks(conversation(1, 'first question'));
-    const chosen = policy.order(pool(0, 0, 0), { prefixBlocks: first })[0];
-    policy.onRouted(chosen.name, { prefixBlocks: first });
-    for (const question of ['second', 'third', 'fourth']) {
-      const loads = pool(1, 1, 1);
-      expect(policy.order(loads, { prefixBlocks: prefixBlocks(conversation(1, question)) })[0].name).toBe(chosen.name);
+describe('prefix placement', () => {
+  const fleet = (n: number) => Array.from({ length: n }, (_, i) => ({ name: `m http://gpu-${i}.inference:8000/v1`, weight: 1 }));
+  const keys = Array.from({ length: 2000 }, (_, i) => `prefix-${i}`);
+  const movedShare = (a: PrefixPlacement<PlacementEndpoint>, b: PrefixPlacement<PlacementEndpoint>) => keys.filter((k) => a.homeOf(k)!.name !== b.homeOf(k)!.name).length / keys.length;
+
+  it('spreads a few prefixes exactly evenly: 8 over 4 endpoints is 2 each', () => {
+    const tenants = Array.from({ length: 8 }, (_, i) => `tenant-${i}`);
+    const placement = new PrefixPlacement(tenants, fleet(4), 0.25);
+    const homes = tenants.map((t) => placement.homeOf(t)!.name);
+    for (const e of fleet(4)) expect(homes.filter((h) => h === e.name)).toHaveLength(2);
+  });
+
+  it('keeps many prefixes within their share plus the slack', () => {
+    const placement = new PrefixPlacement(keys, fleet(10), 0.25);
+    const counts = new Map<string, number>();
+    for (const k of keys) counts.set(placement.homeOf(k)!.name, (counts.get(placement.homeOf(k)!.name) ?? 0) + 1);
+    expect(Math.max(...counts.values())).toBeLessThanOrEqual(250);
+  });
+
+  it('gives an endpoint of weight 2 twice the prefixes', () => {
+    const weighted = [{ name: 'big', weight: 2 }, { name: 'small', weight: 1 }];
+    const placement = new PrefixPlacement(keys, weighted, 0.25);
+    const big = keys.filter((k) => placement.homeOf(k)!.name === 'big').length;
+    expect(big / keys.length).toBeGreaterThan(0.6);
+    expect(big / keys.length).toBeLessThan(0.72);
+  });
+
+  it('moves about 1/N of the prefixes when an endpoint is added or removed, not all of them', () => {
+    for (const n of [4, 10]) {
+      const before = new PrefixPlacement(keys, fleet(n), 0.25);
+      expect(movedShare(before, new PrefixPlacement(keys, fleet(n + 1), 0.25))).toBeLessThan(1.5 / (n + 1));
+      expect(movedShare(before, new PrefixPlacement(keys, fleet(n).slice(1), 0.25))).toBeLessThan(1.5 / n);
     }
   });
 
-  it('spreads new tenants evenly over the pool, the same way every time', () => {
-    const place = (policy: PrefixAffinityPolicy) =>
-      Array.from({ length: 12 }, (_, t) => {
-        const request = { prefixBlocks: prefixBlocks(conversation(t, 'q')) };
-        const home = policy.order(pool(0, 0, 0), request)[0].name;
-        policy.onRouted(home, request);
-        return home;
-      });
-    const homes = place(new PrefixAffinityPolicy({ maxImbalance: 4 }));
-    for (const e of ['e0', 'e1', 'e2']) expect(homes.filter((h) => h === e)).toHaveLength(4);
-    expect(place(new PrefixAffinityPolicy({ maxImbalance: 4 }))).toEqual(homes);
+  it('keeps the homes of the prefixes it knows when a new one arrives', () => {
+    const before = new PrefixPlacement(keys.slice(0, 1999), fleet(8), 0.25);
+    const after = new PrefixPlacement(keys, fleet(8), 0.25);
+    expect(keys.slice(0, 1999).filter((k) => before.homeOf(k)!.name !== after.homeOf(k)!.name).length).toBeLessThan(20);
+    expect(after.homeOf(keys[1999])!.name).toBe(before.homeOf(keys[1999])!.name);
   });
 
-  it('spills to the least loaded when the home is busier by more than maxImbalance, and remembers the new home', () => {
-    const policy = new PrefixAffinityPolicy({ maxImbalance: 2 });
-    const blocks = { prefixBlocks: prefixBlocks(conversation(1, 'q')) };
-    policy.onRouted('e0', blocks);
-    expect(policy.order(pool(2, 0, 1), blocks)[0].name).toBe('e0');
-    const spilled = policy.order(pool(3, 0, 1), blocks)[0].name;
-    expect(spilled).toBe('e1');
-    policy.onRouted(spilled, blocks);
-    expect(policy.order(pool(0, 1, 0), blocks)[0].name).toBe('e1');
+  it('ranks the endpoints in each prefix\'s own order, whatever order they are listed in', () => {
+    const endpoints = fleet(6);
+    expect(names(rendezvousOrder('k', endpoints.map((e) => ({ ...e, load: 0 }))))).toEqual(names(rendezvousOrder('k', [...endpoints].reverse().map((e) => ({ ...e, load: 0 })))));
+  });
+});
+
+describe('prefix affinity', () => {
+  const settings = { loadFactor: 1.25, maxImbalance: 2, placementSlack: 0.25 };
+  const requestOf = (tenant: number, question = 'q') => ({ prefixBlocks: prefixBlocks(conversation(tenant, question)) });
+
+  it("sends a tenant's requests to one endpoint", () => {
+    const policy = new PrefixAffinityPolicy(settings);
+    const home = policy.order(pool(0, 0, 0), requestOf(1, 'first'))[0].name;
+    policy.onRouted(home, requestOf(1, 'first'));
+    for (const question of ['second', 'third', 'fourth']) expect(policy.order(pool(1, 1, 1), requestOf(1, question))[0].name).toBe(home);
   });
 
-  it('prefers the endpoint holding the longest matching prefix', () => {
-    const policy = new PrefixAffinityPolicy({ maxImbalance: 4 });
-    const turn1 = conversation(1, 'q1');
-    const turn2 = [...turn1, { role: 'assistant' as const, content: 'a1 '.repeat(100) }, { role: 'user' as const, content: 'q2' }];
-    policy.onRouted('e0', { prefixBlocks: prefixBlocks([system(1)]) });
-    policy.onRouted('e2', { prefixBlocks: prefixBlocks(turn2) });
-    const turn3 = [...turn2, { role: 'assistant' as const, content: 'a2' }, { role: 'user' as const, content: 'q3' }];
-    expect(policy.order(pool(0, 0, 0), { prefixBlocks: prefixBlocks(turn3) })[0].name).toBe('e2');
+  it('places alike on every replica that knows the same prefixes in the same order, whatever order each saw them in', () => {
+    const replicas = [new KnownPrefixes(), new KnownPrefixes()];
+    const policies = replicas.map((known) => new PrefixAffinityPolicy(settings, known));
+    const tenants = Array.from({ length: 8 }, (_, t) => t);
+    tenants.forEach((t) => policies[0].onRouted('', requestOf(t)));
+    [...tenants].reverse().forEach((t) => policies[1].onRouted('', requestOf(t)));
+    // What sharing through Redis does: both take the fleet's first-seen order.
+    const fleetOrder = [...replicas[0].keys()];
+    replicas.forEach((known) => known.adopt(fleetOrder));
+    const homes = policies.map((policy) => tenants.map((t) => policy.order(pool(0, 0, 0, 0), requestOf(t, 'later'))[0].name));
+    expect(homes[1]).toEqual(homes[0]);
+    for (const e of ['e0', 'e1', 'e2', 'e3']) expect(homes[0].filter((h) => h === e)).toHaveLength(2);
+  });
+
+  it("spills past a busy home to the next endpoint in the prefix's own order, the same one on every replica", () => {
+    const policies = [new PrefixAffinityPolicy(settings), new PrefixAffinityPolicy(settings)];
+    const request = requestOf(3);
+    const home = policies[0].order(pool(0, 0, 0, 0), request)[0].name;
+    const busy = pool(0, 0, 0, 0).map((c) => (c.name === home ? { ...c, load: 6 } : c));
+    const spills = policies.map((policy) => policy.order(busy, request)[0].name);
+    expect(spills[0]).not.toBe(home);
+    expect(spills[1]).toBe(spills[0]);
+    expect(spills[0]).toBe(rendezvousOrder(placementKeyOf(request), busy).filter((c) => c.name !== home)[0].name);
+  });
+
+  it('spreads a single hot prefix over as many endpoints as its load needs, not one', () => {
+    const policy = new PrefixAffinityPolicy(settings);
+    const candidates = pool(0, 0, 0, 0, 0, 0);
+    for (let i = 0; i < 60; i++) {
+      const chosen = policy.order(candidates, requestOf(7))[0];
+      chosen.load++;
+    }
+    const loads = candidates.map((c) => c.load).sort((a, b) => b - a);
+    expect(loads.filter((l) => l > 0).length).toBeGreaterThanOrEqual(5);
+    expect(loads[0]).toBeLessThanOrEqual(Math.ceil(1.25 * 10) + 2);
+  });
+
+  it('stays at home while it is busier than the rest by fewer than maxImbalance requests', () => {
+    const policy = new PrefixAffinityPolicy(settings);
+    const request = requestOf(2);
+    const home = policy.order(pool(0, 0, 0), request)[0].name;
+    const slightlyBusy = pool(0, 0, 0).map((c) => (c.name === home ? { ...c, load: 2 } : c));
+    expect(policy.order(slightlyBusy, request)[0].name).toBe(home);
   });
 });
 

@@ -4,6 +4,7 @@
 import { byLoad, type Candidate, type RoutingPolicy } from './policy.js';
 
 export class LeastLoadPolicy implements RoutingPolicy {
+  readonly needsPrefix = false;
   private turn = 0;
 
   order<C extends Candidate>(candidates: C[]): C[] {

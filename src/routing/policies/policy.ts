@@ -15,6 +15,8 @@ export interface RoutingRequest {
 }
 
 export interface RoutingPolicy {
+  /** Whether `order` reads the request's prefix blocks (SGLang's needs_request_text): only then are they hashed. */
+  readonly needsPrefix: boolean;
   /** The candidates in the order to try them: the first is the choice, the rest are for failover. */
   order<C extends Candidate>(candidates: C[], request: RoutingRequest): C[];
   /** The request was sent to `endpoint` (the choice, or where failover took it). */

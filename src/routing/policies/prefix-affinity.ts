@@ -1,95 +1,73 @@
 // Prefix affinity: requests that share leading content (a tenant's system
-// prompt, the earlier turns of a conversation) go to the endpoint that served
-// that prefix before, whose prefix cache already holds it. The request's
-// leading content arrives as chained block hashes; the policy remembers which
-// endpoint each block chain last went to and prefers the one holding the
-// longest matching chain. If that endpoint is busier than the least loaded
-// by more than `maxImbalance` requests, the request spills to the least loaded
-// and the prefix's home moves there. A prefix never seen goes, among the
-// endpoints not busier than that, to the one that is home to the fewest
-// prefixes (as SGLang's router sends new text to its smallest tree), so that
-// tenants spread evenly over the caches.
-import { LRUCache } from 'lru-cache';
-import { byLoad, type Candidate, type RoutingPolicy, type RoutingRequest } from './policy.js';
+// prompt, the earlier turns of a conversation) go to the same endpoint, whose
+// prefix cache then holds it, and every gateway replica sends them to the
+// same one. A request's placement key is its leading PLACEMENT_BLOCKS blocks;
+// its home comes from PrefixPlacement over the fleet's known prefixes
+// (consistent hashing with bounded loads, in rendezvous order), so replicas
+// agree without asking one another on the request path.
+//
+// Load is bounded too: when the home has more requests than `loadFactor`
+// times the mean and `maxImbalance` more than it (relative to weight; the
+// second keeps a few requests in flight from spilling, which would cost two
+// caches a prompt each), the request spills to the next endpoint in the
+// prefix's own order, the same second home on every replica,
+// whose cache then fills once. A single hot prefix thus spreads over as many
+// endpoints as its load needs.
+import { KnownPrefixes } from '../known-prefixes.js';
+import { PrefixPlacement, rendezvousOrder, type PlacementEndpoint } from '../prefix-placement.js';
+import { type Candidate, type RoutingPolicy, type RoutingRequest } from './policy.js';
+
+/** Blocks (of 128 characters) that make a placement key: a system prompt of this length and more identifies its tenant. */
+export const PLACEMENT_BLOCKS = 4;
 
 export interface PrefixAffinitySettings {
-  /** How many more requests than the least loaded the prefix's home may have before the request spills. */
+  /** A home with more than this many times the mean load (relative to weight) spills the request to the next endpoint... */
+  loadFactor: number;
+  /** ... when it also has this many requests more than the mean. */
   maxImbalance: number;
-  /** Block chains remembered (least recently used are forgotten). */
-  maxEntries?: number;
+  /** How far past its share of prefixes an endpoint may be home to more (0.25: a quarter), when there are many. */
+  placementSlack: number;
 }
 
 export class PrefixAffinityPolicy implements RoutingPolicy {
-  private readonly homes: LRUCache<string, string>;
-  /** Leading blocks (one per distinct prefix) each endpoint is home to. */
-  private readonly homeCounts = new Map<string, number>();
-  private readonly leadingBlocks: LRUCache<string, string>;
+  readonly needsPrefix = true;
+  private placement: { version: number; endpoints: string; placement: PrefixPlacement<PlacementEndpoint> } | undefined;
 
-  constructor(private readonly settings: PrefixAffinitySettings) {
-    const max = settings.maxEntries ?? 200_000;
-    this.homes = new LRUCache({ max });
-    this.leadingBlocks = new LRUCache({ max, dispose: (endpoint) => this.countHome(endpoint, -1) });
-  }
+  constructor(private readonly settings: PrefixAffinitySettings, private readonly known: KnownPrefixes = new KnownPrefixes()) {}
 
   order<C extends Candidate>(candidates: C[], request: RoutingRequest): C[] {
-    const ranked = byLoad(candidates);
-    if (ranked.length <= 1) return ranked;
-    const home = this.home(candidates, request) ?? this.firstHome(ranked, request);
-    const leastLoad = ranked[0].load / ranked[0].weight;
-    if (!home || home.load / home.weight - leastLoad > this.settings.maxImbalance) return ranked;
-    return [home, ...ranked.filter((c) => c !== home)];
+    const key = placementKey(request);
+    if (candidates.length <= 1 || !key) return candidates;
+    const homeName = this.placementFor(candidates).homeOf(key)?.name;
+    const order = rendezvousOrder(key, candidates);
+    const home = order.find((c) => c.name === homeName) ?? order[0];
+    const preference = [home, ...order.filter((c) => c !== home)];
+    const total = candidates.reduce((sum, c) => sum + c.load, 0);
+    const weights = candidates.reduce((sum, c) => sum + c.weight, 0);
+    // The mean counts this request, so that an idle pool takes it at home.
+    const mean = (total + 1) / weights;
+    const bound = Math.max(this.settings.loadFactor * mean, mean + this.settings.maxImbalance);
+    const chosen = preference.find((c) => (c.load + 1) / c.weight <= bound) ?? preference[0];
+    return [chosen, ...preference.filter((c) => c !== chosen)];
   }
 
-  onRouted(endpoint: string, request: RoutingRequest): void {
-    for (const block of request.prefixBlocks) this.homes.set(block, endpoint);
-    const leading = request.prefixBlocks[0];
-    if (leading && this.leadingBlocks.peek(leading) !== endpoint) {
-      this.leadingBlocks.set(leading, endpoint);
-      this.countHome(endpoint, 1);
+  onRouted(_endpoint: string, request: RoutingRequest): void {
+    const key = placementKey(request);
+    if (key) this.known.saw(key);
+  }
+
+  /** Placements change only with the known prefixes or the endpoints available: computed once per change. */
+  private placementFor(candidates: Candidate[]): PrefixPlacement<PlacementEndpoint> {
+    const endpoints = candidates.map((c) => `${c.name}\t${c.weight}`).join('\n');
+    if (this.placement?.version !== this.known.version || this.placement.endpoints !== endpoints) {
+      const fleet = candidates.map(({ name, weight }) => ({ name, weight }));
+      this.placement = { version: this.known.version, endpoints, placement: new PrefixPlacement(this.known.keys(), fleet, this.settings.placementSlack) };
     }
-  }
-
-  private countHome(endpoint: string, delta: number): void {
-    this.homeCounts.set(endpoint, (this.homeCounts.get(endpoint) ?? 0) + delta);
-  }
-
-  /** The candidate that served the longest chain of this request's blocks. */
-  private home<C extends Candidate>(candidates: C[], request: RoutingRequest): C | undefined {
-    for (let i = request.prefixBlocks.length - 1; i >= 0; i--) {
-      const name = this.homes.peek(request.prefixBlocks[i]);
-      const found = name && candidates.find((c) => c.name === name);
-      if (found) return found;
-    }
-    return undefined;
-  }
-
-  /**
-   * A prefix never seen: the endpoint home to the fewest prefixes (relative
-   * to weight) among those not too busy; ties go by the first block's hash
-   * (rendezvous hashing), so that the choice does not depend on list order.
-   */
-  private firstHome<C extends Candidate>(ranked: C[], request: RoutingRequest): C | undefined {
-    const first = request.prefixBlocks[0];
-    if (!first) return undefined;
-    const leastLoad = ranked[0].load / ranked[0].weight;
-    const eligible = ranked.filter((c) => c.load / c.weight - leastLoad <= this.settings.maxImbalance);
-    const homes = (c: C) => (this.homeCounts.get(c.name) ?? 0) / c.weight;
-    let best = eligible[0];
-    for (const c of eligible) {
-      if (homes(c) < homes(best) || (homes(c) === homes(best) && rendezvousScore(first, c.name) > rendezvousScore(first, best.name))) best = c;
-    }
-    return best;
+    return this.placement.placement;
   }
 }
 
-function rendezvousScore(key: string, name: string): number {
-  // FNV-1a over key and name: cheap, stable across processes.
-  let h = 0x811c9dc5;
-  for (const s of [key, '\u0000', name]) {
-    for (let i = 0; i < s.length; i++) {
-      h ^= s.charCodeAt(i);
-      h = Math.imul(h, 0x01000193) >>> 0;
-    }
-  }
-  return h;
+function placementKey(request: RoutingRequest): string | undefined {
+  const blocks = request.prefixBlocks;
+  return blocks.length === 0 ? undefined : blocks[Math.min(blocks.length, PLACEMENT_BLOCKS) - 1];
 }

@@ -1,0 +1,71 @@
+// The prompt prefixes a model's traffic has shown lately, in the order they
+// were first seen: what prefix placement is computed from. Each replica
+// notes what it sees; shared through Redis (routing/prefix-sharing.ts), the
+// fleet's order replaces each replica's own, so that every replica places
+// every prefix alike. The request path only reads what is here.
+
+/** A prefix unseen this long is forgotten, and its place goes to others. */
+export const PREFIX_IDLE_MS = 10 * 60_000;
+/** The most prefixes kept; beyond it the least recently seen go. */
+export const MAX_KNOWN_PREFIXES = 4096;
+
+export class KnownPrefixes {
+  private order: string[] = [];
+  private readonly lastSeen = new Map<string, number>();
+  private unshared = new Set<string>();
+  /** Changes whenever the order does, so that placements computed from it can be kept until then. */
+  version = 0;
+
+  constructor(private readonly now: () => number = Date.now) {}
+
+  saw(key: string): void {
+    if (!this.lastSeen.has(key)) {
+      this.order.push(key);
+      this.version++;
+      if (this.order.length > MAX_KNOWN_PREFIXES) this.forget(this.leastRecent(this.order.length - MAX_KNOWN_PREFIXES));
+    }
+    this.lastSeen.set(key, this.now());
+    this.unshared.add(key);
+  }
+
+  /** In the order first seen. */
+  keys(): readonly string[] {
+    return this.order;
+  }
+
+  /** What was seen since the last call, for sharing. */
+  takeUnshared(): string[] {
+    const taken = [...this.unshared];
+    this.unshared = new Set();
+    return taken;
+  }
+
+  /** Takes the fleet's order; what this replica saw that the fleet does not have yet keeps its place after it. */
+  adopt(fleetOrder: string[]): void {
+    const fleet = new Set(fleetOrder);
+    const next = [...fleetOrder, ...this.order.filter((k) => !fleet.has(k) && this.unshared.has(k))];
+    if (next.length === this.order.length && next.every((k, i) => k === this.order[i])) return;
+    for (const k of this.lastSeen.keys()) if (!fleet.has(k) && !this.unshared.has(k)) this.lastSeen.delete(k);
+    for (const k of fleetOrder) if (!this.lastSeen.has(k)) this.lastSeen.set(k, this.now());
+    this.order = next;
+    this.version++;
+  }
+
+  /** Forgets what has not been seen for PREFIX_IDLE_MS. */
+  forgetIdle(): void {
+    const since = this.now() - PREFIX_IDLE_MS;
+    this.forget(this.order.filter((k) => (this.lastSeen.get(k) ?? 0) < since));
+  }
+
+  private leastRecent(count: number): string[] {
+    return [...this.lastSeen.entries()].sort((a, b) => a[1] - b[1]).slice(0, count).map(([k]) => k);
+  }
+
+  private forget(keys: string[]): void {
+    if (keys.length === 0) return;
+    const gone = new Set(keys);
+    this.order = this.order.filter((k) => !gone.has(k));
+    for (const k of gone) this.lastSeen.delete(k);
+    this.version++;
+  }
+}

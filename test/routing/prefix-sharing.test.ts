@@ -1,0 +1,93 @@
+// Prefix placement as a fleet: three gateway replicas on one Redis learn the
+// same prefixes in the same order, and so send every tenant to the same
+// endpoint, without asking one another on the request path.
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { PrefixAffinityPolicy } from '../../src/routing/policies/prefix-affinity.js';
+import { PrefixSharing, SHARE_INTERVAL_MS } from '../../src/routing/prefix-sharing.js';
+import { prefixBlocks } from '../../src/routing/prefix-blocks.js';
+import { completionBody, replyJson, sleep, type Script } from '../support/fake-upstream.js';
+import { modelEntry, startTestGateway, withGatewayOn } from '../support/gateway.js';
+import { startTestRedis, type TestRedis } from '../support/redis.js';
+
+const tenantRequest = (tenant: number, question: string) => ({
+  prefixBlocks: prefixBlocks([{ role: 'system', content: `Tenant ${tenant} has its own long instructions. `.repeat(20) }, { role: 'user', content: question }]),
+});
+const pool = () => ['a', 'b', 'c', 'd'].map((name) => ({ name, load: 0, weight: 1 }));
+
+let redis: TestRedis;
+beforeAll(async () => {
+  redis = await startTestRedis();
+});
+afterAll(() => redis.stop());
+
+describe('prefixes shared through Redis', () => {
+  it('give three replicas that saw the tenants in different orders the same homes, two tenants per endpoint', async () => {
+    const sharings = [0, 1, 2].map(() => new PrefixSharing(redis.client));
+    try {
+      const policies = sharings.map((s) => new PrefixAffinityPolicy({ loadFactor: 1.25, maxImbalance: 4, placementSlack: 0.25 }, s.known('m')));
+      const tenants = [0, 1, 2, 3, 4, 5, 6, 7];
+      policies.forEach((policy, r) => {
+        for (const t of [...tenants.slice(r * 3), ...tenants.slice(0, r * 3)]) policy.onRouted('', tenantRequest(t, `first at ${r}`));
+      });
+      await sleep(3 * SHARE_INTERVAL_MS);
+      const homes = policies.map((policy) => tenants.map((t) => policy.order(pool(), tenantRequest(t, 'later'))[0].name));
+      expect(homes[1]).toEqual(homes[0]);
+      expect(homes[2]).toEqual(homes[0]);
+      for (const e of ['a', 'b', 'c', 'd']) expect(homes[0].filter((h) => h === e)).toHaveLength(2);
+    } finally {
+      for (const s of sharings) s.close();
+    }
+  });
+
+  it('let a replica that joins later place as the others do from its first request', async () => {
+    const first = new PrefixSharing(redis.client);
+    const late = new PrefixSharing(redis.client);
+    try {
+      const settings = { loadFactor: 1.25, maxImbalance: 4, placementSlack: 0.25 };
+      const early = new PrefixAffinityPolicy(settings, first.known('m2'));
+      for (let t = 0; t < 8; t++) early.onRouted('', tenantRequest(t, 'q'));
+      await sleep(3 * SHARE_INTERVAL_MS);
+      const joined = new PrefixAffinityPolicy(settings, late.known('m2'));
+      await sleep(3 * SHARE_INTERVAL_MS);
+      for (let t = 0; t < 8; t++) expect(joined.order(pool(), tenantRequest(t, 'new'))[0].name).toBe(early.order(pool(), tenantRequest(t, 'new'))[0].name);
+    } finally {
+      first.close();
+      late.close();
+    }
+  });
+});
+
+describe('three gateway replicas on one Redis', () => {
+  it('send each tenant to one endpoint, whichever replica the client reaches', async () => {
+    const named = (name: string): Script => (_req, res) => replyJson(res, completionBody(name, { prompt_tokens: 10, completion_tokens: 1 }));
+    await withGatewayOn([named('a'), named('b'), named('c'), named('d')], (urls) => ({
+      gateway: { health: { probe: { intervalMs: 0 } } },
+      models: [modelEntry('m', urls.map((url) => ({ kind: 'vllm', url })))],
+    }), async (gw) => {
+      const config = { gateway: { health: { probe: { intervalMs: 0 } } }, models: [modelEntry('m', gw.context.routing().models.get('m')!.endpoints.map((e) => ({ kind: 'vllm', url: e.url })))] };
+      const others = [await startTestGateway(config, { redis: gw.redis }), await startTestGateway(config, { redis: gw.redis })];
+      try {
+        const replicas = [gw, ...others];
+        const ask = async (replica: number, tenant: number, question: string) => {
+          const r = replicas[replica];
+          const reply = await r.client.chat.completions.create({ model: 'm', messages: [{ role: 'system', content: `Tenant ${tenant} has its own long instructions. `.repeat(20) }, { role: 'user', content: question }] });
+          return reply.choices[0].message.content!;
+        };
+        for (let t = 0; t < 8; t++) await ask(t % 3, t, 'hello');
+        await sleep(3 * SHARE_INTERVAL_MS);
+        const served = new Map<number, Set<string>>();
+        for (let round = 0; round < 3; round++) {
+          for (let t = 0; t < 8; t++) {
+            const endpoint = await ask((t + round) % 3, t, `question ${round}`);
+            served.set(t, (served.get(t) ?? new Set()).add(endpoint));
+          }
+        }
+        for (const endpoints of served.values()) expect(endpoints.size).toBe(1);
+        const homes = [...served.values()].map((s) => [...s][0]);
+        for (const e of ['a', 'b', 'c', 'd']) expect(homes.filter((h) => h === e)).toHaveLength(2);
+      } finally {
+        for (const o of others) await o.close();
+      }
+    });
+  });
+});
