@@ -3,11 +3,12 @@
 // moment Redis is found away, and marked landed when Redis takes it; a
 // journal whose settlements have all landed is emptied.
 //
-// Each replica writes its own file, named after its host (a pod's name on
+// Each process writes its own file, named after its host (a pod's name on
 // Kubernetes, where the data folder is an emptyDir that survives a
-// container's restart). At start a replica adopts what its previous life
-// left, and at any time it adopts a file no one has written for longer than
-// a hold lives (a replica that is gone, on a shared volume). Adopting copies
+// container's restart) and its pid. A process adopts the files of its host
+// whose process is gone (its previous life, or a replica beside it on the
+// same data folder), and any file no one has written for longer than a hold
+// lives (a replica that is gone, on a shared volume). Adopting copies
 // the settlements still owed into its own journal before the old file goes:
 // settling is idempotent per request id, so one replayed twice is charged once.
 import { closeSync, existsSync, fsyncSync, ftruncateSync, mkdirSync, openSync, readdirSync, readFileSync, renameSync, statSync, unlinkSync, writeSync } from 'node:fs';
@@ -19,32 +20,45 @@ type Entry = { owed: Settlement } | { landed: string };
 
 const SUFFIX = '.jsonl';
 
+const safeName = (host: string) => host.replace(/[^\w-]/g, '_');
+
 export class SettlementJournal {
   private readonly fd: number;
   private readonly owed = new Set<string>();
   private closed = false;
 
-  private constructor(private readonly dir: string, readonly path: string) {
+  private constructor(private readonly dir: string, readonly path: string, private readonly host: string) {
     this.fd = openSync(path, 'a');
   }
 
-  /** Opens this replica's journal in `dir`, first setting aside what an earlier process of the same name left there, for `adopt`. */
-  static open(dir: string, replica = hostname()): SettlementJournal {
+  /** Opens this process's journal in `dir`; one an earlier process of the same pid left there is set aside first, for `adopt`. */
+  static open(dir: string, host = hostname(), pid = process.pid): SettlementJournal {
     mkdirSync(dir, { recursive: true });
-    const name = replica.replace(/[^\w-]/g, '_');
-    const path = join(dir, `${name}${SUFFIX}`);
-    if (existsSync(path)) renameSync(path, join(dir, `${name}.before-${Date.now()}${SUFFIX}`));
-    return new SettlementJournal(dir, path);
+    const path = join(dir, `${safeName(host)}.${pid}${SUFFIX}`);
+    if (existsSync(path)) renameSync(path, join(dir, `${safeName(host)}.${pid}-before-${Date.now()}${SUFFIX}`));
+    return new SettlementJournal(dir, path, safeName(host));
   }
 
-  /** Files left by earlier processes of this replica, and those untouched for `abandonedAfterMs`. */
+  /** Files of this host whose process is gone, and any untouched for `abandonedAfterMs`. */
   orphans(abandonedAfterMs: number): string[] {
     const now = Date.now();
     return readdirSync(this.dir)
       .filter((name) => name.endsWith(SUFFIX))
-      .map((name) => join(this.dir, name))
-      .filter((file) => file !== this.path)
-      .filter((file) => file.includes('.before-') || now - statSync(file).mtimeMs > abandonedAfterMs);
+      .filter((name) => join(this.dir, name) !== this.path)
+      .filter((name) => this.ownerIsGone(name) || now - statSync(join(this.dir, name)).mtimeMs > abandonedAfterMs)
+      .map((name) => join(this.dir, name));
+  }
+
+  private ownerIsGone(name: string): boolean {
+    const owner = /^(.*)\.(\d+)(-before-\d+)?\.jsonl$/.exec(name);
+    if (!owner || owner[1] !== this.host) return false;
+    if (owner[3] || Number(owner[2]) === process.pid) return true;
+    try {
+      process.kill(Number(owner[2]), 0);
+      return false;
+    } catch (err) {
+      return (err as NodeJS.ErrnoException).code === 'ESRCH';
+    }
   }
 
   /** The settlements a journal file still owes, in the order they were written. */

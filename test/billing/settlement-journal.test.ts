@@ -32,7 +32,7 @@ const settlement = (requestId: string): Settlement => ({
 
 describe('the settlement journal', () => {
   it('keeps what is owed until it lands, and empties itself once nothing is', () => {
-    const journal = SettlementJournal.open(tempDir(), 'replica-a');
+    const journal = SettlementJournal.open(tempDir(), 'replica-a', 7);
     journal.record(settlement('r1'));
     journal.record(settlement('r2'));
     journal.landed('r1');
@@ -44,24 +44,38 @@ describe('the settlement journal', () => {
 
   it("hands what an earlier process of the same replica owed to the next, a line cut short by a crash aside", () => {
     const dir = tempDir();
-    const first = SettlementJournal.open(dir, 'replica-a');
+    // A container restarted in its pod: the same host, and (as process 1) the same pid.
+    const first = SettlementJournal.open(dir, 'replica-a', 1);
     first.record(settlement('r1'));
     first.close();
     writeFileSync(first.path, '{"owed": {"requestId": "cut', { flag: 'a' });
-    const next = SettlementJournal.open(dir, 'replica-a');
+    const next = SettlementJournal.open(dir, 'replica-a', 1);
     const [orphan] = next.orphans(60_000);
     expect(next.adopt(orphan).map((s) => s.requestId)).toEqual(['r1']);
     expect(SettlementJournal.owedIn(next.path).map((s) => s.requestId)).toEqual(['r1']);
-    expect(readdirSync(dir)).toEqual(['replica-a.jsonl']);
+    expect(readdirSync(dir)).toEqual(['replica-a.1.jsonl']);
     next.close();
+  });
+
+  it("adopts the journal of a process gone from the same host, and leaves a live one's alone", () => {
+    const dir = tempDir();
+    const live = SettlementJournal.open(dir, 'host', process.ppid);
+    live.record(settlement('r-live'));
+    const gone = SettlementJournal.open(dir, 'host', 2 ** 22 + 12345);
+    gone.record(settlement('r-gone'));
+    gone.close();
+    const journal = SettlementJournal.open(dir, 'host');
+    expect(journal.orphans(60_000)).toEqual([gone.path]);
+    live.close();
+    journal.close();
   });
 
   it("leaves another replica's journal alone until no one has written it for longer than a hold lives", () => {
     const dir = tempDir();
-    const gone = SettlementJournal.open(dir, 'replica-b');
+    const gone = SettlementJournal.open(dir, 'replica-b', 7);
     gone.record(settlement('r9'));
     gone.close();
-    const journal = SettlementJournal.open(dir, 'replica-a');
+    const journal = SettlementJournal.open(dir, 'replica-a', 7);
     expect(journal.orphans(60_000)).toEqual([]);
     const old = (Date.now() - 120_000) / 1000;
     utimesSync(gone.path, old, old);
