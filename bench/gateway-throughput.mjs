@@ -21,7 +21,7 @@
 import { execFileSync, spawn } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { benchModel, chatLoad, forked, median, ROOT, startParley, stopAll, streamReaderOf, track, waitForPort, WARMUP_SECONDS } from './support.mjs';
+import { benchModel, chatLoad, forked, median, ROOT, startParley, stopAll, track, waitForPort, WARMUP_SECONDS } from './support.mjs';
 
 const SECONDS = Number(process.argv[2] ?? 10);
 const OVERLOAD_SECONDS = Number(process.argv[3] ?? 60);
@@ -94,7 +94,6 @@ try {
       rows.push({ mode, target: name, ...mid, 'req/s by round': list.map((r) => r['req/s']).join(' ') });
     }
   }
-  console.log(`parley: streams are read by ${await streamReaderOf(ROOT)}`);
   console.table(rows);
   for (const mode of ['whole', 'streamed']) {
     const { bare, portkey } = ratios[mode];

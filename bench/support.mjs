@@ -80,10 +80,6 @@ export function chatLoad(url, headers, stream, connections, duration) {
  */
 export const WARMUP_SECONDS = 20;
 
-/** What reads streams in a built checkout of Parley, as its own `parley serve` says at start (a checkout older than the native reader has only the JavaScript path). */
-export const streamReaderOf = async (root) =>
-  (await import(join(root, 'dist/upstream/content-runs.js')).catch(() => undefined))?.streamReader ?? 'the JavaScript path';
-
 /** The middle value of a list of numbers (0 for none). */
 export const median = (xs) => (xs.length ? [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] : 0);
 

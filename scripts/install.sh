@@ -38,9 +38,8 @@ if [ "${PARLEY_INSTALL_TEST_TOOLS:-0}" = 1 ] && [ ! -x /usr/bin/chromium ]; then
   install_os_package chromium chromium
 fi
 
-# Dependencies from the lock file (npm ci refuses this lock file: npm 11 leaves
-# other platforms' optional binaries out of it); node-llama-cpp brings prebuilt llama.cpp binaries.
+# Dependencies exactly as the lock file has them; node-llama-cpp brings prebuilt llama.cpp binaries.
 if [ ! -d node_modules ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
-  npm install --no-audit --no-fund --loglevel=error
+  npm ci --no-audit --no-fund --loglevel=error
 fi
 npm run --silent build

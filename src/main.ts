@@ -14,7 +14,6 @@ import { DEMO_EMAIL } from './accounts/demo-account.js';
 import { startGateway } from './gateway/start.js';
 import { isOperatorCommand, OPERATOR_USAGE, runOperatorCommand } from './operator/commands.js';
 import { CannotListen } from './listen.js';
-import { streamReader } from './upstream/content-runs.js';
 
 const PACKAGE_ROOT = fileURLToPath(new URL('..', import.meta.url));
 const USAGE = `usage: parley <command> [options]
@@ -63,7 +62,6 @@ async function serve(argv: string[]): Promise<void> {
     port: wholeNumber(values.port ?? process.env.PORT ?? '8080', '--port (or PORT)', 0, 65_535),
     redisUrl: process.env.REDIS_URL || undefined,
   });
-  console.log(`parley: streams are read by ${streamReader}`);
   console.log(`parley: gateway listening on ${gateway.url}/v1`);
   if (gateway.demoKey) {
     console.log(`parley: made a demo account (${DEMO_EMAIL}); its API key, shown this once:\n\n    ${gateway.demoKey}\n`);

@@ -15,8 +15,7 @@
 import type { Redis } from 'ioredis';
 import { redisKeys } from '../redis/keys.js';
 import { LUA_INT, LUA_NOW_MS, luaJson, luaScript } from '../redis/lua-script.js';
-import type { ApiError } from '../protocol/errors.js';
-import { RATE_LIMIT_LUA, rateLimitHeaders, rateLimitRefusal, type RateCheck } from '../ratelimit/rate-limiter.js';
+import { RATE_LIMIT_LUA, rateUse, type RateCheck, type RateUse } from '../ratelimit/rate-limiter.js';
 import type { Usage } from '../protocol/chat-response.js';
 import type { TokenPrices } from './prices.js';
 
@@ -332,14 +331,12 @@ export interface HoldRequest {
   maxReplyTokens: number;
 }
 
-export type HoldResult = (
-  | { kind: 'held'; amount: number; maxReplyTokens: number }
-  | { kind: 'no_credit'; available: number }
-  | { kind: 'no_account' }
-) & {
-  /** With a rate check: OpenAI's `x-ratelimit-*` headers for the reply. */
-  rateLimitHeaders: Record<string, string>;
-};
+/** What a hold came to; `rate`, with a rate check: where the key stands in its window. */
+export type HoldResult =
+  | { kind: 'held'; amount: number; maxReplyTokens: number; rate?: RateUse }
+  | { kind: 'no_credit'; available: number; rate?: RateUse }
+  | { kind: 'rate_limited'; over: 'requests' | 'tokens'; rate: RateUse }
+  | { kind: 'no_account' };
 
 export interface HoldAsk {
   hold: HoldRequest;
@@ -350,23 +347,23 @@ export interface HoldAsk {
 /**
  * Holds, for each ask in order, the most its request can cost, or as many
  * reply tokens as the available balance pays for. With a rate check, the
- * request is first counted against its key's budget: the 429 that refuses it
- * when the budget is spent. One script for the whole batch.
+ * request is first counted against its key's budget, and refused when the
+ * budget is spent. One script for the whole batch.
  */
-export async function holdCredits(redis: Redis, asks: HoldAsk[]): Promise<(HoldResult | ApiError)[]> {
+export async function holdCredits(redis: Redis, asks: HoldAsk[]): Promise<HoldResult[]> {
   const keys = new BatchKeys();
   const items = asks.map(({ hold: h, rate }) => {
     const account = keys.account(h.account);
     return [account, rate ? keys.key(rate.key) : account, h.requestId, h.ttlMs, h.promptTokens * h.prices.missPico, h.n * h.prices.outputPico, h.maxReplyTokens, rate ? 1 : 0, ...(rate?.args ?? [0, 0, 0])];
   });
   const reply = (await HOLD.run(redis, keys.list, [luaJson(items)])) as number[];
-  return asks.map(({ rate }, i): HoldResult | ApiError => {
+  return asks.map(({ rate }, i): HoldResult => {
     const [status, amount, tokens, requests, tokensUsed] = reply.slice(5 * i, 5 * i + 5);
-    if (status === -3) return { kind: 'no_account', rateLimitHeaders: {} };
-    const headers = rate ? rateLimitHeaders(rate, requests, tokensUsed) : {};
-    if (status === -4) return rateLimitRefusal(rate!, amount, headers);
-    if (status === -1) return { kind: 'no_credit', available: amount, rateLimitHeaders: headers };
-    return { kind: 'held', amount, maxReplyTokens: tokens, rateLimitHeaders: headers };
+    if (status === -3) return { kind: 'no_account' };
+    const use = rate && rateUse(rate, requests, tokensUsed);
+    if (status === -4) return { kind: 'rate_limited', over: amount === 1 ? 'requests' : 'tokens', rate: use! };
+    if (status === -1) return { kind: 'no_credit', available: amount, rate: use };
+    return { kind: 'held', amount, maxReplyTokens: tokens, rate: use };
   });
 }
 

@@ -2,7 +2,6 @@
 // one script call, applied in the order they were asked: the same outcome as
 // one call each, for the price of one round trip.
 import type { Redis } from 'ioredis';
-import { ApiError } from '../protocol/errors.js';
 import { TurnBatches } from '../redis/turn-batches.js';
 import { holdCredits, type HoldAsk, type HoldResult } from './credit-ledger.js';
 
@@ -19,7 +18,7 @@ export class HoldQueue {
     this.batches = new TurnBatches(redis, (part) => void this.run(part));
   }
 
-  /** The hold's result; rejects with the 429 that refused it, or with the error that kept it from Redis. */
+  /** The hold's result; rejects with the error that kept it from Redis. */
   hold(ask: HoldAsk): Promise<HoldResult> {
     return new Promise((held, failed) => this.batches.add({ ask, held, failed }));
   }
@@ -27,11 +26,7 @@ export class HoldQueue {
   private async run(part: Waiting[]): Promise<void> {
     try {
       const results = await holdCredits(this.redis, part.map((w) => w.ask));
-      part.forEach((w, i) => {
-        const result = results[i];
-        if (result instanceof ApiError) w.failed(result);
-        else w.held(result);
-      });
+      part.forEach((w, i) => w.held(results[i]));
     } catch (err) {
       for (const w of part) w.failed(err);
     }

@@ -19,7 +19,7 @@ const SMALL_MODEL_BYTES = 256 * 1024 * 1024;
  * for. node-llama-cpp's own default on a machine without a GPU is two per
  * core; on a 2-core VM those threads, each waiting on the others at every
  * layer, made replies 100 to 1,300 times slower than one thread
- * (bench/engine-threads.mjs). So one per core this process may use, and one
+ * (bench/engine-threads.mjs, in git history). So one per core this process may use, and one
  * in all for a small model, whose work per token is shorter than what
  * threads cost to meet: there one thread was twice as quick as two at 133 MB
  * and 64 times on Parley's own model, where two were 1.1 times quicker at

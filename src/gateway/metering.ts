@@ -11,6 +11,7 @@ import type { RateCheck } from '../ratelimit/rate-limiter.js';
 import { failClosed } from '../redis/connection.js';
 import type { RoutedModel } from '../routing/routing-table.js';
 import type { GatewayContext } from './context.js';
+import { rateLimitHeaders, rateLimitRefusal } from './rate-limit-headers.js';
 
 export interface MeterRequest {
   caller: Caller;
@@ -65,9 +66,10 @@ export class Meter {
         rate,
       }),
     );
+    if (hold.kind === 'rate_limited') throw rateLimitRefusal(hold.over, hold.rate);
     if (hold.kind !== 'held') throw insufficientBalance();
     ctx.telemetry.holdOpened();
-    return new Meter(ctx, span, m, hold.maxReplyTokens, hold.rateLimitHeaders);
+    return new Meter(ctx, span, m, hold.maxReplyTokens, rateLimitHeaders(hold.rate));
   }
 
   /** Settles once; later calls are ignored. Only a complete reply is charged. */

@@ -5,7 +5,7 @@
 import type { ServerResponse } from 'node:http';
 import { ChunkRenderer, SSE_KEEP_ALIVE, sseData, type ReplyIdentity, type StreamEvent, type Usage } from '../protocol/chat-response.js';
 import { STREAM_BROKE_OFF_BODY, type ApiError } from '../protocol/errors.js';
-import { SSE_HEADERS, wireEncoding } from '../protocol/http-io.js';
+import { SSE_HEADERS } from '../protocol/http-io.js';
 
 export type StreamOutcome =
   | { kind: 'complete'; usage: Usage }
@@ -61,21 +61,13 @@ export class StreamRelay {
       finished = usage ?? { prompt_tokens: this.opts.countedPromptTokens, completion_tokens: contentDeltas, cached_tokens: 0 };
       clearTimeout(this.keepAlive);
       const closing = renderer.end(finished);
-      this.res.end(closing, wireEncoding(closing));
+      this.res.end(closing);
     };
     try {
       this.write('');
       for await (const batch of events) {
         let done = false;
-        // Each part goes out as it is rendered, never joined to the others: Node sends the writes of one
-        // turn in one call to the socket, and a joined string would be copied whole once more to be written.
         for (const event of batch) {
-          if (event.content) {
-            contentDeltas += event.content.pieces;
-            const [opening, pieces] = renderer.content(event.content);
-            this.write(opening);
-            this.write(pieces, renderer.knownAscii(event.content) ? 'latin1' : undefined);
-          }
           if (event.choices) {
             for (const c of event.choices) if (c.delta.content) contentDeltas++;
             this.write(renderer.deltas(event.choices));
@@ -123,13 +115,10 @@ export class StreamRelay {
     });
   }
 
-  /**
-   * Commits the response if it is not yet, and writes `text`, in `encoding`
-   * where the caller knows it (a scan of a long text costs more than its rewrite).
-   */
-  private write(text: string, encoding?: BufferEncoding): void {
+  /** Commits the response if it is not yet, and writes `text`. */
+  private write(text: string): void {
     // Object.assign, not a spread: see sendJson in protocol/http-io.ts.
     if (!this.res.headersSent) this.res.writeHead(200, Object.assign({}, SSE_HEADERS, this.opts.headers));
-    if (text) this.res.write(text, encoding ?? wireEncoding(text));
+    if (text) this.res.write(text);
   }
 }

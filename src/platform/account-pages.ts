@@ -6,7 +6,7 @@ import { createApiKey, listApiKeys, maskedKey, revokeApiKey } from '../accounts/
 import { redeemCreditCode } from '../billing/credit-codes.js';
 import { balanceSummary } from '../billing/credit-ledger.js';
 import { formatMicros } from '../billing/prices.js';
-import type { GatewayContext } from '../gateway/context.js';
+import type { PlatformServices } from './services.js';
 import { html, type Html } from './html.js';
 import { page, redirect, sendPage } from './layout.js';
 import { csrfToken, type Session } from './sessions.js';
@@ -15,7 +15,7 @@ import { dailyTotals, lastDays } from './usage-data.js';
 
 const when = (ms: number | null) => (ms ? new Date(ms).toISOString().replace('T', ' ').slice(0, 16) + ' UTC' : 'never');
 
-export async function showOverview(req: IncomingMessage, res: ServerResponse, ctx: GatewayContext, session: Session): Promise<void> {
+export async function showOverview(req: IncomingMessage, res: ServerResponse, ctx: PlatformServices, session: Session): Promise<void> {
   const currency = ctx.routing().billing.currency;
   const balance = await balanceSummary(ctx.redis, session.account);
   // 31 days cover both the 30-day chart and every day of this month so far.
@@ -35,7 +35,7 @@ export async function showOverview(req: IncomingMessage, res: ServerResponse, ct
   sendPage(res, 200, page({ title: 'Overview', email: session.email, csrf: csrfToken(req, res), active: 'overview' }, body));
 }
 
-export async function showApiKeys(req: IncomingMessage, res: ServerResponse, ctx: GatewayContext, session: Session, created?: { key: string; name: string }, status = 200, error?: string): Promise<void> {
+export async function showApiKeys(req: IncomingMessage, res: ServerResponse, ctx: PlatformServices, session: Session, created?: { key: string; name: string }, status = 200, error?: string): Promise<void> {
   const csrf = csrfToken(req, res);
   const keys = await listApiKeys(ctx.redis, session.account);
   const fresh: Html | '' = created
@@ -65,19 +65,19 @@ export async function showApiKeys(req: IncomingMessage, res: ServerResponse, ctx
   sendPage(res, status, page({ title: 'API keys', email: session.email, csrf, active: 'keys' }, body));
 }
 
-export async function createKey(req: IncomingMessage, res: ServerResponse, ctx: GatewayContext, session: Session, form: URLSearchParams, secret: string): Promise<void> {
+export async function createKey(req: IncomingMessage, res: ServerResponse, ctx: PlatformServices, session: Session, form: URLSearchParams, secret: string): Promise<void> {
   const name = (form.get('name') ?? '').trim();
   if (!name || name.length > 64) return showApiKeys(req, res, ctx, session, undefined, 400, 'Give the key a name of 1 to 64 characters.');
   const { key } = await createApiKey(ctx.redis, secret, session.account, name);
   await showApiKeys(req, res, ctx, session, { key, name });
 }
 
-export async function revokeKey(res: ServerResponse, ctx: GatewayContext, session: Session, keyId: string): Promise<void> {
+export async function revokeKey(res: ServerResponse, ctx: PlatformServices, session: Session, keyId: string): Promise<void> {
   await revokeApiKey(ctx.redis, keyId, session.account);
   redirect(res, '/platform/api-keys');
 }
 
-export async function showTopUp(req: IncomingMessage, res: ServerResponse, ctx: GatewayContext, session: Session, status = 200, notice?: { kind: 'error' | 'success'; text: string }): Promise<void> {
+export async function showTopUp(req: IncomingMessage, res: ServerResponse, ctx: PlatformServices, session: Session, status = 200, notice?: { kind: 'error' | 'success'; text: string }): Promise<void> {
   const currency = ctx.routing().billing.currency;
   const b = await balanceSummary(ctx.redis, session.account);
   const csrf = csrfToken(req, res);
@@ -101,7 +101,7 @@ export async function showTopUp(req: IncomingMessage, res: ServerResponse, ctx: 
   sendPage(res, status, page({ title: 'Top up', email: session.email, csrf, active: 'top-up' }, body));
 }
 
-export async function redeemCode(req: IncomingMessage, res: ServerResponse, ctx: GatewayContext, session: Session, form: URLSearchParams): Promise<void> {
+export async function redeemCode(req: IncomingMessage, res: ServerResponse, ctx: PlatformServices, session: Session, form: URLSearchParams): Promise<void> {
   const code = (form.get('code') ?? '').trim();
   if (!/^PARLEY(-[A-Z0-9]{4}){4}$/i.test(code)) return showTopUp(req, res, ctx, session, 400, { kind: 'error', text: 'That is not a credit code; codes look like PARLEY-XXXX-XXXX-XXXX-XXXX.' });
   const result = await redeemCreditCode(ctx.redis, session.account, code);

@@ -3,7 +3,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { createAccount, EmailTaken, isEmail } from '../accounts/accounts.js';
 import { verifyPassword } from '../accounts/passwords.js';
 import { redisKeys } from '../redis/keys.js';
-import type { GatewayContext } from '../gateway/context.js';
+import type { PlatformServices } from './services.js';
 import { html, type Html } from './html.js';
 import { page, redirect, sendPage } from './layout.js';
 import { allowLoginAttempt, csrfToken, endSession, startSession, type Session } from './sessions.js';
@@ -36,14 +36,14 @@ function authForm(kind: 'login' | 'signup', csrf: string, error?: string, email 
   </section>`;
 }
 
-export function showAuth(req: IncomingMessage, res: ServerResponse, ctx: GatewayContext, kind: 'login' | 'signup', status = 200, error?: string, email?: string): void {
+export function showAuth(req: IncomingMessage, res: ServerResponse, ctx: PlatformServices, kind: 'login' | 'signup', status = 200, error?: string, email?: string): void {
   const csrf = csrfToken(req, res);
   const signupOpen = ctx.routing().platform.signup;
   if (kind === 'signup' && !signupOpen) return showAuth(req, res, ctx, 'login', 403, 'Sign-up is closed here; ask your operator for an account.');
   sendPage(res, status, page({ title: kind === 'signup' ? 'Sign up' : 'Log in', csrf }, authForm(kind, csrf, error, email, signupOpen)));
 }
 
-export async function signUp(req: IncomingMessage, res: ServerResponse, ctx: GatewayContext, form: URLSearchParams): Promise<void> {
+export async function signUp(req: IncomingMessage, res: ServerResponse, ctx: PlatformServices, form: URLSearchParams): Promise<void> {
   if (!ctx.routing().platform.signup) return showAuth(req, res, ctx, 'login', 403, 'Sign-up is closed here; ask your operator for an account.');
   const email = (form.get('email') ?? '').trim().toLowerCase();
   const password = form.get('password') ?? '';
@@ -60,7 +60,7 @@ export async function signUp(req: IncomingMessage, res: ServerResponse, ctx: Gat
   redirect(res, '/platform');
 }
 
-export async function logIn(req: IncomingMessage, res: ServerResponse, ctx: GatewayContext, form: URLSearchParams): Promise<void> {
+export async function logIn(req: IncomingMessage, res: ServerResponse, ctx: PlatformServices, form: URLSearchParams): Promise<void> {
   const email = (form.get('email') ?? '').trim().toLowerCase();
   if (!(await allowLoginAttempt(ctx.redis, req))) return showAuth(req, res, ctx, 'login', 429, 'Too many attempts. Wait 15 minutes and try again.', email);
   const member = await ctx.redis.hgetall(redisKeys.member(email));
@@ -70,7 +70,7 @@ export async function logIn(req: IncomingMessage, res: ServerResponse, ctx: Gate
   redirect(res, '/platform');
 }
 
-export async function logOut(req: IncomingMessage, res: ServerResponse, ctx: GatewayContext, session: Session): Promise<void> {
+export async function logOut(req: IncomingMessage, res: ServerResponse, ctx: PlatformServices, session: Session): Promise<void> {
   await endSession(ctx.redis, req, res, session);
   redirect(res, '/platform/login');
 }

@@ -2,7 +2,7 @@
 // window, prices, what it is set up for, the operator's set-up text, and
 // copy-ready examples with this server's own base URL.
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import type { GatewayContext } from '../gateway/context.js';
+import type { PlatformServices } from './services.js';
 import type { RoutedModel } from '../routing/routing-table.js';
 import { html } from './html.js';
 import { page, sendPage } from './layout.js';
@@ -16,7 +16,7 @@ function baseUrl(req: IncomingMessage): string {
 
 const price = (perMillion: number) => `${perMillion}`;
 
-export function showModels(req: IncomingMessage, res: ServerResponse, ctx: GatewayContext, session: Session): void {
+export function showModels(req: IncomingMessage, res: ServerResponse, ctx: PlatformServices, session: Session): void {
   const table = ctx.routing();
   const currency = table.billing.currency;
   const body = html`<h1>Models</h1>
@@ -37,7 +37,7 @@ function examples(model: RoutedModel, base: string) {
   };
 }
 
-export function showModel(req: IncomingMessage, res: ServerResponse, ctx: GatewayContext, session: Session, id: string): boolean {
+export function showModel(req: IncomingMessage, res: ServerResponse, ctx: PlatformServices, session: Session, id: string): boolean {
   const model = ctx.routing().models.get(id);
   if (!model) return false;
   const c = model.config;

@@ -2,7 +2,7 @@
 // API's origin. Pages that need a member redirect to the log-in page; every
 // POST must carry the visitor's CSRF token.
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import type { GatewayContext } from '../gateway/context.js';
+import type { PlatformServices } from './services.js';
 import { ApiError, routeNotFound } from '../protocol/errors.js';
 import { createKey, redeemCode, revokeKey, showApiKeys, showOverview, showTopUp } from './account-pages.js';
 import { logIn, logOut, showAuth, signUp } from './auth-pages.js';
@@ -54,7 +54,7 @@ function failurePage(req: IncomingMessage, res: ServerResponse, err: unknown): v
 }
 
 /** Serves `path` if it is a platform route, a failure included (as a page); returns false otherwise. */
-export async function handlePlatform(req: IncomingMessage, res: ServerResponse, ctx: GatewayContext, path: string, query: URLSearchParams): Promise<boolean> {
+export async function handlePlatform(req: IncomingMessage, res: ServerResponse, ctx: PlatformServices, path: string, query: URLSearchParams): Promise<boolean> {
   if (path === '/') return redirect(res, '/platform'), true;
   if (path !== '/platform' && !path.startsWith('/platform/')) return false;
   try {
@@ -65,7 +65,7 @@ export async function handlePlatform(req: IncomingMessage, res: ServerResponse, 
   return true;
 }
 
-async function servePlatform(req: IncomingMessage, res: ServerResponse, ctx: GatewayContext, path: string, query: URLSearchParams): Promise<void> {
+async function servePlatform(req: IncomingMessage, res: ServerResponse, ctx: PlatformServices, path: string, query: URLSearchParams): Promise<void> {
   const method = req.method ?? 'GET';
   if (method === 'GET' && path === '/platform/static/style.css') return sendStatic(res, 'text/css', STYLE_CSS);
   if (method === 'GET' && path === '/platform/static/platform.js') return sendStatic(res, 'text/javascript', PLATFORM_JS);

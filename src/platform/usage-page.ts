@@ -4,7 +4,7 @@ import { listApiKeys, maskedKey } from '../accounts/api-keys.js';
 import { utcDay } from '../billing/credit-ledger.js';
 import { formatMicros } from '../billing/prices.js';
 import { readUsageEvents, usageCsv } from '../billing/usage-events.js';
-import type { GatewayContext } from '../gateway/context.js';
+import type { PlatformServices } from './services.js';
 import { html } from './html.js';
 import { page, sendPage } from './layout.js';
 import { csrfToken, type Session } from './sessions.js';
@@ -26,7 +26,7 @@ function readFilter(query: URLSearchParams): UsageFilter {
   return { key, from, to, since: Date.parse(`${from}T00:00:00Z`), until: Date.parse(`${to}T00:00:00Z`) + 86_400_000 - 1 };
 }
 
-export async function showUsage(req: IncomingMessage, res: ServerResponse, ctx: GatewayContext, session: Session, query: URLSearchParams): Promise<void> {
+export async function showUsage(req: IncomingMessage, res: ServerResponse, ctx: PlatformServices, session: Session, query: URLSearchParams): Promise<void> {
   const filter = readFilter(query);
   const currency = ctx.routing().billing.currency;
   const keys = await listApiKeys(ctx.redis, session.account);
@@ -50,7 +50,7 @@ export async function showUsage(req: IncomingMessage, res: ServerResponse, ctx: 
   sendPage(res, 200, page({ title: 'Usage', email: session.email, csrf: csrfToken(req, res), active: 'usage' }, body));
 }
 
-export async function downloadUsageCsv(res: ServerResponse, ctx: GatewayContext, session: Session, query: URLSearchParams): Promise<void> {
+export async function downloadUsageCsv(res: ServerResponse, ctx: PlatformServices, session: Session, query: URLSearchParams): Promise<void> {
   const filter = readFilter(query);
   res.writeHead(200, {
     'content-type': 'text/csv; charset=utf-8',

@@ -1,7 +1,6 @@
 // The reply side of the wire format: the shapes every dialect normalizes to,
 // and the two renderers built on them: one whole `chat.completion` object, or
 // `chat.completion.chunk` server-sent events (SPEC 2.3, 6).
-import { isAsciiText } from './http-io.js';
 
 export interface TokenLogprob {
   token: string;
@@ -43,25 +42,9 @@ export interface ChoiceDelta {
   finish_reason: string | null;
 }
 
-/**
- * Pieces of text for one choice, one stream chunk each, in order: what a run
- * of plain content events comes to. Most of a stream is such runs; they keep
- * the upstream's text and are rewritten in one step, not piece by piece.
- */
-export interface ContentRun {
-  index: number;
-  /** How many pieces; each has some text. */
-  pieces: number;
-  /** Whether its text is known to be ASCII, from the bytes it came in (false when not known). */
-  ascii: boolean;
-  /** Every piece as a JSON string literal between `before` and `after`, all joined. */
-  render(before: string, after: string): string;
-}
-
-/** What one upstream stream event (or run of plain content events) amounts to, whatever its dialect. */
+/** What one upstream stream event amounts to, whatever its dialect. */
 export interface StreamEvent {
   choices?: ChoiceDelta[];
-  content?: ContentRun;
   usage?: Usage;
   done?: true;
 }
@@ -120,30 +103,12 @@ export class ChunkRenderer {
   private readonly contentHeads: string[] = [];
   /** The text of a content chunk after its literal. */
   private readonly contentTail: string;
-  /** Whether the text around every chunk's content (the id and model above all) is ASCII. */
-  private readonly asciiFraming: boolean;
 
   constructor(identity: ReplyIdentity, private readonly includeUsage: boolean) {
     this.prefix = `{"id":${JSON.stringify(identity.id)},"object":"chat.completion.chunk","created":${identity.created},"model":${JSON.stringify(identity.model)},"choices":`;
     // OpenAI marks every content chunk with usage null when usage was asked for.
     this.suffix = includeUsage ? ',"usage":null}' : '}';
     this.contentTail = `},"logprobs":null,"finish_reason":null}]${this.suffix}\n\n`;
-    this.asciiFraming = isAsciiText(this.prefix);
-  }
-
-  /** Whether the text content(run) renders is known to be ASCII, with no need to scan it. */
-  knownAscii(run: ContentRun): boolean {
-    return run.ascii && this.asciiFraming;
-  }
-
-  /**
-   * The SSE text for a run of plain content, a chunk per piece: the choice's
-   * opening chunk ('' once it has opened) and the run's chunks, kept apart
-   * because the run is long and joining would copy it.
-   */
-  content(run: ContentRun): [opening: string, pieces: string] {
-    const opening = this.open(run.index);
-    return [opening, run.render(this.contentHeads[run.index], this.contentTail)];
   }
 
   /** The SSE text for a batch of deltas ('' when there is nothing to send). */

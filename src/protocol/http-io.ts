@@ -56,16 +56,6 @@ export function sendError(res: ServerResponse, err: ApiError): void {
   sendJson(res, err.status, err.toBody(), err.headers);
 }
 
-/** Whether `text` is all ASCII: then each character is one byte in UTF-8. */
-export const isAsciiText = (text: string): boolean => Buffer.byteLength(text) === text.length;
-
-/**
- * The encoding to write `text` in. ASCII text is the same bytes in latin1 as
- * in UTF-8, and latin1 is copied where UTF-8 is encoded: a streamed reply is
- * nearly always ASCII (other characters come escaped in JSON).
- */
-export const wireEncoding = (text: string): BufferEncoding => (isAsciiText(text) ? 'latin1' : 'utf8');
-
 export const SSE_HEADERS = {
   'content-type': 'text/event-stream; charset=utf-8',
   'cache-control': 'no-cache',

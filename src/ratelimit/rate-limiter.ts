@@ -6,7 +6,6 @@
 // The check runs inside the credit hold's script (billing/credit-ledger.ts),
 // so a request is admitted by one script, shared with the holds of its turn,
 // and a request refused for want of credit spends none of the key's budget.
-import { rateLimitExceeded, type ApiError } from '../protocol/errors.js';
 import { redisKeys } from '../redis/keys.js';
 
 export interface RateLimits {
@@ -69,25 +68,16 @@ local function write_rate_windows()
 end
 `;
 
-const secondsToReset = (now: number) => Math.max(1, Math.ceil((Math.floor(now / WINDOW_MS + 1) * WINDOW_MS - now) / 1000));
-
-/** OpenAI's `x-ratelimit-*` headers from the window's counts. */
-export function rateLimitHeaders(check: RateCheck, requests: number, tokensUsed: number): Record<string, string> {
-  const { limits, now } = check;
-  const reset = `${secondsToReset(now)}s`;
-  return {
-    'x-ratelimit-limit-requests': String(limits.requestsPerMinute),
-    'x-ratelimit-remaining-requests': String(Math.max(0, limits.requestsPerMinute - requests)),
-    'x-ratelimit-reset-requests': reset,
-    'x-ratelimit-limit-tokens': String(limits.tokensPerMinute),
-    'x-ratelimit-remaining-tokens': String(Math.max(0, limits.tokensPerMinute - tokensUsed)),
-    'x-ratelimit-reset-tokens': reset,
-  };
+/** Where a key stands in its window after a request was counted (or refused): plain figures, for the gateway's headers and 429s. */
+export interface RateUse {
+  limits: RateLimits;
+  requests: number;
+  tokens: number;
+  /** Seconds until the window ends. */
+  resetSeconds: number;
 }
 
-/** The 429 for a request the script refused (1: over the requests limit, 2: over the tokens limit), carrying its headers. */
-export function rateLimitRefusal(check: RateCheck, refused: number, headers: Record<string, string>): ApiError {
-  const { limits, now } = check;
-  const [what, limit] = refused === 1 ? (['requests', limits.requestsPerMinute] as const) : (['tokens', limits.tokensPerMinute] as const);
-  return rateLimitExceeded(what, limit, secondsToReset(now), headers);
+export function rateUse(check: RateCheck, requests: number, tokens: number): RateUse {
+  const resetSeconds = Math.max(1, Math.ceil((Math.floor(check.now / WINDOW_MS + 1) * WINDOW_MS - check.now) / 1000));
+  return { limits: check.limits, requests, tokens, resetSeconds };
 }

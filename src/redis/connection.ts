@@ -41,7 +41,7 @@ export function subscriberFor(redis: Redis): Redis {
 }
 
 /**
- * Awaits Redis work on a request's behalf: an ApiError it raises (a 429)
+ * Awaits Redis work on a request's behalf: an ApiError raised meanwhile
  * passes through, and any failure to reach Redis becomes the 503 the request
  * is answered with.
  */

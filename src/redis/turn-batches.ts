@@ -27,7 +27,7 @@ class ConnectionTurn {
     const due = this.due;
     this.due = [];
     // ioredis writes each command as it is sent: corked, the turn's commands leave in one write, where
-    // each would otherwise cost a system call of its own (bench/gateway-cpu.mjs counts them per request).
+    // each would otherwise cost a system call of its own (bench/gateway-cpu.mjs, in git history, counted them).
     const socket = this.redis.stream;
     socket?.cork();
     try {

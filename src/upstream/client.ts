@@ -5,7 +5,6 @@
 // wraps every reply in a Node stream and an abort signal, which cost more
 // than the rest of relaying a short reply. The body is read here instead,
 // with the same backpressure: the socket pauses while the reader is behind.
-import { isAscii } from 'node:buffer';
 import { StringDecoder } from 'node:string_decoder';
 import { Agent, errors as undiciErrors, type Dispatcher } from 'undici';
 import type { StreamEvent } from '../protocol/chat-response.js';
@@ -31,22 +30,14 @@ const agent = new Agent({ keepAliveTimeout: 30_000, connections: 1024 });
 const HIGH_WATER_BYTES = 64 * 1024;
 
 /**
- * One read of a body: everything received since the last. Bytes while the
- * body has been all ASCII, which its reader may read in place, undecoded;
- * text from the first read that is not.
- */
-export type BodyRead = string | Buffer;
-
-/**
  * One call's reply as undici delivers it: the status first, then the body,
  * read whole or as it arrives.
  */
 export class UpstreamBody implements Dispatcher.DispatchHandler {
   statusCode = 0;
   private controller: Dispatcher.DispatchController | undefined;
+  /** UTF-8 across reads: a character may be split between two. */
   private readonly decoder = new StringDecoder('utf8');
-  /** Set at the first read that is not ASCII: from there on, a character may be split between two reads. */
-  private decoding = false;
   private pending: Buffer[] = [];
   private pendingBytes = 0;
   private ended = false;
@@ -81,7 +72,6 @@ export class UpstreamBody implements Dispatcher.DispatchHandler {
 
   onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
     if (this.discarding) return;
-    // Kept as it came (a view of the socket's read, never reused): the stream's reader may read these bytes in place.
     this.pending.push(chunk);
     this.pendingBytes += chunk.length;
     if (this.pendingBytes > HIGH_WATER_BYTES) controller.pause();
@@ -102,12 +92,12 @@ export class UpstreamBody implements Dispatcher.DispatchHandler {
   /** The whole body as text. */
   async text(): Promise<string> {
     let text = '';
-    for await (const read of this.reads()) text += typeof read === 'string' ? read : read.toString('latin1');
+    for await (const read of this.reads()) text += read;
     return text;
   }
 
   /** The body as it arrives: everything received since the last read. */
-  async *reads(): AsyncGenerator<BodyRead> {
+  async *reads(): AsyncGenerator<string> {
     try {
       for (;;) {
         if (this.pending.length > 0) {
@@ -115,7 +105,7 @@ export class UpstreamBody implements Dispatcher.DispatchHandler {
           this.pending = [];
           this.pendingBytes = 0;
           this.controller?.resume();
-          yield this.decode(bytes);
+          yield this.decoder.write(bytes);
         } else if (this.failure) throw this.failure;
         else if (this.ended) {
           const rest = this.decoder.end();
@@ -127,12 +117,6 @@ export class UpstreamBody implements Dispatcher.DispatchHandler {
       // A reader that stops early no longer wants the rest.
       if (!this.ended && !this.discarding) this.controller?.abort(new Error('the reply is no longer read'));
     }
-  }
-
-  private decode(bytes: Buffer): BodyRead {
-    // A reply is nearly always ASCII (JSON escapes the rest): then its bytes are passed on as they are, to be read as latin1 or in place.
-    this.decoding ||= !isAscii(bytes);
-    return this.decoding ? this.decoder.write(bytes) : bytes;
   }
 
   /**
@@ -259,12 +243,12 @@ export async function* readStream(endpoint: UpstreamEndpoint, body: UpstreamBody
   const parser = endpoint.dialect.streamParser();
   const open = new Set<number>();
   let sawChoice = false;
-  const normalize = (batch: (SseEvent | StreamEvent)[]): NormalizedRead => {
+  const normalize = (batch: SseEvent[]): NormalizedRead => {
     const events: StreamEvent[] = [];
     for (const ev of batch) {
       let event: StreamEvent;
       try {
-        event = 'data' in ev ? endpoint.dialect.streamEvent(ev) : ev;
+        event = endpoint.dialect.streamEvent(ev);
       } catch (failure) {
         return { events, failure };
       }
@@ -272,10 +256,6 @@ export async function* readStream(endpoint: UpstreamEndpoint, body: UpstreamBody
         sawChoice = true;
         if (c.finish_reason) open.delete(c.index);
         else open.add(c.index);
-      }
-      if (event.content) {
-        sawChoice = true;
-        open.add(event.content.index);
       }
       events.push(event);
     }

@@ -4,9 +4,7 @@
 import type { ChatCompletionRequest } from '../protocol/chat-request.js';
 import type { Choice, ChoiceDelta, Completion, StreamEvent, Usage } from '../protocol/chat-response.js';
 import { ApiError, contextLengthExceeded, upstreamFailed, upstreamRejected } from '../protocol/errors.js';
-import { choiceEdges } from './choice-edges.js';
-import { plainContentRuns } from './content-runs.js';
-import { SseParser, type QuickEvents, type SseEvent } from './sse-parser.js';
+import { SseParser, type SseEvent } from './sse-parser.js';
 
 export interface UpstreamTarget {
   upstreamModel: string;
@@ -24,8 +22,8 @@ export interface Dialect {
   requestBody(req: ChatCompletionRequest, target: UpstreamTarget): Record<string, unknown>;
   /** A whole (non-streamed) reply. Throws UpstreamBrokeOff when it is not one. */
   completion(body: unknown): Completion;
-  /** A parser for one streamed reply; the events its quick path reads come out already normalized. */
-  streamParser(): SseParser<StreamEvent>;
+  /** A parser for one streamed reply's server-sent events. */
+  streamParser(): SseParser;
   /** One event of a streamed reply. Throws UpstreamBrokeOff on an error event or a malformed one. */
   streamEvent(event: SseEvent): StreamEvent;
   /** What an upstream's non-2xx answer means to the caller. */
@@ -45,19 +43,6 @@ export interface DialectQuirks {
 }
 
 type Json = Record<string, any>;
-
-/** What most of an OpenAI-shaped stream is: runs of content, and the events that open and finish each choice. */
-const quickEvents: QuickEvents<StreamEvent> = {
-  read: (text, start, ascii) => plainContentRuns.read(text, start, ascii) ?? choiceEdges.read(text, start, ascii),
-  // Where runs are read from bytes, an event left between them is one of the edges, or a plain SSE event.
-  bytes: plainContentRuns.bytes && {
-    read: plainContentRuns.bytes.read,
-    event: (text) => {
-      const edge = choiceEdges.read(text, 0, true);
-      return edge?.end === text.length ? edge.event : undefined;
-    },
-  },
-};
 
 const asInt = (v: unknown): number => (typeof v === 'number' && Number.isFinite(v) && v >= 0 ? Math.floor(v) : 0);
 
@@ -138,7 +123,7 @@ export function openAiCompatible(quirks: DialectQuirks): Dialect {
     },
 
     streamParser() {
-      return new SseParser(quickEvents);
+      return new SseParser();
     },
 
     streamEvent(event) {

@@ -10,7 +10,6 @@ import OpenAI from 'openai';
 import { stringify } from 'yaml';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readBalance } from '../../src/billing/credit-ledger.js';
-import { nativeContentRuns } from '../../src/upstream/content-runs.js';
 import { chunk, completionBody, replyJson, sleep, startFakeUpstream, type FakeUpstream } from '../support/fake-upstream.js';
 import { TEST_KEY_SECRET, modelEntry, postChat, startTestGateway, type TestGateway } from '../support/gateway.js';
 import { runParley, runParleyFailing, startParleyServe, type ParleyProcess } from '../support/parley-process.js';
@@ -104,23 +103,6 @@ describe('parley serve as a process', () => {
       expect(readFileSync(join(dir, 'data', 'redis', 'appendonlydir', 'appendonly.aof.manifest'), 'utf8')).toContain('appendonly');
     } finally {
       await upstream.close();
-      rmSync(dir, { recursive: true, force: true });
-    }
-  });
-
-  it('says at start what reads streams: the native reader where it is built, the JavaScript path where it is switched off', async () => {
-    const dir = mkdtempSync(join(tmpdir(), 'parley-reader-'));
-    const config = routingFile(dir, { models: [modelEntry('m', [{ kind: 'vllm', url: 'http://127.0.0.1:9/v1' }])] });
-    const args = ['--config', config, '--data-dir', join(dir, 'data')];
-    const env = { REDIS_URL: '', PARLEY_KEY_SECRET: '' };
-    try {
-      const usual = await startParleyServe(args, env);
-      await usual.stop();
-      expect(usual.output()).toContain(`parley: streams are read by ${nativeContentRuns ? 'the native reader' : 'the JavaScript path'}`);
-      const switchedOff = await startParleyServe(args, { ...env, PARLEY_NATIVE_STREAMS: '0' });
-      await switchedOff.stop();
-      expect(switchedOff.output()).toContain('parley: streams are read by the JavaScript path (the native reader is switched off by PARLEY_NATIVE_STREAMS=0)');
-    } finally {
       rmSync(dir, { recursive: true, force: true });
     }
   });

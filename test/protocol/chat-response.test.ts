@@ -57,24 +57,6 @@ describe('ChunkRenderer', () => {
       { numRuns: 300 },
     );
   });
-
-  it('writes a run of pieces exactly as it writes the same pieces one delta each', () => {
-    fc.assert(
-      // A run's pieces each have some text (an empty one takes the full parse).
-      fc.property(fc.array(fc.string({ unit: 'binary', minLength: 1 }), { minLength: 1 }), fc.integer({ min: 0, max: 3 }), (texts, index) => {
-        const asDeltas = new ChunkRenderer(identity, false).deltas(texts.map((content) => ({ index, delta: { content }, logprobs: null, finish_reason: null })));
-        const run = { index, pieces: texts.length, ascii: false, render: (before: string, after: string) => texts.map((t) => before + JSON.stringify(t) + after).join('') };
-        expect(new ChunkRenderer(identity, false).content(run).join('')).toBe(asDeltas);
-      }),
-      { numRuns: 200 },
-    );
-  });
-  it('knows a run is ASCII, with no scan, only when its text came as ASCII and the id and model are ASCII', () => {
-    const run = (ascii: boolean) => ({ index: 0, pieces: 1, ascii, render: (before: string, after: string) => `${before}"x"${after}` });
-    expect(new ChunkRenderer(identity, false).knownAscii(run(true))).toBe(true);
-    expect(new ChunkRenderer(identity, false).knownAscii(run(false))).toBe(false);
-    expect(new ChunkRenderer({ ...identity, model: 'modèle' }, false).knownAscii(run(true))).toBe(false);
-  });
 });
 
 describe('renderCompletion', () => {

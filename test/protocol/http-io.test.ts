@@ -2,7 +2,7 @@
 import { createServer, request, type IncomingMessage } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { describe, expect, it } from 'vitest';
-import { readJsonBody, wireEncoding } from '../../src/protocol/http-io.js';
+import { readJsonBody } from '../../src/protocol/http-io.js';
 import { sleep } from '../support/fake-upstream.js';
 
 /** The server's side of one request whose client sends `body` (of `declared` bytes) and then leaves. */
@@ -43,19 +43,5 @@ describe('readJsonBody', () => {
     const outcome = await Promise.race([reading, sleep(1_000).then(() => 'still waiting')]);
     server.close();
     expect(outcome).toBe('AbortError');
-  });
-});
-
-describe('wireEncoding', () => {
-  it('writes ASCII text as latin1, the same bytes', () => {
-    for (const text of ['', 'data: {"content":" tok"}\n\n', '\u0000\u007f']) {
-      expect(wireEncoding(text)).toBe('latin1');
-      expect(Buffer.from(text, 'latin1').equals(Buffer.from(text, 'utf8'))).toBe(true);
-    }
-  });
-
-  it('writes any other text as UTF-8', () => {
-    // Latin-1 letters, other scripts, a surrogate pair, and a lone surrogate (written as U+FFFD).
-    for (const odd of ['é', 'x\u00ff', '日本', '𝕏', '\ud800']) expect(wireEncoding(`data: ${odd} and ASCII after`)).toBe('utf8');
   });
 });

@@ -2,13 +2,11 @@
 // gateway only ever sends batches (billing/hold-queue.ts, settlement-queue.ts).
 import type { Redis } from 'ioredis';
 import { holdCredits, settleHolds, type HoldRequest, type HoldResult, type Settlement } from '../../src/billing/credit-ledger.js';
-import { ApiError } from '../../src/protocol/errors.js';
 import type { RateCheck } from '../../src/ratelimit/rate-limiter.js';
 
-/** One hold alone (see holdCredits); a 429 is thrown. */
+/** One hold alone (see holdCredits). */
 export async function holdCredit(redis: Redis, h: HoldRequest, rate?: RateCheck): Promise<HoldResult> {
   const [result] = await holdCredits(redis, [{ hold: h, rate }]);
-  if (result instanceof ApiError) throw result;
   return result;
 }
 

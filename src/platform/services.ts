@@ -1,0 +1,11 @@
+// What the platform's pages use, and nothing more: the shared state (through
+// the accounts and billing modules), the routing table for the model pages,
+// and the secret API keys are hashed with.
+import type { Redis } from 'ioredis';
+import type { RoutingTable } from '../routing/routing-table.js';
+
+export interface PlatformServices {
+  redis: Redis;
+  routing(): RoutingTable;
+  keySecret: string;
+}
