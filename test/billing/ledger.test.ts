@@ -31,7 +31,7 @@ describe('holds and settlement', () => {
   it('holds the most a request can cost: prompt at the miss price plus n full replies', async () => {
     const { account } = await makeAccount(redis, 1);
     const hold = await holdCredit(redis.client, { account, requestId: 'h1', ttlMs: 60_000, prices, promptTokens: 1000, n: 3, maxReplyTokens: 500 });
-    expect(hold).toEqual({ kind: 'held', amount: 1000 + 3 * 500 * 2, maxReplyTokens: 500, rateLimitHeaders: {} });
+    expect(hold).toEqual({ kind: 'held', amount: 1000 + 3 * 500 * 2, maxReplyTokens: 500 });
     expect((await readBalance(redis.client, account))!.held).toBe(4000);
   });
 
@@ -109,7 +109,7 @@ describe('holds and settlement', () => {
   it('refuses a hold when open holds already take the whole balance', async () => {
     const { account } = await makeAccount(redis, 0.0001); // 100 micro-units
     expect((await holdCredit(redis.client, { account, requestId: 'a', ttlMs: 60_000, prices, promptTokens: 10, n: 1, maxReplyTokens: 45 })).kind).toBe('held');
-    expect(await holdCredit(redis.client, { account, requestId: 'b', ttlMs: 60_000, prices, promptTokens: 10, n: 1, maxReplyTokens: 45 })).toEqual({ kind: 'no_credit', available: 0, rateLimitHeaders: {} });
+    expect(await holdCredit(redis.client, { account, requestId: 'b', ttlMs: 60_000, prices, promptTokens: 10, n: 1, maxReplyTokens: 45 })).toEqual({ kind: 'no_credit', available: 0 });
   });
 
   it('files each account\'s usage events in a stream of its own', async () => {
