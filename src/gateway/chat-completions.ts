@@ -98,7 +98,7 @@ export async function handleChatCompletion(req: IncomingMessage, res: ServerResp
   };
   let call: UpstreamCall | undefined;
   try {
-    call = await callWithFailover(ctx, span, model, request, ctx.router.plan(model, request.messages), caller.account, upstreamCall);
+    call = await callWithFailover(ctx, span, { model, request, plan: ctx.router.plan(model, request.messages), account: caller.account, cancellation: upstreamCall });
     const { endpoint } = call;
     if (!relay) {
       const parts = await Promise.all(call.bodies.map((b) => readCompletion(endpoint, b)));

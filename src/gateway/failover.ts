@@ -65,36 +65,28 @@ function blame(failed: FailedAttempt[], account: string, gaveUp: boolean): void 
   }
 }
 
-export async function callWithFailover(
-  ctx: GatewayContext,
-  span: Span,
-  model: RoutedModel,
-  request: ChatCompletionRequest,
-  plan: RoutePlan,
-  account: string,
-  cancellation: Cancellation,
-): Promise<UpstreamCall> {
+/** One request on its way upstream: what to send, along which plan, for which account, until when it is wanted. */
+export interface Forwarding {
+  model: RoutedModel;
+  request: ChatCompletionRequest;
+  plan: RoutePlan;
+  account: string;
+  cancellation: Cancellation;
+}
+
+export async function callWithFailover(ctx: GatewayContext, span: Span, forwarding: Forwarding): Promise<UpstreamCall> {
   const failed: FailedAttempt[] = [];
   try {
-    const call = await walkPlan(ctx, span, model, request, plan, account, cancellation, failed);
-    blame(failed, account, false);
+    const call = await walkPlan(ctx, span, forwarding, failed);
+    blame(failed, forwarding.account, false);
     return call;
   } catch (err) {
-    blame(failed, account, true);
+    blame(failed, forwarding.account, true);
     throw err;
   }
 }
 
-async function walkPlan(
-  ctx: GatewayContext,
-  span: Span,
-  model: RoutedModel,
-  request: ChatCompletionRequest,
-  plan: RoutePlan,
-  account: string,
-  cancellation: Cancellation,
-  failed: FailedAttempt[],
-): Promise<UpstreamCall> {
+async function walkPlan(ctx: GatewayContext, span: Span, { model, request, plan, account, cancellation }: Forwarding, failed: FailedAttempt[]): Promise<UpstreamCall> {
   const { settings } = ctx.routing();
   const { maxAttempts, deadlineMs, queueTimeoutMs } = settings.failover;
   const retryAfter = Math.max(1, Math.ceil(settings.health.openMs / 1000));

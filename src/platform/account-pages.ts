@@ -35,9 +35,20 @@ export async function showOverview(req: IncomingMessage, res: ServerResponse, ct
   sendPage(res, 200, page({ title: 'Overview', email: session.email, csrf: csrfToken(req, res), active: 'overview' }, body));
 }
 
-export async function showApiKeys(req: IncomingMessage, res: ServerResponse, ctx: PlatformServices, session: Session, created?: { key: string; name: string }, status = 200, error?: string): Promise<void> {
+export async function showApiKeys(
+  req: IncomingMessage,
+  res: ServerResponse,
+  ctx: PlatformServices,
+  session: Session,
+  created?: { key: string; name: string },
+  status = 200,
+  error?: string,
+  /** The id of a key just revoked, to confirm it. */
+  revokedId?: string,
+): Promise<void> {
   const csrf = csrfToken(req, res);
   const keys = await listApiKeys(ctx.redis, session.account);
+  const revoked = revokedId && keys.find((k) => k.id === revokedId && k.revoked);
   const fresh: Html | '' = created
     ? html`<section class="notice warning" role="status">
         <p><strong>Your new key "${created.name}".</strong> Copy it now: it is shown this once and cannot be shown again.</p>
@@ -53,6 +64,7 @@ export async function showApiKeys(req: IncomingMessage, res: ServerResponse, ctx
   );
   const body = html`<h1>API keys</h1>
     ${error ? html`<p class="notice error" role="alert">${error}</p>` : ''}
+    ${revoked ? html`<p class="notice success" role="status">The key "${revoked.name}" is revoked: requests with it are refused from now on, on every replica.</p>` : ''}
     ${fresh}
     <form method="post" action="/platform/api-keys" class="filters">
       <input type="hidden" name="_csrf" value="${csrf}">
@@ -74,7 +86,7 @@ export async function createKey(req: IncomingMessage, res: ServerResponse, ctx: 
 
 export async function revokeKey(res: ServerResponse, ctx: PlatformServices, session: Session, keyId: string): Promise<void> {
   await revokeApiKey(ctx.redis, keyId, session.account);
-  redirect(res, '/platform/api-keys');
+  redirect(res, `/platform/api-keys?revoked=${encodeURIComponent(keyId)}`);
 }
 
 export async function showTopUp(req: IncomingMessage, res: ServerResponse, ctx: PlatformServices, session: Session, status = 200, notice?: { kind: 'error' | 'success'; text: string }): Promise<void> {

@@ -19,11 +19,14 @@ export function passwordProblem(password: string, email: string): string | undef
   return undefined;
 }
 
-function authForm(kind: 'login' | 'signup', csrf: string, error?: string, email = '', signupOpen = true): Html {
+/** What a page says above its form: a refusal, or the confirmation of what was just done. */
+export type Notice = { kind: 'error' | 'success'; text: string };
+
+function authForm(kind: 'login' | 'signup', csrf: string, notice?: Notice, email = '', signupOpen = true): Html {
   const signup = kind === 'signup';
   return html`<section class="auth card">
     <h1>${signup ? 'Create your account' : 'Log in'}</h1>
-    ${error ? html`<p class="notice error" role="alert">${error}</p>` : ''}
+    ${notice ? html`<p class="notice ${notice.kind}" role="${notice.kind === 'error' ? 'alert' : 'status'}">${notice.text}</p>` : ''}
     <form method="post" action="/platform/${kind}">
       <input type="hidden" name="_csrf" value="${csrf}">
       <label for="email">Email</label><input id="email" name="email" type="email" autocomplete="email" required value="${email}">
@@ -36,11 +39,12 @@ function authForm(kind: 'login' | 'signup', csrf: string, error?: string, email 
   </section>`;
 }
 
-export function showAuth(req: IncomingMessage, res: ServerResponse, ctx: PlatformServices, kind: 'login' | 'signup', status = 200, error?: string, email?: string): void {
+export function showAuth(req: IncomingMessage, res: ServerResponse, ctx: PlatformServices, kind: 'login' | 'signup', status = 200, error?: string, email?: string, notice?: Notice): void {
   const csrf = csrfToken(req, res);
   const signupOpen = ctx.routing().platform.signup;
   if (kind === 'signup' && !signupOpen) return showAuth(req, res, ctx, 'login', 403, 'Sign-up is closed here; ask your operator for an account.');
-  sendPage(res, status, page({ title: kind === 'signup' ? 'Sign up' : 'Log in', csrf }, authForm(kind, csrf, error, email, signupOpen)));
+  const shown = error ? { kind: 'error' as const, text: error } : notice;
+  sendPage(res, status, page({ title: kind === 'signup' ? 'Sign up' : 'Log in', csrf }, authForm(kind, csrf, shown, email, signupOpen)));
 }
 
 export async function signUp(req: IncomingMessage, res: ServerResponse, ctx: PlatformServices, form: URLSearchParams): Promise<void> {
@@ -72,5 +76,5 @@ export async function logIn(req: IncomingMessage, res: ServerResponse, ctx: Plat
 
 export async function logOut(req: IncomingMessage, res: ServerResponse, ctx: PlatformServices, session: Session): Promise<void> {
   await endSession(ctx.redis, req, res, session);
-  redirect(res, '/platform/login');
+  redirect(res, '/platform/login?signed-out');
 }

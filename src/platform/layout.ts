@@ -33,7 +33,7 @@ export function page(frame: PageFrame, body: Html): Html {
     : html`<nav aria-label="Platform"><a class="brand" href="/platform">Parley</a></nav>`;
   return html`<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
-<title>${frame.title} · Parley</title><link rel="stylesheet" href="/platform/static/style.css"></head>
+<title>${frame.title} · Parley</title><link rel="icon" href="/platform/static/favicon.svg" type="image/svg+xml"><link rel="stylesheet" href="/platform/static/style.css"></head>
 <body>${nav}<main id="main">${body}</main><script src="/platform/static/platform.js" defer></script></body></html>`;
 }
 
@@ -53,6 +53,9 @@ export function redirect(res: ServerResponse, location: string): void {
   res.end();
 }
 
+/** A speech bubble in the accent colour: the tab's icon. */
+export const FAVICON_SVG = `<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 32 32"><path d="M6 4h20a4 4 0 0 1 4 4v12a4 4 0 0 1-4 4H14l-7 6v-6H6a4 4 0 0 1-4-4V8a4 4 0 0 1 4-4z" fill="#2f5bea"/><path d="M9 11h14M9 16h9" stroke="#fff" stroke-width="2.5" stroke-linecap="round"/></svg>`;
+
 export const STYLE_CSS = `
 :root{--bg:#f7f7f8;--card:#fff;--ink:#1b1d21;--muted:#5f6672;--line:#e2e4e8;--accent:#2f5bea;--warn:#9a3412;--ok:#166534;
 font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;color:var(--ink);background:var(--bg)}
@@ -71,6 +74,8 @@ table{width:100%;border-collapse:collapse;background:var(--card);border:1px soli
 th,td{text-align:left;padding:.55rem .75rem;border-bottom:1px solid var(--line);font-size:.92rem}th{background:#fafafb;color:var(--muted);font-weight:600}
 td.num,th.num{text-align:right;font-variant-numeric:tabular-nums}
 form.inline{display:inline}label{display:block;font-weight:600;margin:.6rem 0 .25rem}
+td a,p a,.muted a{color:var(--accent);text-decoration:none;font-weight:550}td a:hover,p a:hover{text-decoration:underline}
+code{font-family:ui-monospace,SFMono-Regular,Menlo,monospace;font-size:.9em}p code,li code{background:#eef0f3;padding:.1rem .3rem;border-radius:4px}
 input[type=text],input[type=email],input[type=password],input[type=date],select{width:100%;max-width:26rem;padding:.55rem .65rem;border:1px solid #c9cdd4;border-radius:6px;font:inherit}
 input.code{min-width:30ch}
 button,.button{display:inline-block;padding:.55rem 1rem;border:0;border-radius:6px;background:var(--accent);color:#fff;font:inherit;cursor:pointer;text-decoration:none}
@@ -81,7 +86,8 @@ button.secondary{background:#e9ecf2;color:var(--ink)}button.danger{background:#b
 .warning{background:#fff7ed;border-color:#fed7aa;color:var(--warn)}
 .secret{display:flex;gap:.5rem;align-items:center;flex-wrap:wrap}.secret code{font-size:1rem;padding:.5rem .7rem;background:#111827;color:#f9fafb;border-radius:6px;word-break:break-all}
 pre{background:#111827;color:#f3f4f6;padding:1rem;border-radius:8px;overflow-x:auto;font-size:.85rem}
-.muted{color:var(--muted)}.filters{display:flex;flex-wrap:wrap;gap:1rem;align-items:end;margin-bottom:1rem}.filters label{margin:0}
+.muted{color:var(--muted)}.filters{display:flex;flex-wrap:wrap;gap:1rem;align-items:flex-end;margin-bottom:1rem}.filters label{margin:0 0 .25rem}
+.filters input,.filters select,.filters button{height:2.5rem}.filters button{white-space:nowrap}
 .chart{background:var(--card);border:1px solid var(--line);border-radius:10px;padding:1rem}.chart svg{width:100%;height:auto}
 .legend{display:flex;gap:1rem;flex-wrap:wrap;font-size:.85rem;color:var(--muted);margin-top:.5rem}.legend i{display:inline-block;width:.8rem;height:.8rem;border-radius:2px;margin-right:.3rem;vertical-align:-1px}
 .legend .hit{background:#2f5bea}.legend .miss{background:#93a8f4}.legend .output{background:#f59e0b}.legend .cost{background:#b45309;height:3px;vertical-align:3px}

@@ -4,7 +4,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { PlatformServices } from './services.js';
 import type { RoutedModel } from '../routing/routing-table.js';
-import { html } from './html.js';
+import { html, type Html } from './html.js';
 import { page, sendPage } from './layout.js';
 import { csrfToken, type Session } from './sessions.js';
 
@@ -15,6 +15,23 @@ function baseUrl(req: IncomingMessage): string {
 }
 
 const price = (perMillion: number) => `${perMillion}`;
+
+/** What a client may send this model, in a sentence. */
+function supportSentence(supports: { tools: boolean; jsonOutput: boolean }): string {
+  const features = [supports.tools && 'tool calls (`tools`, `tool_choice`)', supports.jsonOutput && 'JSON output (`response_format`)'].filter(Boolean);
+  if (features.length === 0) return 'Text in, text out. Tool definitions and `response_format` are not passed to this model.';
+  const missing = !supports.tools ? ' Tool definitions are not passed to it.' : !supports.jsonOutput ? ' `response_format` is not passed to it.' : '';
+  return `Text in, text out, with ${features.join(' and ')}.${missing}`;
+}
+
+/**
+ * The operator's set-up text as paragraphs, with its `code` spans (Markdown's
+ * backticks) set as code: the only Markdown operators' notes use.
+ */
+function withCodeSpans(text: string): Html {
+  const paragraphs = text.trim().split(/\n\s*\n/);
+  return html`${paragraphs.map((p) => html`<p>${p.split(/(`[^`\n]+`)/).map((part) => (part.startsWith('`') && part.endsWith('`') && part.length > 2 ? html`<code>${part.slice(1, -1)}</code>` : part))}</p>`)}`;
+}
 
 export function showModels(req: IncomingMessage, res: ServerResponse, ctx: PlatformServices, session: Session): void {
   const table = ctx.routing();
@@ -51,9 +68,9 @@ export function showModel(req: IncomingMessage, res: ServerResponse, ctx: Platfo
       <div class="card"><div class="label">Input, cache miss</div><div class="value">${price(c.pricesPerMillion.inputCacheMiss)}</div><div class="muted">${currency} per million tokens</div></div>
       <div class="card"><div class="label">Output</div><div class="value">${price(c.pricesPerMillion.output)}</div><div class="muted">${currency} per million tokens</div></div>
     </div>
-    <h2>Set up for</h2>
-    <p><span class="tag${c.supports.tools ? '' : ' off'}">tools ${c.supports.tools ? 'yes' : 'no'}</span><span class="tag${c.supports.jsonOutput ? '' : ' off'}">JSON output ${c.supports.jsonOutput ? 'yes' : 'no'}</span></p>
-    ${c.setup ? html`<h2>Set-up</h2><pre>${c.setup}</pre>` : ''}
+    <h2>What it supports</h2>
+    <div data-testid="supports">${withCodeSpans(supportSentence(c.supports))}</div>
+    ${c.setup ? html`<h2>How it is served</h2><div class="setup">${withCodeSpans(c.setup)}</div>` : ''}
     <h2>Try it</h2>
     ${(['curl', 'python', 'node'] as const).map((lang) => html`<h3>${lang === 'curl' ? 'curl' : lang === 'python' ? 'Python' : 'Node'}</h3>
       <pre id="example-${lang}">${ex[lang]}</pre><button type="button" class="secondary" data-copy="example-${lang}">Copy</button>`)}`;

@@ -7,7 +7,7 @@ import { ApiError, routeNotFound } from '../protocol/errors.js';
 import { createKey, redeemCode, revokeKey, showApiKeys, showOverview, showTopUp } from './account-pages.js';
 import { logIn, logOut, showAuth, signUp } from './auth-pages.js';
 import { html } from './html.js';
-import { page, PLATFORM_JS, redirect, sendPage, STYLE_CSS } from './layout.js';
+import { FAVICON_SVG, page, PLATFORM_JS, redirect, sendPage, STYLE_CSS } from './layout.js';
 import { showModel, showModels } from './model-pages.js';
 import { csrfToken, csrfValid, currentSession } from './sessions.js';
 import { downloadUsageCsv, showUsage } from './usage-page.js';
@@ -56,6 +56,8 @@ function failurePage(req: IncomingMessage, res: ServerResponse, err: unknown): v
 /** Serves `path` if it is a platform route, a failure included (as a page); returns false otherwise. */
 export async function handlePlatform(req: IncomingMessage, res: ServerResponse, ctx: PlatformServices, path: string, query: URLSearchParams): Promise<boolean> {
   if (path === '/') return redirect(res, '/platform'), true;
+  // Browsers ask for it on every origin, whatever the page's own icon link says.
+  if (path === '/favicon.ico') return sendStatic(res, 'image/svg+xml', FAVICON_SVG), true;
   if (path !== '/platform' && !path.startsWith('/platform/')) return false;
   try {
     await servePlatform(req, res, ctx, path, query);
@@ -69,6 +71,7 @@ async function servePlatform(req: IncomingMessage, res: ServerResponse, ctx: Pla
   const method = req.method ?? 'GET';
   if (method === 'GET' && path === '/platform/static/style.css') return sendStatic(res, 'text/css', STYLE_CSS);
   if (method === 'GET' && path === '/platform/static/platform.js') return sendStatic(res, 'text/javascript', PLATFORM_JS);
+  if (method === 'GET' && path === '/platform/static/favicon.svg') return sendStatic(res, 'image/svg+xml', FAVICON_SVG);
 
   let form: URLSearchParams | undefined;
   if (method === 'POST') {
@@ -77,7 +80,7 @@ async function servePlatform(req: IncomingMessage, res: ServerResponse, ctx: Pla
   }
   if (path === '/platform/login') {
     if (form) await logIn(req, res, ctx, form);
-    else showAuth(req, res, ctx, 'login');
+    else showAuth(req, res, ctx, 'login', 200, undefined, undefined, query.has('signed-out') ? { kind: 'success', text: 'You are logged out.' } : undefined);
     return;
   }
   if (path === '/platform/signup') {
@@ -95,7 +98,7 @@ async function servePlatform(req: IncomingMessage, res: ServerResponse, ctx: Pla
   else if (form && path === '/platform/top-up') await redeemCode(req, res, ctx, session, form);
   else if (form) throw routeNotFound(method, path);
   else if (path === '/platform') await showOverview(req, res, ctx, session);
-  else if (path === '/platform/api-keys') await showApiKeys(req, res, ctx, session);
+  else if (path === '/platform/api-keys') await showApiKeys(req, res, ctx, session, undefined, 200, undefined, query.get('revoked') ?? undefined);
   else if (path === '/platform/usage') await showUsage(req, res, ctx, session, query);
   else if (path === '/platform/usage.csv') await downloadUsageCsv(res, ctx, session, query);
   else if (path === '/platform/models') showModels(req, res, ctx, session);

@@ -14,9 +14,10 @@ const H = 260;
 const PAD = { left: 56, right: 56, top: 16, bottom: 28 };
 // Each axis reaches at least this far, so that its quarter ticks are whole numbers:
 // an empty chart would otherwise be labelled in quarters of a token, and in
-// fractions of a micro-unit that print as the same few digits.
+// fractions of a micro-unit that print as the same few digits. The cost axis
+// otherwise scales to the data: a day's 0.0002 must not draw as a flat line.
 const MIN_TOKEN_AXIS = 1_000;
-const MIN_COST_AXIS_MICROS = 10_000;
+const MIN_COST_AXIS_MICROS = 100;
 
 /** The smallest of 1, 2, 2.5, 5 or 10 times a power of ten that reaches `n` (at least the axis minimums, so above 0). */
 function niceMax(n: number): number {

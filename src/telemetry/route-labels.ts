@@ -22,6 +22,8 @@ const EXACT_PATHS = new Set([
   '/platform/top-up',
   '/platform/static/style.css',
   '/platform/static/platform.js',
+  '/platform/static/favicon.svg',
+  '/favicon.ico',
 ]);
 
 const PATH_TEMPLATES: [prefix: string, template: string][] = [

@@ -30,6 +30,14 @@ const settlement = (requestId: string): Settlement => ({
   usage: { prompt_tokens: 10, completion_tokens: 2, cached_tokens: 0 }, cost: 14,
 });
 
+/** The journal a process left behind it, owing one settlement. */
+function leftBehind(dir: string, host: string, pid: number, requestId: string): string {
+  const journal = SettlementJournal.open(dir, host, pid);
+  journal.record(settlement(requestId));
+  journal.close();
+  return journal.path;
+}
+
 describe('the settlement journal', () => {
   it('keeps what is owed until it lands, and empties itself once nothing is', () => {
     const journal = SettlementJournal.open(tempDir(), 'replica-a', 7);
@@ -45,10 +53,8 @@ describe('the settlement journal', () => {
   it("hands what an earlier process of the same replica owed to the next, a line cut short by a crash aside", () => {
     const dir = tempDir();
     // A container restarted in its pod: the same host, and (as process 1) the same pid.
-    const first = SettlementJournal.open(dir, 'replica-a', 1);
-    first.record(settlement('r1'));
-    first.close();
-    writeFileSync(first.path, '{"owed": {"requestId": "cut', { flag: 'a' });
+    const first = leftBehind(dir, 'replica-a', 1, 'r1');
+    writeFileSync(first, '{"owed": {"requestId": "cut', { flag: 'a' });
     const next = SettlementJournal.open(dir, 'replica-a', 1);
     const [orphan] = next.orphans(60_000);
     expect(next.adopt(orphan).map((s) => s.requestId)).toEqual(['r1']);
@@ -61,25 +67,21 @@ describe('the settlement journal', () => {
     const dir = tempDir();
     const live = SettlementJournal.open(dir, 'host', process.ppid);
     live.record(settlement('r-live'));
-    const gone = SettlementJournal.open(dir, 'host', 2 ** 22 + 12345);
-    gone.record(settlement('r-gone'));
-    gone.close();
+    const gone = leftBehind(dir, 'host', 2 ** 22 + 12345, 'r-gone');
     const journal = SettlementJournal.open(dir, 'host');
-    expect(journal.orphans(60_000)).toEqual([gone.path]);
+    expect(journal.orphans(60_000)).toEqual([gone]);
     live.close();
     journal.close();
   });
 
   it("leaves another replica's journal alone until no one has written it for longer than a hold lives", () => {
     const dir = tempDir();
-    const gone = SettlementJournal.open(dir, 'replica-b', 7);
-    gone.record(settlement('r9'));
-    gone.close();
+    const gone = leftBehind(dir, 'replica-b', 7, 'r9');
     const journal = SettlementJournal.open(dir, 'replica-a', 7);
     expect(journal.orphans(60_000)).toEqual([]);
     const old = (Date.now() - 120_000) / 1000;
-    utimesSync(gone.path, old, old);
-    expect(journal.orphans(60_000)).toEqual([gone.path]);
+    utimesSync(gone, old, old);
+    expect(journal.orphans(60_000)).toEqual([gone]);
     journal.close();
   });
 });

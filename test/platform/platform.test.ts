@@ -30,7 +30,7 @@ beforeAll(async () => {
         pricesPerMillion: { inputCacheMiss: 0.5, inputCacheHit: 0.05, output: 1.5 },
         supports: { tools: true, jsonOutput: false },
         description: 'The team model.',
-        setup: 'vLLM with prefix caching, 2 replicas.',
+        setup: 'vLLM with `--enable-prefix-caching`, 2 replicas.',
       }),
     ],
   });
@@ -112,13 +112,16 @@ describe('the platform in a browser', () => {
     await page.click('text=team-model');
     expect(await page.textContent('[data-testid=context-window]')).toContain('32,768');
     expect(await page.textContent('#example-python')).toContain(`base_url="${gw.url}/v1"`);
-    expect(await page.textContent('main')).toContain('vLLM with prefix caching');
+    expect(await page.textContent('main')).toContain('vLLM with --enable-prefix-caching');
+    expect(await page.textContent('.setup code')).toBe('--enable-prefix-caching');
+    expect(await page.textContent('[data-testid=supports]')).toBe('Text in, text out, with tool calls (tools, tool_choice). response_format is not passed to it.');
     await shot(page, '07-model-page');
 
     await page.goto(`${gw.url}/platform/api-keys`);
     page.once('dialog', (d) => d.accept());
     await page.click('button:has-text("Revoke")');
     await expect.poll(() => page.textContent('main')).toContain('revoked');
+    expect(await page.textContent('.notice.success')).toMatch(/The key ".+" is revoked/);
     await shot(page, '08-api-key-revoked');
     await expect(client.chat.completions.create({ model: 'team-model', messages: [{ role: 'user', content: 'hi' }] })).rejects.toMatchObject({ status: 401 });
     await context.close();
@@ -128,6 +131,7 @@ describe('the platform in a browser', () => {
     const page = await browser.newPage();
     await signUp(page, 'taken@team.example');
     await page.click('button:has-text("Log out")');
+    expect(await page.textContent('.notice.success')).toBe('You are logged out.');
     await signUp(page, 'taken@team.example');
     expect(await page.textContent('.notice.error')).toContain('already exists');
     await shot(page, '09-signup-taken');
@@ -139,6 +143,33 @@ describe('the platform in a browser', () => {
     await page.click('button[type=submit]');
     expect(await page.textContent('.notice.error')).toContain('Wrong email or password');
     await shot(page, '10-login-wrong-password');
+    await page.close();
+  });
+
+  it('has an icon for the browser tab, at the page\'s link and at /favicon.ico', async () => {
+    const page = await browser.newPage();
+    await page.goto(`${gw.url}/platform/login`);
+    const icon = await page.getAttribute('link[rel=icon]', 'href');
+    for (const path of [icon!, '/favicon.ico']) {
+      const res = await page.request.get(`${gw.url}${path}`);
+      expect(res.status()).toBe(200);
+      expect(res.headers()['content-type']).toContain('image/svg+xml');
+    }
+    await page.close();
+  });
+
+  it('lines up each form field with its button, and styles the links in tables', async () => {
+    const page = await browser.newPage();
+    await signUp(page, 'layout@team.example');
+    await page.goto(`${gw.url}/platform/api-keys`);
+    const field = (await page.locator('#name').boundingBox())!;
+    const button = (await page.locator('button:has-text("Create key")').boundingBox())!;
+    expect(Math.abs(field.y + field.height - (button.y + button.height))).toBeLessThanOrEqual(1);
+    expect(Math.abs(field.height - button.height)).toBeLessThanOrEqual(1);
+    await page.goto(`${gw.url}/platform/models`);
+    const link = page.locator('td a').first();
+    expect(await link.evaluate((a) => getComputedStyle(a).textDecorationLine)).toBe('none');
+    expect(await link.evaluate((a) => getComputedStyle(a).color)).toBe('rgb(47, 91, 234)');
     await page.close();
   });
 

@@ -15,7 +15,15 @@ describe('the usage chart', () => {
   it('labels both axes in whole, distinct steps when little was used', () => {
     const quiet = [{ ...day(1, 0), cachedInput: 0, uncachedInput: 0, output: 0 }, day(2, 0)];
     expect(axis(quiet, 'tokens')).toEqual(['0', '250', '500', '750', '1k']);
-    expect(axis(quiet, 'cost')).toEqual(['0.00', '0.0025', '0.005', '0.0075', '0.01']);
+    expect(axis(quiet, 'cost')).toEqual(['0.00', '0.000025', '0.00005', '0.000075', '0.0001']);
+  });
+
+  it('scales the cost axis to a tiny spend, so that it draws above zero', () => {
+    const svg = String(usageChart([day(1, 0), day(2, 200)], 'USD'));
+    expect(axis([day(1, 0), day(2, 200)], 'cost')).toEqual(['0.00', '0.00005', '0.0001', '0.00015', '0.0002']);
+    // The cost line's second point is at the top of the plot (y 16), not on the zero line (y 232).
+    const points = /<polyline points="([^"]+)"/.exec(svg)![1].split(' ').map((p) => Number(p.split(',')[1]));
+    expect(points).toEqual([232, 16]);
   });
 
   it('scales each axis to the busiest and the dearest day', () => {
