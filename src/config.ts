@@ -7,6 +7,7 @@ import { readFileSync, watch, type FSWatcher } from 'node:fs';
 import { basename, dirname, resolve } from 'node:path';
 import { LineCounter, parseDocument, isNode } from 'yaml';
 import { z } from 'zod';
+import { chatCompletionRequest } from './protocol/chat-request.js';
 
 /** The ways of choosing an endpoint, one module each in routing/policies/. */
 export const POLICY_NAMES = ['prefix-affinity', 'least-load', 'round-robin'] as const;
@@ -62,6 +63,14 @@ const model = z.strictObject({
   tokenizer: z.strictObject({ gguf: z.string() }).optional(),
   description: z.string().default(''),
   setup: z.string().default(''),
+  /** Engine extras clients may send this model's endpoints unchanged (top_k, min_p, chat_template_kwargs, ...); others are ignored. */
+  passThrough: z
+    .array(z.string().regex(/^[a-z_][a-z0-9_]*$/, 'a request field name'))
+    .default([])
+    .check((ctx) => {
+      const taken = ctx.value.filter((f) => f in chatCompletionRequest.shape);
+      if (taken.length > 0) ctx.issues.push({ code: 'custom', input: ctx.value, message: `${taken.join(', ')} ${taken.length === 1 ? 'is a field' : 'are fields'} Parley itself reads, not an engine extra` });
+    }),
   routing: z
     .strictObject({
       policy: z.enum(POLICY_NAMES).default('prefix-affinity'),

@@ -15,6 +15,8 @@ export interface UsageEvent {
   endpoint: string;
   outcome: string;
   reason: string;
+  /** The end user the client named, or ''. */
+  user: string;
   promptTokens: number;
   cachedTokens: number;
   completionTokens: number;
@@ -35,6 +37,7 @@ function toEvent(id: string, fields: string[]): UsageEvent {
     endpoint: f.endpoint,
     outcome: f.outcome,
     reason: f.reason,
+    user: f.user ?? '',
     promptTokens: Number(f.prompt_tokens),
     cachedTokens: Number(f.cached_tokens),
     completionTokens: Number(f.completion_tokens),
@@ -71,7 +74,7 @@ export async function* readAllUsageEvents(redis: Redis, filter: UsageFilter = {}
   for (const account of await listAccounts(redis)) yield* readUsageEvents(redis, account.id, filter);
 }
 
-const CSV_COLUMNS = 'time,request_id,account,key,model,endpoint,outcome,reason,prompt_tokens,cached_tokens,completion_tokens,cost,charged';
+const CSV_COLUMNS = 'time,request_id,account,key,model,endpoint,outcome,reason,prompt_tokens,cached_tokens,completion_tokens,cost,charged,user';
 
 const csvField = (v: string) => (/[",\n\r]/.test(v) ? `"${v.replace(/"/g, '""')}"` : v);
 
@@ -80,7 +83,7 @@ export async function* usageCsv(events: AsyncIterable<UsageEvent>): AsyncGenerat
   for await (const e of events) {
     const row = [
       new Date(e.time).toISOString(), e.requestId, e.account, e.key, e.model, e.endpoint, e.outcome, e.reason,
-      String(e.promptTokens), String(e.cachedTokens), String(e.completionTokens), formatMicros(e.cost, 6), formatMicros(e.charged, 6),
+      String(e.promptTokens), String(e.cachedTokens), String(e.completionTokens), formatMicros(e.cost, 6), formatMicros(e.charged, 6), e.user,
     ];
     yield `${row.map(csvField).join(',')}\n`;
   }

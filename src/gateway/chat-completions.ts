@@ -4,7 +4,7 @@
 // first byte) → render (stream or whole) → settle.
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Span } from '@opentelemetry/api';
-import { messageText, parseChatCompletionRequest, requestedMaxTokens, type ChatCompletionRequest } from '../protocol/chat-request.js';
+import { messageText, parseChatCompletionRequest, passThroughFields, requestedMaxTokens, type ChatCompletionRequest } from '../protocol/chat-request.js';
 import { renderCompletion, type ReplyIdentity, type Usage } from '../protocol/chat-response.js';
 import { ApiError, checkContextWindow, modelNotFound, shuttingDown } from '../protocol/errors.js';
 import { readJsonBody, sendJson } from '../protocol/http-io.js';
@@ -53,10 +53,13 @@ export async function handleChatCompletion(req: IncomingMessage, res: ServerResp
   const caller = await ctx.keys.authenticate(req.headers.authorization);
   const table = ctx.routing();
   const { settings } = table;
-  const parsed = parseChatCompletionRequest(await readJsonBody(req, settings.maxBodyBytes));
+  const body = await readJsonBody(req, settings.maxBodyBytes);
+  const parsed = parseChatCompletionRequest(body);
   if (parsed instanceof ApiError) throw parsed;
   const model = table.models.get(parsed.model);
   if (!model) throw modelNotFound(parsed.model);
+  const passThrough = passThroughFields(body, model.config.passThrough);
+  if (passThrough instanceof ApiError) throw passThrough;
   span.setAttribute('parley.model', model.config.id);
   const prompt = promptTokens(model, parsed);
   const requestedReply = requestedMaxTokens(parsed);
@@ -69,7 +72,7 @@ export async function handleChatCompletion(req: IncomingMessage, res: ServerResp
     tokensPerMinute: caller.limits.tokensPerMinute ?? table.rateLimits.tokensPerMinute,
   };
   const rate = rateCheck(caller.keyId, limits, prompt.tokens + n * maxReplyTokens);
-  const meter = await Meter.open(ctx, span, { caller, model, settlementId: randomId(), promptTokens: prompt.tokens, n, maxReplyTokens }, rate);
+  const meter = await Meter.open(ctx, span, { caller, model, settlementId: randomId(), promptTokens: prompt.tokens, n, maxReplyTokens, user: parsed.user ?? undefined }, rate);
   // A balance that pays for fewer reply tokens than asked lowers the limit sent upstream.
   const request: ChatCompletionRequest =
     meter.maxReplyTokens < maxReplyTokens ? { ...parsed, max_tokens: meter.maxReplyTokens, max_completion_tokens: meter.maxReplyTokens } : parsed;
@@ -98,7 +101,7 @@ export async function handleChatCompletion(req: IncomingMessage, res: ServerResp
   };
   let call: UpstreamCall | undefined;
   try {
-    call = await callWithFailover(ctx, span, { model, request, plan: ctx.router.plan(model, request.messages), account: caller.account, cancellation: upstreamCall });
+    call = await callWithFailover(ctx, span, { model, request, passThrough, plan: ctx.router.plan(model, request.messages), account: caller.account, cancellation: upstreamCall });
     const { endpoint } = call;
     if (!relay) {
       const parts = await Promise.all(call.bodies.map((b) => readCompletion(endpoint, b)));

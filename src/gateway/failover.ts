@@ -28,11 +28,12 @@ export interface UpstreamCall {
 }
 
 /** One upstream body per call: all `n` choices in one, or one call per choice where the dialect needs it. */
-function upstreamBodies(endpoint: RoutedEndpoint, model: RoutedModel, request: ChatCompletionRequest): Record<string, unknown>[] {
+function upstreamBodies(endpoint: RoutedEndpoint, { model, request, passThrough }: Forwarding): Record<string, unknown>[] {
   const body = endpoint.dialect.requestBody(request, {
     upstreamModel: endpoint.upstreamModel,
     supportsTools: model.config.supports.tools,
     supportsJsonOutput: model.config.supports.jsonOutput,
+    passThrough,
   });
   const n = request.n ?? 1;
   if (n === 1 || endpoint.dialect.multipleChoices) return [body];
@@ -69,6 +70,8 @@ function blame(failed: FailedAttempt[], account: string, gaveUp: boolean): void 
 export interface Forwarding {
   model: RoutedModel;
   request: ChatCompletionRequest;
+  /** The engine extras the model's routing file lets through, as the client sent them. */
+  passThrough: Record<string, unknown>;
   plan: RoutePlan;
   account: string;
   cancellation: Cancellation;
@@ -86,7 +89,8 @@ export async function callWithFailover(ctx: GatewayContext, span: Span, forwardi
   }
 }
 
-async function walkPlan(ctx: GatewayContext, span: Span, { model, request, plan, account, cancellation }: Forwarding, failed: FailedAttempt[]): Promise<UpstreamCall> {
+async function walkPlan(ctx: GatewayContext, span: Span, forwarding: Forwarding, failed: FailedAttempt[]): Promise<UpstreamCall> {
+  const { model, request, plan, account, cancellation } = forwarding;
   const { settings } = ctx.routing();
   const { maxAttempts, deadlineMs, queueTimeoutMs } = settings.failover;
   const retryAfter = Math.max(1, Math.ceil(settings.health.openMs / 1000));
@@ -107,7 +111,7 @@ async function walkPlan(ctx: GatewayContext, span: Span, { model, request, plan,
     const attemptSpan = ctx.telemetry.child(span, 'upstream attempt', { 'parley.endpoint': endpoint.url, 'parley.attempt': attempts });
     const timeouts = { firstByteMs: Math.max(1, Math.min(settings.upstreamFirstByteTimeoutMs, deadline - started)), idleMs: settings.upstreamIdleTimeoutMs };
     try {
-      const bodies = await Promise.all(upstreamBodies(endpoint, model, request).map((b) => postChatCompletion(endpoint, b, cancellation, timeouts)));
+      const bodies = await Promise.all(upstreamBodies(endpoint, forwarding).map((b) => postChatCompletion(endpoint, b, cancellation, timeouts)));
       state.recordSuccess(account, Date.now() - started);
       ctx.router.routed(model, endpoint, plan.request);
       attemptSpan.end();

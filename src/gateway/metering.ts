@@ -21,6 +21,8 @@ export interface MeterRequest {
   promptTokens: number;
   n: number;
   maxReplyTokens: number;
+  /** The end user the client named (`user`), recorded on the usage event whatever the upstream takes. */
+  user?: string;
 }
 
 const NO_USAGE: Usage = { prompt_tokens: 0, completion_tokens: 0, cached_tokens: 0 };
@@ -92,6 +94,7 @@ export class Meter {
       endpoint,
       outcome,
       reason,
+      user: this.m.user,
       usage,
       cost: outcome === 'complete' ? replyCost(this.m.model.prices, usage) : 0,
     });

@@ -67,9 +67,17 @@ export class StreamRelay {
       this.write('');
       for await (const batch of events) {
         let done = false;
+        // Each part goes out as it is rendered, never joined to the others: Node sends the writes of one
+        // turn in one call to the socket, and a joined string would be copied whole once more to be written.
         for (const event of batch) {
+          if (event.content) {
+            contentDeltas += event.content.pieces;
+            const [opening, pieces] = renderer.content(event.content);
+            this.write(opening);
+            this.write(pieces);
+          }
           if (event.choices) {
-            for (const c of event.choices) if (c.delta.content) contentDeltas++;
+            for (const c of event.choices) if (c.delta.content || c.delta.reasoning_content) contentDeltas++;
             this.write(renderer.deltas(event.choices));
           }
           if (event.usage) usage = event.usage;

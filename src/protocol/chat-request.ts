@@ -51,7 +51,7 @@ export const chatCompletionRequest = z
     logprobs: z.boolean().nullish(),
     top_logprobs: z.int().min(0).max(20).nullish(),
     stream: z.boolean().nullish(),
-    stream_options: z.object({ include_usage: z.boolean().optional() }).nullish(),
+    stream_options: z.object({ include_usage: z.boolean().optional(), include_obfuscation: z.boolean().optional() }).nullish(),
     tools: z.array(z.looseObject({ type: z.literal('function'), function: z.looseObject({ name: z.string() }) })).nullish(),
     tool_choice: z
       .union([z.enum(['none', 'auto', 'required']), z.looseObject({ type: z.literal('function') })], {
@@ -60,6 +60,23 @@ export const chatCompletionRequest = z
       .nullish(),
     parallel_tool_calls: z.boolean().nullish(),
     response_format: z.looseObject({ type: z.enum(['text', 'json_object', 'json_schema']) }).nullish(),
+    // The rest of OpenAI's reference. Each goes on to the upstream kinds that take it (upstream/dialects/).
+    user: z.string().max(256).nullish(),
+    safety_identifier: z.string().max(64).nullish(),
+    reasoning_effort: z.enum(['none', 'minimal', 'low', 'medium', 'high']).nullish(),
+    verbosity: z.enum(['low', 'medium', 'high']).nullish(),
+    metadata: z
+      .record(z.string().max(64), z.string().max(512))
+      .refine((m) => Object.keys(m).length <= 16, 'at most 16 pairs')
+      .nullish(),
+    service_tier: z.enum(['auto', 'default', 'flex', 'scale', 'priority']).nullish(),
+    store: z.boolean().nullish(),
+    prediction: z.object({ type: z.literal('content'), content }).nullish(),
+    modalities: z.array(z.enum(['text', 'audio'])).nullish(),
+    audio: z.looseObject({ voice: z.union([z.string(), z.looseObject({ id: z.string() })]), format: z.string() }).nullish(),
+    web_search_options: z.looseObject({ search_context_size: z.enum(['low', 'medium', 'high']).optional(), user_location: z.looseObject({}).nullish() }).nullish(),
+    prompt_cache_key: z.string().max(1024).nullish(),
+    prompt_cache_retention: z.enum(['in-memory', '24h']).nullish(),
   })
   .check((ctx) => {
     if (ctx.value.top_logprobs != null && ctx.value.logprobs !== true) {
@@ -73,6 +90,13 @@ export const chatCompletionRequest = z
   });
 
 export type ChatCompletionRequest = z.infer<typeof chatCompletionRequest>;
+
+/** The fields of OpenAI's reference beyond the spec's; each upstream kind takes some of them (upstream/dialects/). */
+export const OPENAI_EXTRA_FIELDS = [
+  'user', 'safety_identifier', 'reasoning_effort', 'verbosity', 'metadata', 'service_tier', 'store', 'prediction',
+  'modalities', 'audio', 'web_search_options', 'prompt_cache_key', 'prompt_cache_retention',
+] as const;
+export type OpenAiExtraField = (typeof OPENAI_EXTRA_FIELDS)[number];
 export type ChatMessage = ChatCompletionRequest['messages'][number];
 
 /** OpenAI writes nested params as `messages[0].role`. */
@@ -87,9 +111,7 @@ export function parseChatCompletionRequest(body: unknown): ChatCompletionRequest
   const parsed = chatCompletionRequest.safeParse(body);
   if (parsed.success) {
     const illFormed = illFormedTextPath(parsed.data);
-    if (!illFormed) return parsed.data;
-    const param = paramName(illFormed);
-    return invalidParameter(param, `Invalid value for '${param}': the text is not valid Unicode (it holds a lone UTF-16 surrogate, such as \\ud800 without its pair). Send well-formed text.`);
+    return illFormed ? notUnicode(illFormed) : parsed.data;
   }
   const issue = parsed.error.issues[0];
   const param = paramName(issue.path);
@@ -98,6 +120,24 @@ export function parseChatCompletionRequest(body: unknown): ChatCompletionRequest
     ? `Missing required parameter: '${param}'.`
     : `Invalid value for '${param}': ${issue.message}.`;
   return invalidParameter(param, message);
+}
+
+/**
+ * The fields named in a model's `passThrough` (engine extras such as top_k or
+ * chat_template_kwargs), taken as the client sent them; 400 for text in them
+ * that is not valid Unicode. Fields not named stay unknown: never sent on.
+ */
+export function passThroughFields(body: unknown, names: readonly string[]): Record<string, unknown> | ApiError {
+  const picked: Record<string, unknown> = {};
+  const fields = body as Record<string, unknown>;
+  for (const name of names) if (fields[name] !== undefined && fields[name] !== null) picked[name] = fields[name];
+  const illFormed = illFormedTextPath(picked);
+  return illFormed ? notUnicode(illFormed) : picked;
+}
+
+function notUnicode(path: PropertyKey[]): ApiError {
+  const param = paramName(path);
+  return invalidParameter(param, `Invalid value for '${param}': the text is not valid Unicode (it holds a lone UTF-16 surrogate, such as \\ud800 without its pair). Send well-formed text.`);
 }
 
 export function messageText(m: ChatMessage): string {

@@ -19,8 +19,18 @@ export interface Usage {
 export interface AssistantMessage {
   role: 'assistant';
   content: string | null;
+  /** The model's reasoning, under DeepSeek's name whatever the upstream called it. */
+  reasoning_content?: string;
   tool_calls?: unknown[];
   refusal?: string | null;
+}
+
+/** A piece of a tool call, as OpenAI streams it: `id`, `type` and the name on its first piece only. */
+export interface ToolCallFragment {
+  index: number;
+  id?: string;
+  type?: string;
+  function?: { name?: string; arguments?: string };
 }
 
 export interface Choice {
@@ -37,14 +47,28 @@ export interface Completion {
 
 export interface ChoiceDelta {
   index: number;
-  delta: { role?: 'assistant'; content?: string | null; tool_calls?: unknown[]; refusal?: string | null };
+  delta: { role?: 'assistant'; content?: string | null; reasoning_content?: string; tool_calls?: ToolCallFragment[]; refusal?: string | null };
   logprobs: { content: TokenLogprob[] | null } | null;
   finish_reason: string | null;
 }
 
-/** What one upstream stream event amounts to, whatever its dialect. */
+/**
+ * Pieces of text for one choice, one stream chunk each, in order: what a run
+ * of plain content events comes to. Most of a stream is such runs; they keep
+ * the upstream's text and are rewritten in one step, not piece by piece.
+ */
+export interface ContentRun {
+  index: number;
+  /** How many pieces; each has some text. */
+  pieces: number;
+  /** Every piece as a JSON string literal between `before` and `after`, all joined. */
+  render(before: string, after: string): string;
+}
+
+/** What one upstream stream event (or run of plain content events) amounts to, whatever its dialect. */
 export interface StreamEvent {
   choices?: ChoiceDelta[];
+  content?: ContentRun;
   usage?: Usage;
   done?: true;
 }
@@ -103,12 +127,24 @@ export class ChunkRenderer {
   private readonly contentHeads: string[] = [];
   /** The text of a content chunk after its literal. */
   private readonly contentTail: string;
+  /** Tool calls already opened, by choice and tool index: their later pieces go without id, type and name. */
+  private readonly toolCallsOpened = new Set<string>();
 
   constructor(identity: ReplyIdentity, private readonly includeUsage: boolean) {
     this.prefix = `{"id":${JSON.stringify(identity.id)},"object":"chat.completion.chunk","created":${identity.created},"model":${JSON.stringify(identity.model)},"choices":`;
     // OpenAI marks every content chunk with usage null when usage was asked for.
     this.suffix = includeUsage ? ',"usage":null}' : '}';
     this.contentTail = `},"logprobs":null,"finish_reason":null}]${this.suffix}\n\n`;
+  }
+
+  /**
+   * The SSE text for a run of plain content, a chunk per piece: the choice's
+   * opening chunk ('' once it has opened) and the run's chunks, kept apart
+   * because the run is long and joining would copy it.
+   */
+  content(run: ContentRun): [opening: string, pieces: string] {
+    const opening = this.open(run.index);
+    return [opening, run.render(this.contentHeads[run.index], this.contentTail)];
   }
 
   /** The SSE text for a batch of deltas ('' when there is nothing to send). */
@@ -125,14 +161,28 @@ export class ChunkRenderer {
       // The role went out in the opening chunk, with the empty content OpenAI sends there; a delta left with
       // nothing once they are taken out (an upstream's own opening, most often) is not sent.
       const { role: _role, ...delta } = c.delta;
+      // An empty piece of text says nothing either (DeepSeek and vLLM finish with one).
+      if (delta.content === '') delete delta.content;
+      if (delta.tool_calls) delta.tool_calls = delta.tool_calls.map((t) => this.toolCallPiece(c.index, t));
       const emptyDelta = Object.keys(delta).length === 0;
-      if (bare && (emptyDelta || (onlyContent(delta) && !delta.content))) continue;
+      if (bare && emptyDelta) continue;
       // The usual finishing chunk is written from text: stringifying it was 0.7% of a streamed request's main-thread time.
       const finishing = emptyDelta && c.logprobs === null && c.finish_reason !== null;
       const choice = finishing ? `[{"index":${c.index},"delta":{},"logprobs":null,"finish_reason":${jsonString(c.finish_reason!)}}]` : JSON.stringify([{ ...c, delta }]);
       out += sseData(this.prefix + choice + this.suffix);
     }
     return out;
+  }
+
+  /** A tool call's piece as OpenAI sends it: some servers repeat the call's id, type and name on every piece. */
+  private toolCallPiece(choice: number, piece: ToolCallFragment): ToolCallFragment {
+    const key = `${choice}:${piece.index}`;
+    if (!this.toolCallsOpened.has(key)) {
+      this.toolCallsOpened.add(key);
+      return piece;
+    }
+    const { id: _id, type: _type, function: fn, ...rest } = piece;
+    return fn?.arguments !== undefined ? { ...rest, function: { arguments: fn.arguments } } : rest;
   }
 
   /** As OpenAI does: a choice opens with a chunk of its own carrying the role. '' once it has. */

@@ -243,12 +243,13 @@ export async function* readStream(endpoint: UpstreamEndpoint, body: UpstreamBody
   const parser = endpoint.dialect.streamParser();
   const open = new Set<number>();
   let sawChoice = false;
-  const normalize = (batch: SseEvent[]): NormalizedRead => {
+  const normalize = (batch: (SseEvent | StreamEvent)[]): NormalizedRead => {
     const events: StreamEvent[] = [];
     for (const ev of batch) {
       let event: StreamEvent;
       try {
-        event = endpoint.dialect.streamEvent(ev);
+        // The quick path's events come normalized already.
+        event = 'data' in ev ? endpoint.dialect.streamEvent(ev) : ev;
       } catch (failure) {
         return { events, failure };
       }
@@ -256,6 +257,10 @@ export async function* readStream(endpoint: UpstreamEndpoint, body: UpstreamBody
         sawChoice = true;
         if (c.finish_reason) open.delete(c.index);
         else open.add(c.index);
+      }
+      if (event.content) {
+        sawChoice = true;
+        open.add(event.content.index);
       }
       events.push(event);
     }

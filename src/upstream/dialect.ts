@@ -1,15 +1,18 @@
 // The narrow interface every upstream kind implements, and the OpenAI-shaped
 // base they share. A dialect knows its upstream's request quirks, usage
 // fields, error bodies and stream quirks; nothing outside upstream/ does.
-import type { ChatCompletionRequest } from '../protocol/chat-request.js';
-import type { Choice, ChoiceDelta, Completion, StreamEvent, Usage } from '../protocol/chat-response.js';
+import type { ChatCompletionRequest, OpenAiExtraField } from '../protocol/chat-request.js';
+import type { AssistantMessage, Choice, ChoiceDelta, Completion, StreamEvent, ToolCallFragment, Usage } from '../protocol/chat-response.js';
 import { ApiError, contextLengthExceeded, upstreamFailed, upstreamRejected } from '../protocol/errors.js';
+import { quickEvents, type ChunkFraming } from './quick-events.js';
 import { SseParser, type SseEvent } from './sse-parser.js';
 
 export interface UpstreamTarget {
   upstreamModel: string;
   supportsTools: boolean;
   supportsJsonOutput: boolean;
+  /** Engine extras the model's routing file passes through (its `passThrough`), as the client sent them. */
+  passThrough: Record<string, unknown>;
 }
 
 /** The upstream broke its protocol or its stream: a failure of the model's server, not the caller. */
@@ -22,7 +25,7 @@ export interface Dialect {
   requestBody(req: ChatCompletionRequest, target: UpstreamTarget): Record<string, unknown>;
   /** A whole (non-streamed) reply. Throws UpstreamBrokeOff when it is not one. */
   completion(body: unknown): Completion;
-  /** A parser for one streamed reply's server-sent events. */
+  /** A parser for one streamed reply's server-sent events; the events its quick path reads come out normalized. */
   streamParser(): SseParser;
   /** One event of a streamed reply. Throws UpstreamBrokeOff on an error event or a malformed one. */
   streamEvent(event: SseEvent): StreamEvent;
@@ -34,15 +37,65 @@ export interface DialectQuirks {
   multipleChoices?: boolean;
   /** OpenAI takes `developer` and `max_completion_tokens`; most servers want `system` and `max_tokens`. */
   openAiNativeParams?: boolean;
+  /** Which of OpenAI's further fields this upstream takes; the others are not sent to it. */
+  understands?: readonly OpenAiExtraField[];
   /** Extra fields for the upstream body. */
   extraBody?: (req: ChatCompletionRequest) => Record<string, unknown>;
   /** An upstream 5xx whose message shows that the request, not the server, was at fault: the caller gets a 400. */
   requestFaultMessage?: RegExp;
+  /** The fields this upstream writes around every streamed chunk that say nothing; absent where its chunks are framed otherwise (no quick path). */
+  chunkFraming?: ChunkFraming;
   /** Where this upstream reports cached prompt tokens. */
   cachedTokens: (usage: Record<string, any>, whole: Record<string, any>) => number | undefined;
 }
 
 type Json = Record<string, any>;
+
+/** Reasoning under any of its names: DeepSeek's and SGLang's `reasoning_content`, newer vLLM's `reasoning`. */
+const reasoningOf = (m: Json): string | undefined => {
+  const text = typeof m.reasoning_content === 'string' ? m.reasoning_content : m.reasoning;
+  return typeof text === 'string' && text !== '' ? text : undefined;
+};
+
+function assistantMessage(m: Json): AssistantMessage {
+  const message: AssistantMessage = { role: 'assistant', content: typeof m.content === 'string' ? m.content : null };
+  const reasoning = reasoningOf(m);
+  if (reasoning !== undefined) message.reasoning_content = reasoning;
+  if (Array.isArray(m.tool_calls) && m.tool_calls.length > 0) message.tool_calls = m.tool_calls;
+  if (typeof m.refusal === 'string') message.refusal = m.refusal;
+  return message;
+}
+
+/** A delta with OpenAI's fields only, none of them null: SGLang writes every field of its delta, null or not. */
+function normalizedDelta(d: Json): ChoiceDelta['delta'] {
+  const delta: ChoiceDelta['delta'] = {};
+  if (d.role === 'assistant') delta.role = 'assistant';
+  if (typeof d.content === 'string') delta.content = d.content;
+  const reasoning = reasoningOf(d);
+  if (reasoning !== undefined) delta.reasoning_content = reasoning;
+  if (Array.isArray(d.tool_calls) && d.tool_calls.length > 0) delta.tool_calls = d.tool_calls.map(toolCallFragment);
+  if (typeof d.refusal === 'string') delta.refusal = d.refusal;
+  return delta;
+}
+
+/** Token logprobs in OpenAI's shape: llama.cpp adds each token's id, which OpenAI's have not. */
+function logprobsOf(l: Json | null | undefined): Choice['logprobs'] {
+  if (!l || typeof l !== 'object') return null;
+  if (!Array.isArray(l.content)) return { content: null };
+  const entry = (t: Json) => ({ token: t.token, logprob: t.logprob, bytes: t.bytes ?? null });
+  return { content: l.content.map((t: Json) => ({ ...entry(t), top_logprobs: Array.isArray(t.top_logprobs) ? t.top_logprobs.map(entry) : [] })) };
+}
+
+function toolCallFragment(t: Json, i: number): ToolCallFragment {
+  const piece: ToolCallFragment = { index: typeof t.index === 'number' ? t.index : i };
+  if (typeof t.id === 'string') piece.id = t.id;
+  if (typeof t.type === 'string') piece.type = t.type;
+  const fn: NonNullable<ToolCallFragment['function']> = {};
+  if (typeof t.function?.name === 'string') fn.name = t.function.name;
+  if (typeof t.function?.arguments === 'string') fn.arguments = t.function.arguments;
+  piece.function = fn;
+  return piece;
+}
 
 const asInt = (v: unknown): number => (typeof v === 'number' && Number.isFinite(v) && v >= 0 ? Math.floor(v) : 0);
 
@@ -51,6 +104,7 @@ const CONTEXT_ERROR = /context length|context window|context size|maximum contex
 export const openAiCachedTokens = (u: Json) => u.prompt_tokens_details?.cached_tokens;
 
 export function openAiCompatible(quirks: DialectQuirks): Dialect {
+  const quick = quirks.chunkFraming && quickEvents(quirks.chunkFraming);
   const readUsage = (whole: Json): Usage | undefined => {
     const u = whole.usage;
     if (!u || typeof u !== 'object') return undefined;
@@ -95,6 +149,8 @@ export function openAiCompatible(quirks: DialectQuirks): Dialect {
         for (const key of ['tools', 'tool_choice', 'parallel_tool_calls'] as const) if (req[key] != null) body[key] = req[key];
       }
       if (target.supportsJsonOutput && req.response_format != null) body.response_format = req.response_format;
+      for (const key of quirks.understands ?? []) if (req[key] != null) body[key] = req[key];
+      Object.assign(body, target.passThrough);
       if (req.stream) {
         body.stream = true;
         body.stream_options = { include_usage: true };
@@ -108,13 +164,8 @@ export function openAiCompatible(quirks: DialectQuirks): Dialect {
       if (!body || !Array.isArray(body.choices)) throw new UpstreamBrokeOff('the upstream reply has no choices');
       const choices: Choice[] = body.choices.map((c: Json, i: number) => ({
         index: typeof c.index === 'number' ? c.index : i,
-        message: {
-          role: 'assistant',
-          content: c.message?.content ?? null,
-          ...(c.message?.tool_calls?.length ? { tool_calls: c.message.tool_calls } : {}),
-          ...(c.message?.refusal != null ? { refusal: c.message.refusal } : {}),
-        },
-        logprobs: c.logprobs ?? null,
+        message: assistantMessage(c.message ?? {}),
+        logprobs: logprobsOf(c.logprobs),
         finish_reason: c.finish_reason ?? 'stop',
       }));
       const usage = readUsage(body);
@@ -123,7 +174,7 @@ export function openAiCompatible(quirks: DialectQuirks): Dialect {
     },
 
     streamParser() {
-      return new SseParser();
+      return new SseParser(quick);
     },
 
     streamEvent(event) {
@@ -136,8 +187,8 @@ export function openAiCompatible(quirks: DialectQuirks): Dialect {
       if (Array.isArray(body.choices) && body.choices.length > 0) {
         out.choices = body.choices.map((c: Json, i: number): ChoiceDelta => ({
           index: typeof c.index === 'number' ? c.index : i,
-          delta: c.delta ?? {},
-          logprobs: c.logprobs ?? null,
+          delta: normalizedDelta(c.delta ?? {}),
+          logprobs: logprobsOf(c.logprobs),
           finish_reason: c.finish_reason ?? null,
         }));
       }

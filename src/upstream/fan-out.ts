@@ -34,6 +34,7 @@ export async function* mergeStreams(streams: AsyncGenerator<StreamEvent[]>[]): A
       for (const event of r.value) {
         if (event.usage) usage[i] = event.usage;
         if (event.choices) out.push({ choices: event.choices.map((c) => ({ ...c, index: i })) });
+        if (event.content) out.push({ content: { ...event.content, index: i } });
       }
       if (out.length > 0) yield out;
     }

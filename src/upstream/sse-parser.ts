@@ -1,6 +1,10 @@
 // An incremental server-sent-events parser that tolerates what real
 // inference servers send: `data:` with or without the space, CRLF line ends,
 // comment lines, multi-line data, and llama.cpp's non-standard `error:` field.
+// Given a dialect's quick path, it hands the whole events that path reads to
+// it, already normalized, and parses the rest as plain events.
+import type { StreamEvent } from '../protocol/chat-response.js';
+import type { QuickRead } from './quick-events.js';
 
 export interface SseEvent {
   /** The `event:` field; 'error' also when the server used an `error:` line. */
@@ -18,11 +22,21 @@ export class SseParser {
   private event: string | undefined;
   private data: string[] = [];
 
-  push(text: string): SseEvent[] {
+  constructor(private readonly quick?: QuickRead) {}
+
+  push(text: string): (SseEvent | StreamEvent)[] {
     this.buffer += text;
-    const out: SseEvent[] = [];
+    const out: (SseEvent | StreamEvent)[] = [];
     let start = 0;
     for (;;) {
+      if (this.quick && this.idle && start < this.buffer.length) {
+        const read = this.quick(this.buffer, start);
+        if (read) {
+          out.push(read.event);
+          start = read.end;
+          continue;
+        }
+      }
       const nl = this.buffer.indexOf('\n', start);
       if (nl === -1) break;
       // Nearly every event is one `data: ` line and a blank line: taken whole, without the line-by-line parse.
@@ -52,7 +66,7 @@ export class SseParser {
     return this.data.length === 0 && this.event === undefined;
   }
 
-  private line(line: string, out: SseEvent[]): void {
+  private line(line: string, out: Pick<SseEvent[], 'push'>): void {
     if (line.endsWith('\r')) line = line.slice(0, -1);
     if (line === '') return this.dispatch(out);
     if (line.startsWith(':')) return;
@@ -68,7 +82,7 @@ export class SseParser {
     }
   }
 
-  private dispatch(out: SseEvent[]): void {
+  private dispatch(out: Pick<SseEvent[], 'push'>): void {
     if (this.data.length > 0) out.push({ event: this.event, data: this.data.join('\n') });
     this.event = undefined;
     this.data = [];

@@ -25,11 +25,26 @@ describe('the chat completion request', () => {
   });
 
   it('drops unknown fields instead of failing', () => {
-    const r = parseChatCompletionRequest({ ...base, user: 'u', metadata: { a: 1 }, future: true });
+    const r = parseChatCompletionRequest({ ...base, top_k: 5, future: { a: 1 } });
     expect(r).toEqual(base);
   });
 
+  it("takes every field of OpenAI's current reference", () => {
+    const full = {
+      ...base, user: 'end-user-7', safety_identifier: 'hash-7', reasoning_effort: 'low', verbosity: 'medium', metadata: { team: 'search' },
+      service_tier: 'flex', store: false, prediction: { type: 'content', content: 'draft' }, modalities: ['text'],
+      audio: { voice: 'alloy', format: 'mp3' }, web_search_options: { search_context_size: 'low' }, prompt_cache_key: 'tenant-7',
+      prompt_cache_retention: '24h', stream_options: { include_usage: true, include_obfuscation: false },
+    };
+    expect(parseChatCompletionRequest(full)).toEqual(full);
+  });
+
   const cases: [string, Record<string, unknown>, string][] = [
+    ['a reasoning effort OpenAI has not', { reasoning_effort: 'extreme' }, 'reasoning_effort'],
+    ['metadata that is not text', { metadata: { a: 1 } }, 'metadata.a'],
+    ['more than 16 metadata pairs', { metadata: Object.fromEntries(Array.from({ length: 17 }, (_, i) => [`k${i}`, 'v'])) }, 'metadata'],
+    ['a service tier OpenAI has not', { service_tier: 'fast' }, 'service_tier'],
+    ['a user that is not text', { user: 7 }, 'user'],
     ['n over 4', { n: 5 }, 'n'],
     ['n of 0', { n: 0 }, 'n'],
     ['temperature over 2', { temperature: 2.5 }, 'temperature'],

@@ -28,7 +28,7 @@ describe('ChunkRenderer', () => {
     );
   });
 
-  it('opens a choice with one chunk, however the upstream opened it, and sends no delta that says nothing', () => {
+  it('opens a choice with one chunk, however the upstream opened it, and sends no delta that says nothing, nor an empty piece of text', () => {
     const renderer = new ChunkRenderer(identity, false);
     const text = renderer.deltas([
       { index: 0, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null },
@@ -42,8 +42,20 @@ describe('ChunkRenderer', () => {
     expect(chunks(text).map((c) => JSON.parse(c).choices[0])).toEqual([
       { index: 0, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null },
       { index: 0, delta: { content: 'hi' }, logprobs: null, finish_reason: null },
-      { index: 0, delta: { content: '' }, logprobs: { content: [] }, finish_reason: null },
-      { index: 0, delta: { content: '' }, logprobs: null, finish_reason: 'stop' },
+      { index: 0, delta: {}, logprobs: { content: [] }, finish_reason: null },
+      { index: 0, delta: {}, logprobs: null, finish_reason: 'stop' },
+    ]);
+  });
+
+  it("gives a tool call's id, type and name to its first piece only, as OpenAI does, whatever the upstream repeats", () => {
+    const renderer = new ChunkRenderer(identity, false);
+    const call = (index: number, args: string) => ({ index, id: `call_${index}`, type: 'function', function: { name: 'lookup', arguments: args } });
+    const text = renderer.deltas([0, 1, 0, 1].map((t, i) => ({ index: 0, delta: { tool_calls: [call(t, `a${i}`)] }, logprobs: null, finish_reason: null })));
+    expect(chunks(text).slice(1).map((c) => JSON.parse(c).choices[0].delta.tool_calls[0])).toEqual([
+      call(0, 'a0'),
+      call(1, 'a1'),
+      { index: 0, function: { arguments: 'a2' } },
+      { index: 1, function: { arguments: 'a3' } },
     ]);
   });
 

@@ -1,5 +1,8 @@
+import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
-import { UpstreamBrokeOff } from '../../src/upstream/dialect.js';
+import type { StreamEvent } from '../../src/protocol/chat-response.js';
+import { UpstreamBrokeOff, type Dialect } from '../../src/upstream/dialect.js';
+import { SseParser, type SseEvent } from '../../src/upstream/sse-parser.js';
 import { DIALECTS } from '../../src/upstream/dialects/index.js';
 
 const vllm = DIALECTS.vllm;
@@ -39,9 +42,68 @@ describe('reading stream events', () => {
     expect(e.usage!.cached_tokens).toBe(5);
   });
 
-  it('refuses a chunk with a raw control character in its content, as JSON does', () => {
+  it('leaves a chunk with a raw control character in its content to the full parse, which refuses it as JSON does', () => {
     const raw = `data: ${JSON.stringify(plain).replace('\\n', '\n')}\n\n`;
     const [e] = vllm.streamParser().push(raw);
-    expect(() => vllm.streamEvent(e)).toThrow(UpstreamBrokeOff);
+    expect('data' in e).toBe(true);
+    expect(() => vllm.streamEvent(e as SseEvent)).toThrow(UpstreamBrokeOff);
+  });
+});
+
+describe("each dialect's quick path", () => {
+  /** Every event as the relay sees it, runs spelled out piece by piece, so that the quick path and the full parse can be compared. */
+  const spelled = (dialect: Dialect, events: (SseEvent | StreamEvent)[]): StreamEvent[] =>
+    events.flatMap((e) => {
+      if ('data' in e) return [dialect.streamEvent(e)];
+      if (!e.content) return [e];
+      const pieces: string[] = JSON.parse(`[${e.content.render('', ',').slice(0, -1)}]`);
+      return pieces.map((content) => ({ choices: [{ index: e.content!.index, delta: { content }, logprobs: null, finish_reason: null }] }));
+    });
+  /** The same events, each parsed alone as JSON (no quick path). */
+  const parsedAlone = (dialect: Dialect, sse: string) => new SseParser().push(sse).map((e) => dialect.streamEvent(e as SseEvent));
+
+  it.each([
+    ['vllm', 'vllm-reasoning.sse'],
+    ['sglang', 'sglang-parallel-tools.sse'],
+    ['deepseek', 'deepseek-reasoning.sse'],
+    ['openai', 'openai-refusal-opening.sse'],
+    ['llamacpp', 'llamacpp-logprobs.sse'],
+  ] as const)("reads %s's recorded stream as its full parse does, however the reads are cut", (kind, name) => {
+    const sse = readFileSync(new URL(`../fixtures/upstream/${name}`, import.meta.url), 'utf8');
+    const dialect = DIALECTS[kind];
+    const expected = parsedAlone(dialect, sse);
+    for (let at = 0; at <= sse.length; at += 7) {
+      const parser = dialect.streamParser();
+      expect(spelled(dialect, [...parser.push(sse.slice(0, at)), ...parser.push(sse.slice(at)), ...parser.end()])).toEqual(expected);
+    }
+  });
+
+  it("reads the plain content of vLLM's, SGLang's and OpenAI's chunks, with the fields each drops, as one run", () => {
+    const cases: [keyof typeof DIALECTS, (content: string) => string][] = [
+      ['vllm', (c) => `data: {"id":"chatcmpl-f42e","object":"chat.completion.chunk","created":1760031300,"model":"m","choices":[{"index":0,"delta":{"content":${JSON.stringify(c)}},"logprobs":null,"finish_reason":null,"token_ids":null}]}\n\n`],
+      ['sglang', (c) => `data: {"id":"c7a5","object":"chat.completion.chunk","created":1788360234,"model":"m","choices":[{"index":0,"delta":{"content":${JSON.stringify(c)}},"logprobs":null,"finish_reason":null,"matched_stop":null}],"usage":null}\n\n`],
+      ['openai', (c) => `data: {"id":"chatcmpl-C3","object":"chat.completion.chunk","created":1755007032,"model":"gpt-4o","service_tier":"default","system_fingerprint":null,"choices":[{"index":0,"delta":{"content":${JSON.stringify(c)}},"logprobs":null,"finish_reason":null}],"obfuscation":"D5jIQ"}\n\n`],
+    ];
+    for (const [kind, shape] of cases) {
+      const events = DIALECTS[kind].streamParser().push(shape('Okay') + shape('.') + shape(' "Sure"'));
+      expect(events).toHaveLength(1);
+      const run = (events[0] as StreamEvent).content!;
+      expect(run.pieces).toBe(3);
+      expect(run.render('<', '>')).toBe('<"Okay"><"."><" \\"Sure\\"">');
+    }
+  });
+
+  it("leaves another dialect's dropped fields to the full parse: each names only its own", () => {
+    const sglangChunk = 'data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"x"},"logprobs":null,"finish_reason":null,"matched_stop":null}],"usage":null}\n\n';
+    expect('data' in DIALECTS.vllm.streamParser().push(sglangChunk)[0]).toBe(true);
+    expect('data' in DIALECTS.sglang.streamParser().push(sglangChunk)[0]).toBe(false);
+  });
+
+  it('copies each piece as the literal the upstream wrote, dollar signs in the framing taken as they are', () => {
+    const literals = ['"caf\\u00e9 \\"q\\""', JSON.stringify('"},"logprobs":null,"finish_reason":null}]}\n\ndata: {"delta":{"content":"'), '"$1"'];
+    const sse = literals.map((l) => `data: {"id":"u","object":"chat.completion.chunk","created":1,"model":"x","choices":[{"index":0,"delta":{"content":${l}},"logprobs":null,"finish_reason":null}]}\n\n`).join('');
+    const [event] = DIALECTS.vllm.streamParser().push(sse) as StreamEvent[];
+    expect(event.content!.pieces).toBe(3);
+    expect(event.content!.render('<$1 $& $$>', '<$`>')).toBe(literals.map((l) => `<$1 $& $$>${l}<$\`>`).join(''));
   });
 });

@@ -4,5 +4,6 @@ import { openAiCompatible } from '../dialect.js';
 
 export const deepseek = openAiCompatible({
   multipleChoices: false,
+  chunkFraming: { head: ['system_fingerprint'] },
   cachedTokens: (usage) => usage.prompt_cache_hit_tokens,
 });

@@ -1,13 +1,19 @@
 // llama.cpp's llama-server: one choice per call, cached tokens in OpenAI's
-// field on recent builds and in `timings.cache_n` on older ones, context
+// field on recent builds, in `timings.cache_n` on older ones, and on the
+// oldest only as what `timings.prompt_n` (the tokens it evaluated) leaves
+// of the prompt; context
 // errors typed `exceed_context_size_error`, stream errors on an `error:` line.
 // It answers a body its JSON library cannot read (text that is not valid
 // UTF-8 or Unicode, for one) with a 500 that names the library's exception:
-// that is the request's fault, not the server's.
+// that is the request's fault, not the server's. Its chunks put `choices`
+// first, so they take the full parse.
 import { openAiCachedTokens, openAiCompatible } from '../dialect.js';
+
+const promptNotEvaluated = (usage: { prompt_tokens?: unknown }, timings: { prompt_n?: unknown } | undefined) =>
+  typeof usage.prompt_tokens === 'number' && typeof timings?.prompt_n === 'number' ? usage.prompt_tokens - timings.prompt_n : undefined;
 
 export const llamacpp = openAiCompatible({
   multipleChoices: false,
   requestFaultMessage: /\[json\.exception\.|invalid string: |invalid UTF-8 byte/,
-  cachedTokens: (usage, whole) => openAiCachedTokens(usage) ?? whole.timings?.cache_n,
+  cachedTokens: (usage, whole) => openAiCachedTokens(usage) ?? whole.timings?.cache_n ?? promptNotEvaluated(usage, whole.timings),
 });

@@ -2,4 +2,4 @@
 // and max_tokens as llama.cpp-style servers take them.
 import { openAiCachedTokens, openAiCompatible } from '../dialect.js';
 
-export const parleyEngine = openAiCompatible({ cachedTokens: openAiCachedTokens });
+export const parleyEngine = openAiCompatible({ chunkFraming: {}, cachedTokens: openAiCachedTokens });

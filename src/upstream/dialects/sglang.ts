@@ -2,4 +2,9 @@
 // --enable-cache-report, and otherwise not at all.
 import { openAiCachedTokens, openAiCompatible } from '../dialect.js';
 
-export const sglang = openAiCompatible({ cachedTokens: openAiCachedTokens });
+export const sglang = openAiCompatible({
+  understands: ['user', 'reasoning_effort'],
+  // matched_stop null on every choice, and a null usage. Older releases write every null field of the delta too: those take the full parse.
+  chunkFraming: { choiceTail: ['matched_stop'], tailNull: ['usage'] },
+  cachedTokens: openAiCachedTokens,
+});

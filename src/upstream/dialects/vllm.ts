@@ -3,6 +3,10 @@
 import { openAiCachedTokens, openAiCompatible } from '../dialect.js';
 
 export const vllm = openAiCompatible({
+  // `user` is logged; `reasoning_effort` steers gpt-oss models.
+  understands: ['user', 'reasoning_effort'],
+  // Since 0.10.2: stop_reason and token_ids null on every choice, prompt_token_ids null on the first chunk.
+  chunkFraming: { choiceTail: ['stop_reason', 'token_ids'], tailNull: ['prompt_token_ids', 'usage'] },
   cachedTokens: openAiCachedTokens,
   extraBody: (req) => (req.stream ? { stream_options: { include_usage: true, continuous_usage_stats: false } } : {}),
 });
