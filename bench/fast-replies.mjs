@@ -29,3 +29,17 @@ export const STREAMED_REPLY =
   chunk([{ index: 0, delta: { content: '' }, logprobs: null, finish_reason: 'length', stop_reason: null, token_ids: null }]) +
   chunk([], { usage }) +
   'data: [DONE]\n\n';
+
+/** Inputs per embeddings request, and the size of each vector. */
+export const EMBEDDING_INPUTS = 16;
+const DIMENSIONS = 1024;
+
+/** An embeddings reply for EMBEDDING_INPUTS inputs, as vLLM writes one for `encoding_format: base64` (what the openai clients ask for). */
+export const EMBEDDINGS_REPLY = JSON.stringify({
+  id: 'embd-5c1f0a9e2b7d4c8e9f1a2b3c4d5e6f70', object: 'list', created: CREATED, model: 'bench',
+  data: Array.from({ length: EMBEDDING_INPUTS }, (_, index) => ({
+    index, object: 'embedding',
+    embedding: Buffer.from(new Float32Array(Array.from({ length: DIMENSIONS }, (_, i) => Math.sin(index + i))).buffer).toString('base64'),
+  })),
+  usage: { prompt_tokens: 8 * EMBEDDING_INPUTS, total_tokens: 8 * EMBEDDING_INPUTS, completion_tokens: 0, prompt_tokens_details: null },
+});

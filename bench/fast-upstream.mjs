@@ -1,7 +1,8 @@
 // A fast scripted OpenAI-compatible upstream for throughput benchmarks:
-// every reply is 256 tokens, whole or streamed all at once (fast-replies.mjs).
+// every chat reply is 256 tokens, whole or streamed all at once, and every
+// embeddings reply 16 vectors (fast-replies.mjs).
 import { createServer } from 'node:http';
-import { STREAMED_REPLY, WHOLE_REPLY } from './fast-replies.mjs';
+import { EMBEDDINGS_REPLY, STREAMED_REPLY, WHOLE_REPLY } from './fast-replies.mjs';
 
 const port = Number(process.argv[2] ?? 0);
 
@@ -9,7 +10,10 @@ const server = createServer((req, res) => {
   let body = '';
   req.on('data', (c) => (body += c));
   req.on('end', () => {
-    if (body.includes('"stream":true')) {
+    if (req.url.endsWith('/embeddings')) {
+      res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(EMBEDDINGS_REPLY) });
+      res.end(EMBEDDINGS_REPLY);
+    } else if (body.includes('"stream":true')) {
       res.writeHead(200, { 'content-type': 'text/event-stream' });
       res.end(STREAMED_REPLY);
     } else {

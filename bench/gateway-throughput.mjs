@@ -1,7 +1,8 @@
 // Throughput of Parley's request path against the same fast scripted
 // upstream called directly and through a bare http-proxy-3 pass-through
 // (and Portkey's gateway when `@portkey-ai/gateway` is installed), whole and
-// streamed 256-token replies, autocannon with 32 connections.
+// streamed 256-token replies and embeddings of 16 texts (base64 vectors, as
+// the openai clients ask for them), autocannon with 32 connections.
 //
 // Parley runs its full path: API key, validation, credit hold in Redis,
 // forward, stream rewriting, settlement. Then it is driven above capacity
@@ -17,15 +18,17 @@
 // measured with its code compiled, as a long-running server is, not while
 // the JIT is still at work.
 //
-//   npm run build && node bench/gateway-throughput.mjs [seconds per run, default 10] [overload seconds, default 60] [rounds, default 3]
+//   npm run build && node bench/gateway-throughput.mjs [seconds per run, default 10] [overload seconds, default 60] [rounds, default 3] [modes, default whole,streamed,embeddings]
 import { execFileSync, spawn } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { benchModel, chatLoad, forked, median, ROOT, startParley, stopAll, track, waitForPort, WARMUP_SECONDS } from './support.mjs';
+import { apiLoad, benchModel, forked, median, ROOT, startParley, stopAll, track, waitForPort, WARMUP_SECONDS } from './support.mjs';
 
 const SECONDS = Number(process.argv[2] ?? 10);
 const OVERLOAD_SECONDS = Number(process.argv[3] ?? 60);
 const ROUNDS = Number(process.argv[4] ?? 3);
+/** Which loads to measure (LOADS in support.mjs): by default all three. */
+const MODES = (process.argv[5] ?? 'whole,streamed,embeddings').split(',');
 const DEMO_CREDIT_MICROS = 1_000_000 * 1_000_000;
 
 async function startPortkey() {
@@ -37,13 +40,13 @@ async function startPortkey() {
   return port;
 }
 
-const load = (url, headers, stream, connections = 32, duration = SECONDS) => chatLoad(url, headers, stream, connections, duration);
+const load = (base, headers, mode, connections = 32, duration = SECONDS) => apiLoad(base, headers, mode, connections, duration);
 
 /** Peak resident memory of a process, from /proc. */
 const peakRssMiB = (pid) => Number(/VmHWM:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))[1]) / 1024;
 
 async function overload(parley) {
-  const r = await load(`${parley.url}/v1/chat/completions`, { authorization: `Bearer ${parley.key}` }, false, 512, OVERLOAD_SECONDS);
+  const r = await load(`${parley.url}/v1`, { authorization: `Bearer ${parley.key}` }, 'whole', 512, OVERLOAD_SECONDS);
   const byStatus = r.statusCodeStats ?? {};
   const count = (code) => byStatus[code]?.count ?? 0;
   // The books, through the gateway's own balance endpoint and the operator's usage export.
@@ -51,7 +54,11 @@ async function overload(parley) {
   const balance = (await (await fetch(`${parley.url}/user/balance`, { headers: { authorization: `Bearer ${parley.key}` } })).json()).balance_infos[0];
   const csv = execFileSync(process.execPath, [join(ROOT, 'bin/parley.js'), 'usage', 'export', '--data-dir', parley.dataDir], { maxBuffer: 1 << 30, env: { ...process.env, REDIS_URL: '' } }).toString();
   const micros = (text) => Math.round(Number(text) * 1_000_000);
-  const charges = csv.trim().split('\n').slice(1).reduce((sum, line) => sum + micros(line.split(',').at(-1)), 0);
+  // A CSV line's fields: a quoted one may hold commas (a failure's reason, an end user's name).
+  const fields = (line) => [...line.matchAll(/("(?:[^"]|"")*"|[^,]*)(?:,|$)/g)].map((m) => m[1]).slice(0, -1);
+  const [header, ...lines] = csv.trim().split('\n');
+  const charged = fields(header).indexOf('charged');
+  const charges = lines.reduce((sum, line) => sum + micros(fields(line)[charged]), 0);
   console.table([{
     seconds: OVERLOAD_SECONDS, connections: 512, served: count(200), '503': count(503), '429': count(429),
     'other errors': r.errors + Object.entries(byStatus).filter(([code]) => !['200', '503', '429'].includes(code)).reduce((n, [, v]) => n + v.count, 0),
@@ -67,22 +74,21 @@ try {
   const parley = await startParley([benchModel(upstream)], { failover: { queueTimeoutMs: 200 } });
   const portkeyPort = await startPortkey();
   const targets = [
-    ['direct', `${upstream}/v1/chat/completions`, {}],
-    ['bare http-proxy-3', `http://127.0.0.1:${proxyPort}/v1/chat/completions`, {}],
-    ['parley', `${parley.url}/v1/chat/completions`, { authorization: `Bearer ${parley.key}` }],
-    ...(portkeyPort ? [['portkey', `http://127.0.0.1:${portkeyPort}/v1/chat/completions`, { 'x-portkey-provider': 'openai', 'x-portkey-custom-host': `${upstream}/v1`, authorization: 'Bearer x' }]] : []),
+    ['direct', `${upstream}/v1`, {}],
+    ['bare http-proxy-3', `http://127.0.0.1:${proxyPort}/v1`, {}],
+    ['parley', `${parley.url}/v1`, { authorization: `Bearer ${parley.key}` }],
+    ...(portkeyPort ? [['portkey', `http://127.0.0.1:${portkeyPort}/v1`, { 'x-portkey-provider': 'openai', 'x-portkey-custom-host': `${upstream}/v1`, authorization: 'Bearer x' }]] : []),
   ];
   const rows = [];
-  const ratios = { whole: { bare: [], portkey: [] }, streamed: { bare: [], portkey: [] } };
-  for (const stream of [false, true]) {
-    const mode = stream ? 'streamed' : 'whole';
+  const ratios = Object.fromEntries(MODES.map((mode) => [mode, { bare: [], portkey: [] }]));
+  for (const mode of MODES) {
     const runs = new Map(targets.map(([name]) => [name, []]));
-    for (const [, url, headers] of targets) await load(url, headers, stream, 32, WARMUP_SECONDS);
+    for (const [, url, headers] of targets) await load(url, headers, mode, 32, WARMUP_SECONDS);
     for (let round = 0; round < ROUNDS; round++) {
       const reqs = {};
       // Alternate the order, so that no target always runs right after the same one.
       for (const [name, url, headers] of round % 2 ? [...targets].reverse() : targets) {
-        const r = await load(url, headers, stream);
+        const r = await load(url, headers, mode);
         reqs[name] = r.requests.average;
         runs.get(name).push({ 'req/s': Math.round(r.requests.average), 'p50 ms': r.latency.p50, 'p99 ms': r.latency.p99, non2xx: r.non2xx, errors: r.errors });
       }
@@ -95,7 +101,7 @@ try {
     }
   }
   console.table(rows);
-  for (const mode of ['whole', 'streamed']) {
+  for (const mode of MODES) {
     const { bare, portkey } = ratios[mode];
     const vsPortkey = portkey.length > 0 && mode === 'whole' ? `, parley / portkey = ${median(portkey).toFixed(2)}` : '';
     console.log(`${mode}: parley / bare pass-through = ${median(bare).toFixed(2)} (rounds: ${bare.map((x) => x.toFixed(2)).join(' ')})${vsPortkey}`);

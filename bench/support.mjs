@@ -57,15 +57,22 @@ export function forked(script, args, execArgv = []) {
 
 /** The routing entry of the model the gateway benchmarks ask for, served by the fast upstream at `upstream`. */
 export const benchModel = (upstream) => ({
-  id: 'bench', contextWindow: 32768, pricesPerMillion: { inputCacheMiss: 1, inputCacheHit: 0.1, output: 2 },
+  id: 'bench', contextWindow: 32768, pricesPerMillion: { inputCacheMiss: 1, inputCacheHit: 0.1, output: 2 }, api: ['chat', 'embeddings'],
   endpoints: [{ kind: 'vllm', url: `${upstream}/v1`, maxConcurrent: 64, maxQueue: 64 }],
 });
 
-/** autocannon posting the same chat completion (256 tokens, whole or streamed) for `duration` seconds. */
-export function chatLoad(url, headers, stream, connections, duration) {
-  const body = JSON.stringify({ model: 'bench', messages: [{ role: 'system', content: 'You are a benchmark.' }, { role: 'user', content: 'Say 256 tokens.' }], max_tokens: 256, stream });
+/** What each benchmark mode posts, and where under /v1: a chat completion of 256 tokens, whole or streamed, or 16 texts to embed. */
+export const LOADS = {
+  whole: { path: '/chat/completions', body: { model: 'bench', messages: [{ role: 'system', content: 'You are a benchmark.' }, { role: 'user', content: 'Say 256 tokens.' }], max_tokens: 256, stream: false } },
+  streamed: { path: '/chat/completions', body: { model: 'bench', messages: [{ role: 'system', content: 'You are a benchmark.' }, { role: 'user', content: 'Say 256 tokens.' }], max_tokens: 256, stream: true } },
+  embeddings: { path: '/embeddings', body: { model: 'bench', input: Array.from({ length: 16 }, (_, i) => `Passage ${i} of a document to index for retrieval.`), encoding_format: 'base64' } },
+};
+
+/** autocannon posting `mode`'s request to `base` (a server's /v1) for `duration` seconds. */
+export function apiLoad(base, headers, mode, connections, duration) {
+  const { path, body } = LOADS[mode];
   return new Promise((resolve, reject) => {
-    autocannon({ url, method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body, connections, duration }, (err, r) => (err ? reject(err) : resolve(r)));
+    autocannon({ url: base + path, method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify(body), connections, duration }, (err, r) => (err ? reject(err) : resolve(r)));
   });
 }
 

@@ -9,6 +9,10 @@ import { LineCounter, parseDocument, isNode } from 'yaml';
 import { z } from 'zod';
 import { chatCompletionRequest } from './protocol/chat-request.js';
 
+/** The APIs a model may serve: chat completions, text completions, embeddings. */
+export const API_NAMES = ['chat', 'completions', 'embeddings'] as const;
+export type ApiName = (typeof API_NAMES)[number];
+
 /** The ways of choosing an endpoint, one module each in routing/policies/. */
 export const POLICY_NAMES = ['prefix-affinity', 'least-load', 'round-robin'] as const;
 export type PolicyName = (typeof POLICY_NAMES)[number];
@@ -63,6 +67,8 @@ const model = z.strictObject({
   tokenizer: z.strictObject({ gguf: z.string() }).optional(),
   description: z.string().default(''),
   setup: z.string().default(''),
+  /** The APIs this model's endpoints serve; a request to another is refused before any upstream call. */
+  api: z.array(z.enum(API_NAMES)).min(1).default(['chat']),
   /** Engine extras clients may send this model's endpoints unchanged (top_k, min_p, chat_template_kwargs, ...); others are ignored. */
   passThrough: z
     .array(z.string().regex(/^[a-z_][a-z0-9_]*$/, 'a request field name'))

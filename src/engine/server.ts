@@ -1,11 +1,13 @@
 // `parley engine`: a GGUF served by llama.cpp (through node-llama-cpp) behind
 // the OpenAI Chat Completions API, with `n` as parallel sequences and a real
-// prefix cache. It is the quickstart's upstream and the tests' real one.
+// prefix cache, and the Embeddings API (the model's mean-pooled hidden state,
+// normalized). It is the quickstart's upstream and the tests' real one.
 import { randomUUID } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import type { LlamaContextSequence } from 'node-llama-cpp';
+import type { LlamaContextSequence, LlamaEmbeddingContext, Token } from 'node-llama-cpp';
 import { parseChatCompletionRequest, requestedMaxTokens, type ChatCompletionRequest } from '../protocol/chat-request.js';
+import { base64Vector, embeddingInputs, parseEmbeddingsRequest, renderEmbeddings, type EmbeddingsRequest } from '../protocol/embeddings.js';
 import { ChunkRenderer, renderCompletion, type Choice, type ReplyIdentity, type TokenLogprob } from '../protocol/chat-response.js';
 import { ApiError, Cancelled, checkContextWindow, internalError, invalidParameter, routeNotFound } from '../protocol/errors.js';
 import { listen } from '../listen.js';
@@ -56,6 +58,11 @@ export async function startEngine(opts: EngineOptions): Promise<RunningEngine> {
       const parsed = parseChatCompletionRequest(await readJsonBody(req, MAX_BODY_BYTES));
       if (parsed instanceof ApiError) throw parsed;
       return complete(parsed, res);
+    }
+    if (req.method === 'POST' && path === '/v1/embeddings') {
+      const parsed = parseEmbeddingsRequest(await readJsonBody(req, MAX_BODY_BYTES));
+      if (parsed instanceof ApiError) throw parsed;
+      return embed(parsed, res);
     }
     throw routeNotFound(req.method ?? 'GET', path);
   };
@@ -125,6 +132,26 @@ export async function startEngine(opts: EngineOptions): Promise<RunningEngine> {
     }
   };
 
+  // Made on the first embeddings request: a chat-only engine never pays for a second context.
+  let embedder: Promise<LlamaEmbeddingContext> | undefined;
+  const embed = async (request: EmbeddingsRequest, res: ServerResponse) => {
+    const embeddingContextSize = Math.min(contextSize, 2048);
+    embedder ??= model.createEmbeddingContext({ contextSize: embeddingContextSize, threads: opts.threads ?? defaultThreads(llama, model.size) });
+    const context = await embedder;
+    const data = [];
+    let promptTokens = 0;
+    for (const [index, input] of embeddingInputs(request).entries()) {
+      const tokens = typeof input === 'string' ? model.tokenize(input) : input;
+      if (tokens.some((t) => t >= vocabSize)) throw invalidParameter('input', `Invalid value for 'input': token ids must be below this model's vocabulary size, ${vocabSize}.`);
+      checkContextWindow(embeddingContextSize, tokens.length, 0);
+      promptTokens += tokens.length;
+      const vector = (await context.getEmbeddingFor(tokens as Token[])).vector;
+      const dimensioned = request.dimensions != null ? vector.slice(0, request.dimensions) : vector;
+      data.push({ index, embedding: request.encoding_format === 'base64' ? base64Vector([...dimensioned]) : [...dimensioned] });
+    }
+    sendJson(res, 200, renderEmbeddings(opts.modelId, { data, promptTokens }, request.encoding_format ?? 'float'));
+  };
+
   const server: Server = createServer((req, res) => {
     handle(req, res).catch((err) => {
       // A client that left has no one to answer.
@@ -148,6 +175,7 @@ export async function startEngine(opts: EngineOptions): Promise<RunningEngine> {
     close: async () => {
       server.closeAllConnections();
       await new Promise<void>((resolve) => server.close(() => resolve()));
+      await (await embedder)?.dispose();
       await context.dispose();
       await model.dispose();
     },

@@ -1,20 +1,21 @@
-// POST /v1/chat/completions, the request path in one direction:
-// authenticate → validate → find the model → check the context window →
-// rate limit → hold credit → route and forward (failing over before the
-// first byte) → render (stream or whole) → settle.
+// POST /v1/chat/completions, the request path in one direction: the shared
+// front (gateway/exchange.ts: authenticate, read, find the model) →
+// validate → check the context window → rate limit and hold credit →
+// route and forward (failing over before the first byte) → render (stream
+// or whole) → settle.
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Span } from '@opentelemetry/api';
 import { messageText, parseChatCompletionRequest, passThroughFields, requestedMaxTokens, type ChatCompletionRequest } from '../protocol/chat-request.js';
 import { renderCompletion, type ReplyIdentity, type Usage } from '../protocol/chat-response.js';
-import { ApiError, checkContextWindow, modelNotFound, shuttingDown } from '../protocol/errors.js';
-import { readJsonBody, sendJson } from '../protocol/http-io.js';
-import { rateCheck } from '../ratelimit/rate-limiter.js';
-import type { RoutedModel } from '../routing/routing-table.js';
-import { Cancellation } from '../upstream/cancellation.js';
+import { ApiError, checkContextWindow, shuttingDown } from '../protocol/errors.js';
+import { sendJson } from '../protocol/http-io.js';
+import type { RoutedEndpoint, RoutedModel } from '../routing/routing-table.js';
 import { readCompletion, readStream } from '../upstream/client.js';
 import { mergeCompletions, mergeStreams } from '../upstream/fan-out.js';
 import type { GatewayContext } from './context.js';
+import { openExchange, servingModel } from './exchange.js';
 import { callWithFailover, type UpstreamCall } from './failover.js';
+import { conversationText } from '../routing/prefix-blocks.js';
 import { Meter } from './metering.js';
 import { randomId } from './random-ids.js';
 import { StreamRelay } from './stream-relay.js';
@@ -33,52 +34,42 @@ function promptTokens(model: RoutedModel, request: ChatCompletionRequest): { tok
   return { tokens: bound, exact: false };
 }
 
-function requestId(req: IncomingMessage): string {
-  const given = req.headers['x-request-id'];
-  return typeof given === 'string' && /^[\w.:-]{1,128}$/.test(given) ? given : randomId();
+/** One upstream body per call: all `n` choices in one, or one call per choice where the dialect needs it. */
+function upstreamBodies(endpoint: RoutedEndpoint, model: RoutedModel, request: ChatCompletionRequest, passThrough: Record<string, unknown>): Record<string, unknown>[] {
+  const body = endpoint.dialect.requestBody(request, {
+    upstreamModel: endpoint.upstreamModel,
+    supportsTools: model.config.supports.tools,
+    supportsJsonOutput: model.config.supports.jsonOutput,
+    passThrough,
+  });
+  const n = request.n ?? 1;
+  if (n === 1 || endpoint.dialect.multipleChoices) return [body];
+  return Array.from({ length: n }, (_, i) => {
+    const { n: _n, ...single } = body;
+    return request.seed != null ? { ...single, seed: request.seed + i } : single;
+  });
 }
 
 export async function handleChatCompletion(req: IncomingMessage, res: ServerResponse, ctx: GatewayContext, span: Span): Promise<void> {
   const started = performance.now();
-  // The upstream call ends when the client leaves (even before it has begun:
-  // while its hold is on the way) or when shutdown's grace period is over.
-  const upstreamCall = new Cancellation();
-  let clientGone = false;
-  res.once('close', () => {
-    if (res.writableFinished) return;
-    clientGone = true;
-    upstreamCall.cancel();
-  });
-  ctx.lifecycle.onStop(res, () => upstreamCall.cancel());
-  const caller = await ctx.keys.authenticate(req.headers.authorization);
-  const table = ctx.routing();
+  const { id, caller, table, body, upstreamCall, clientGone } = await openExchange(req, res, ctx, span);
   const { settings } = table;
-  const body = await readJsonBody(req, settings.maxBodyBytes);
   const parsed = parseChatCompletionRequest(body);
   if (parsed instanceof ApiError) throw parsed;
-  const model = table.models.get(parsed.model);
-  if (!model) throw modelNotFound(parsed.model);
+  const model = servingModel(table, parsed.model, 'chat', span);
   const passThrough = passThroughFields(body, model.config.passThrough);
   if (passThrough instanceof ApiError) throw passThrough;
-  span.setAttribute('parley.model', model.config.id);
   const prompt = promptTokens(model, parsed);
   const requestedReply = requestedMaxTokens(parsed);
   if (prompt.exact) checkContextWindow(model.config.contextWindow, prompt.tokens, requestedReply ?? 1);
   const n = parsed.n ?? 1;
   const maxReplyTokens = requestedReply ?? Math.max(1, model.config.contextWindow - (prompt.exact ? prompt.tokens : 0));
 
-  const limits = {
-    requestsPerMinute: caller.limits.requestsPerMinute ?? table.rateLimits.requestsPerMinute,
-    tokensPerMinute: caller.limits.tokensPerMinute ?? table.rateLimits.tokensPerMinute,
-  };
-  const rate = rateCheck(caller.keyId, limits, prompt.tokens + n * maxReplyTokens);
-  const meter = await Meter.open(ctx, span, { caller, model, settlementId: randomId(), promptTokens: prompt.tokens, n, maxReplyTokens, user: parsed.user ?? undefined }, rate);
+  const meter = await Meter.open(ctx, span, { caller, model, settlementId: randomId(), promptTokens: prompt.tokens, n, maxReplyTokens, user: parsed.user ?? undefined });
   // A balance that pays for fewer reply tokens than asked lowers the limit sent upstream.
   const request: ChatCompletionRequest =
     meter.maxReplyTokens < maxReplyTokens ? { ...parsed, max_tokens: meter.maxReplyTokens, max_completion_tokens: meter.maxReplyTokens } : parsed;
 
-  const id = requestId(req);
-  span.setAttribute('parley.request_id', id);
   // Object.assign, not a spread: see sendJson in protocol/http-io.ts.
   const headers = Object.assign({ 'x-request-id': id }, meter.rateLimitHeaders);
   const identity: ReplyIdentity = { id: `chatcmpl-${id}`, created: Math.floor(Date.now() / 1000), model: request.model };
@@ -89,7 +80,7 @@ export async function handleChatCompletion(req: IncomingMessage, res: ServerResp
         keepAliveMs: settings.keepAliveMs,
         headers,
         countedPromptTokens: prompt.exact ? prompt.tokens : 0,
-        clientGone: () => clientGone,
+        clientGone,
         onFirstChunk: () => ctx.telemetry.recordFirstToken(model.config.id, (performance.now() - started) / 1000),
       })
     : undefined;
@@ -101,7 +92,8 @@ export async function handleChatCompletion(req: IncomingMessage, res: ServerResp
   };
   let call: UpstreamCall | undefined;
   try {
-    call = await callWithFailover(ctx, span, { model, request, passThrough, plan: ctx.router.plan(model, request.messages), account: caller.account, cancellation: upstreamCall });
+    const upstreamRequest = (endpoint: RoutedEndpoint) => ({ path: '/chat/completions', bodies: upstreamBodies(endpoint, model, request, passThrough) });
+    call = await callWithFailover(ctx, span, { model, upstreamRequest, plan: ctx.router.plan(model, () => conversationText(request.messages)), account: caller.account, cancellation: upstreamCall });
     const { endpoint } = call;
     if (!relay) {
       const parts = await Promise.all(call.bodies.map((b) => readCompletion(endpoint, b)));
@@ -119,7 +111,7 @@ export async function handleChatCompletion(req: IncomingMessage, res: ServerResp
       meter.settle('broke_off', endpoint.name, undefined, outcome.reason);
     }
   } catch (err) {
-    meter.settle(clientGone ? 'client_gone' : 'failed', call?.endpoint.name ?? '', undefined, (err as Error).message);
+    meter.settle(clientGone() ? 'client_gone' : 'failed', call?.endpoint.name ?? '', undefined, (err as Error).message);
     const failure = ctx.lifecycle.stopped && !(err instanceof ApiError) ? shuttingDown() : err;
     if (failure instanceof ApiError && relay?.failBeforeStart(failure)) return;
     throw failure;

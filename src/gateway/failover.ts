@@ -11,13 +11,12 @@
 // the same 5xx: its content is the cause, and counting it would let one
 // tenant's poison requests open a circuit every tenant shares).
 import { SpanStatusCode, type Span } from '@opentelemetry/api';
-import type { ChatCompletionRequest } from '../protocol/chat-request.js';
 import { ApiError, noHealthyUpstream, upstreamsBusy } from '../protocol/errors.js';
 import { QueueTimeout, type EndpointState } from '../routing/endpoint-state.js';
 import type { RoutePlan } from '../routing/router.js';
 import type { RoutedEndpoint, RoutedModel } from '../routing/routing-table.js';
 import type { Cancellation } from '../upstream/cancellation.js';
-import { postChatCompletion, type UpstreamBody } from '../upstream/client.js';
+import { postUpstream, type UpstreamBody } from '../upstream/client.js';
 import type { GatewayContext } from './context.js';
 
 export interface UpstreamCall {
@@ -25,22 +24,6 @@ export interface UpstreamCall {
   bodies: UpstreamBody[];
   /** Frees the endpoint's slot; call when the reply has been relayed. */
   release(): void;
-}
-
-/** One upstream body per call: all `n` choices in one, or one call per choice where the dialect needs it. */
-function upstreamBodies(endpoint: RoutedEndpoint, { model, request, passThrough }: Forwarding): Record<string, unknown>[] {
-  const body = endpoint.dialect.requestBody(request, {
-    upstreamModel: endpoint.upstreamModel,
-    supportsTools: model.config.supports.tools,
-    supportsJsonOutput: model.config.supports.jsonOutput,
-    passThrough,
-  });
-  const n = request.n ?? 1;
-  if (n === 1 || endpoint.dialect.multipleChoices) return [body];
-  return Array.from({ length: n }, (_, i) => {
-    const { n: _n, ...single } = body;
-    return request.seed != null ? { ...single, seed: request.seed + i } : single;
-  });
 }
 
 /** A failure before the upstream's first byte that another endpoint may not share. */
@@ -66,12 +49,16 @@ function blame(failed: FailedAttempt[], account: string, gaveUp: boolean): void 
   }
 }
 
-/** One request on its way upstream: what to send, along which plan, for which account, until when it is wanted. */
+/** What one endpoint is sent for a request: the API's path under its base URL, and one body per call (a dialect may need one per choice). */
+export interface UpstreamRequest {
+  path: string;
+  bodies: Record<string, unknown>[];
+}
+
+/** One request on its way upstream: what each endpoint is sent, along which plan, for which account, until when it is wanted. */
 export interface Forwarding {
   model: RoutedModel;
-  request: ChatCompletionRequest;
-  /** The engine extras the model's routing file lets through, as the client sent them. */
-  passThrough: Record<string, unknown>;
+  upstreamRequest(endpoint: RoutedEndpoint): UpstreamRequest;
   plan: RoutePlan;
   account: string;
   cancellation: Cancellation;
@@ -90,11 +77,12 @@ export async function callWithFailover(ctx: GatewayContext, span: Span, forwardi
 }
 
 async function walkPlan(ctx: GatewayContext, span: Span, forwarding: Forwarding, failed: FailedAttempt[]): Promise<UpstreamCall> {
-  const { model, request, plan, account, cancellation } = forwarding;
+  const { model, plan, account, cancellation } = forwarding;
+  const modelId = model.config.id;
   const { settings } = ctx.routing();
   const { maxAttempts, deadlineMs, queueTimeoutMs } = settings.failover;
   const retryAfter = Math.max(1, Math.ceil(settings.health.openMs / 1000));
-  if (plan.endpoints.length === 0) throw noHealthyUpstream(request.model, retryAfter);
+  if (plan.endpoints.length === 0) throw noHealthyUpstream(modelId, retryAfter);
   const deadline = Date.now() + deadlineMs;
   let attempts = 0;
   let lastError: unknown;
@@ -111,7 +99,8 @@ async function walkPlan(ctx: GatewayContext, span: Span, forwarding: Forwarding,
     const attemptSpan = ctx.telemetry.child(span, 'upstream attempt', { 'parley.endpoint': endpoint.url, 'parley.attempt': attempts });
     const timeouts = { firstByteMs: Math.max(1, Math.min(settings.upstreamFirstByteTimeoutMs, deadline - started)), idleMs: settings.upstreamIdleTimeoutMs };
     try {
-      const bodies = await Promise.all(upstreamBodies(endpoint, forwarding).map((b) => postChatCompletion(endpoint, b, cancellation, timeouts)));
+      const { path, bodies: sent } = forwarding.upstreamRequest(endpoint);
+      const bodies = await Promise.all(sent.map((b) => postUpstream(endpoint, path, b, cancellation, timeouts)));
       state.recordSuccess(account, Date.now() - started);
       ctx.router.routed(model, endpoint, plan.request);
       attemptSpan.end();
@@ -152,11 +141,11 @@ async function walkPlan(ctx: GatewayContext, span: Span, forwarding: Forwarding,
     try {
       await state.acquireQueued(account, wait, cancellation);
     } catch (err) {
-      if (err instanceof QueueTimeout) throw upstreamsBusy(request.model, retryAfter);
+      if (err instanceof QueueTimeout) throw upstreamsBusy(modelId, retryAfter);
       throw err;
     }
     const call = await attempt(endpoint);
     if (call) return call;
   }
-  throw lastError ?? upstreamsBusy(request.model, retryAfter);
+  throw lastError ?? upstreamsBusy(modelId, retryAfter);
 }

@@ -7,7 +7,7 @@ import { extendHold, type SettleOutcome } from '../billing/credit-ledger.js';
 import { replyCost } from '../billing/prices.js';
 import type { Usage } from '../protocol/chat-response.js';
 import { insufficientBalance } from '../protocol/errors.js';
-import type { RateCheck } from '../ratelimit/rate-limiter.js';
+import { rateCheck } from '../ratelimit/rate-limiter.js';
 import { failClosed } from '../redis/connection.js';
 import type { RoutedModel } from '../routing/routing-table.js';
 import type { GatewayContext } from './context.js';
@@ -53,7 +53,13 @@ export class Meter {
    * when the key's budget is spent, 402 when the available balance pays for
    * none of it, 503 when Redis is unreachable.
    */
-  static async open(ctx: GatewayContext, span: Span, m: MeterRequest, rate: RateCheck): Promise<Meter> {
+  static async open(ctx: GatewayContext, span: Span, m: MeterRequest): Promise<Meter> {
+    const table = ctx.routing();
+    const limits = {
+      requestsPerMinute: m.caller.limits.requestsPerMinute ?? table.rateLimits.requestsPerMinute,
+      tokensPerMinute: m.caller.limits.tokensPerMinute ?? table.rateLimits.tokensPerMinute,
+    };
+    const rate = rateCheck(m.caller.keyId, limits, m.promptTokens + m.n * m.maxReplyTokens);
     const hold = await failClosed(
       ctx.holds.hold({
         hold: {

@@ -17,6 +17,8 @@ function modelObject(m: RoutedModel) {
       output: m.config.pricesPerMillion.output,
     },
     supports: { tools: m.config.supports.tools, json_output: m.config.supports.jsonOutput },
+    /** The APIs the model serves: chat (/v1/chat/completions), completions (/v1/completions), embeddings (/v1/embeddings). */
+    api: m.config.api,
   };
 }
 

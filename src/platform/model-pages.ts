@@ -3,6 +3,7 @@
 // copy-ready examples with this server's own base URL.
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { PlatformServices } from './services.js';
+import type { ApiName } from '../config.js';
 import type { RoutedModel } from '../routing/routing-table.js';
 import { html, type Html } from './html.js';
 import { page, sendPage } from './layout.js';
@@ -45,13 +46,34 @@ export function showModels(req: IncomingMessage, res: ServerResponse, ctx: Platf
   sendPage(res, 200, page({ title: 'Models', email: session.email, csrf: csrfToken(req, res), active: 'models' }, body));
 }
 
-function examples(model: RoutedModel, base: string) {
+type Language = 'curl' | 'python' | 'node';
+
+/** Copy-ready calls of each API the model serves, with this server's base URL. */
+function examples(model: RoutedModel, base: string): { api: ApiName; title: string; code: Record<Language, string> }[] {
   const id = model.config.id;
-  return {
-    curl: `curl ${base}/chat/completions \\\n  -H "Authorization: Bearer $PARLEY_API_KEY" \\\n  -H "Content-Type: application/json" \\\n  -d '{"model": "${id}", "messages": [{"role": "user", "content": "Hello"}]}'`,
-    python: `import os\nfrom openai import OpenAI\n\nclient = OpenAI(base_url="${base}", api_key=os.environ["PARLEY_API_KEY"])\nreply = client.chat.completions.create(\n    model="${id}",\n    messages=[{"role": "user", "content": "Hello"}],\n)\nprint(reply.choices[0].message.content)`,
-    node: `import OpenAI from 'openai';\n\nconst client = new OpenAI({ baseURL: '${base}', apiKey: process.env.PARLEY_API_KEY });\nconst reply = await client.chat.completions.create({\n  model: '${id}',\n  messages: [{ role: 'user', content: 'Hello' }],\n});\nconsole.log(reply.choices[0].message.content);`,
+  const all: Record<ApiName, { title: string; code: Record<Language, string> } | undefined> = {
+    chat: {
+      title: 'Chat completions',
+      code: {
+        curl: `curl ${base}/chat/completions \\\n  -H "Authorization: Bearer $PARLEY_API_KEY" \\\n  -H "Content-Type: application/json" \\\n  -d '{"model": "${id}", "messages": [{"role": "user", "content": "Hello"}]}'`,
+        python: `import os\nfrom openai import OpenAI\n\nclient = OpenAI(base_url="${base}", api_key=os.environ["PARLEY_API_KEY"])\nreply = client.chat.completions.create(\n    model="${id}",\n    messages=[{"role": "user", "content": "Hello"}],\n)\nprint(reply.choices[0].message.content)`,
+        node: `import OpenAI from 'openai';\n\nconst client = new OpenAI({ baseURL: '${base}', apiKey: process.env.PARLEY_API_KEY });\nconst reply = await client.chat.completions.create({\n  model: '${id}',\n  messages: [{ role: 'user', content: 'Hello' }],\n});\nconsole.log(reply.choices[0].message.content);`,
+      },
+    },
+    embeddings: {
+      title: 'Embeddings',
+      code: {
+        curl: `curl ${base}/embeddings \\\n  -H "Authorization: Bearer $PARLEY_API_KEY" \\\n  -H "Content-Type: application/json" \\\n  -d '{"model": "${id}", "input": ["first text", "second text"]}'`,
+        python: `import os\nfrom openai import OpenAI\n\nclient = OpenAI(base_url="${base}", api_key=os.environ["PARLEY_API_KEY"])\nreply = client.embeddings.create(model="${id}", input=["first text", "second text"])\nprint(len(reply.data[0].embedding))`,
+        node: `import OpenAI from 'openai';\n\nconst client = new OpenAI({ baseURL: '${base}', apiKey: process.env.PARLEY_API_KEY });\nconst reply = await client.embeddings.create({ model: '${id}', input: ['first text', 'second text'] });\nconsole.log(reply.data[0].embedding.length);`,
+      },
+    },
+    completions: undefined,
   };
+  return model.config.api.flatMap((api) => {
+    const example = all[api];
+    return example ? [{ api, ...example }] : [];
+  });
 }
 
 export function showModel(req: IncomingMessage, res: ServerResponse, ctx: PlatformServices, session: Session, id: string): boolean {
@@ -72,8 +94,13 @@ export function showModel(req: IncomingMessage, res: ServerResponse, ctx: Platfo
     <div data-testid="supports">${withCodeSpans(supportSentence(c.supports))}</div>
     ${c.setup ? html`<h2>How it is served</h2><div class="setup">${withCodeSpans(c.setup)}</div>` : ''}
     <h2>Try it</h2>
-    ${(['curl', 'python', 'node'] as const).map((lang) => html`<h3>${lang === 'curl' ? 'curl' : lang === 'python' ? 'Python' : 'Node'}</h3>
-      <pre id="example-${lang}">${ex[lang]}</pre><button type="button" class="secondary" data-copy="example-${lang}">Copy</button>`)}`;
+    <p data-testid="apis">Serves ${ex.map((e) => e.title.toLowerCase()).join(' and ')}.</p>
+    ${ex.map((e, i) => html`${ex.length > 1 ? html`<h3>${e.title}</h3>` : ''}
+      ${(['curl', 'python', 'node'] as const).map((lang) => {
+        const target = i === 0 ? `example-${lang}` : `example-${e.api}-${lang}`;
+        return html`<h4>${lang === 'curl' ? 'curl' : lang === 'python' ? 'Python' : 'Node'}</h4>
+      <pre id="${target}">${e.code[lang]}</pre><button type="button" class="secondary" data-copy="${target}">Copy</button>`;
+      })}`)}`;
   sendPage(res, 200, page({ title: c.id, email: session.email, csrf: csrfToken(req, res), active: 'models' }, body));
   return true;
 }

@@ -2,7 +2,8 @@
 // TypeScript type. zod drops keys it does not know, which is exactly the
 // spec's rule for unknown fields: accepted, and never sent upstream.
 import { z } from 'zod';
-import { invalidParameter, type ApiError } from './errors.js';
+import type { ApiError } from './errors.js';
+import { notUnicode, parseRequest } from './request-parsing.js';
 import { illFormedTextPath } from './well-formed-text.js';
 
 const MAX_CHOICES = 4;
@@ -99,27 +100,8 @@ export const OPENAI_EXTRA_FIELDS = [
 export type OpenAiExtraField = (typeof OPENAI_EXTRA_FIELDS)[number];
 export type ChatMessage = ChatCompletionRequest['messages'][number];
 
-/** OpenAI writes nested params as `messages[0].role`. */
-function paramName(path: PropertyKey[]): string {
-  return path.reduce<string>((name, key) => (typeof key === 'number' ? `${name}[${key}]` : name ? `${name}.${String(key)}` : String(key)), '');
-}
-
 export function parseChatCompletionRequest(body: unknown): ChatCompletionRequest | ApiError {
-  if (typeof body !== 'object' || body === null || Array.isArray(body)) {
-    return invalidParameter(null, 'The request body must be a JSON object.');
-  }
-  const parsed = chatCompletionRequest.safeParse(body);
-  if (parsed.success) {
-    const illFormed = illFormedTextPath(parsed.data);
-    return illFormed ? notUnicode(illFormed) : parsed.data;
-  }
-  const issue = parsed.error.issues[0];
-  const param = paramName(issue.path);
-  const value = issue.path.reduce<unknown>((v, k) => (v as Record<PropertyKey, unknown> | undefined)?.[k], body);
-  const message = value === undefined && issue.code === 'invalid_type'
-    ? `Missing required parameter: '${param}'.`
-    : `Invalid value for '${param}': ${issue.message}.`;
-  return invalidParameter(param, message);
+  return parseRequest(chatCompletionRequest, body);
 }
 
 /**
@@ -133,11 +115,6 @@ export function passThroughFields(body: unknown, names: readonly string[]): Reco
   for (const name of names) if (fields[name] !== undefined && fields[name] !== null) picked[name] = fields[name];
   const illFormed = illFormedTextPath(picked);
   return illFormed ? notUnicode(illFormed) : picked;
-}
-
-function notUnicode(path: PropertyKey[]): ApiError {
-  const param = paramName(path);
-  return invalidParameter(param, `Invalid value for '${param}': the text is not valid Unicode (it holds a lone UTF-16 surrogate, such as \\ud800 without its pair). Send well-formed text.`);
 }
 
 export function messageText(m: ChatMessage): string {

@@ -73,6 +73,18 @@ export function checkContextWindow(window: number, promptTokens: number, replyTo
 export const modelNotFound = (model: string) =>
   new ApiError(404, 'invalid_request_error', `The model \`${model}\` does not exist. GET /v1/models lists the models this gateway serves.`, 'model_not_found', 'model');
 
+const API_PATHS = { chat: '/v1/chat/completions', completions: '/v1/completions', embeddings: '/v1/embeddings' } as const;
+
+/** A model asked for through an API it does not serve. */
+export const apiNotServed = (model: string, api: keyof typeof API_PATHS, served: readonly (keyof typeof API_PATHS)[]) =>
+  new ApiError(
+    400,
+    'invalid_request_error',
+    `The model \`${model}\` does not support ${API_PATHS[api]}; it serves ${served.map((a) => API_PATHS[a]).join(' and ')}.`,
+    'model_not_supported',
+    'model',
+  );
+
 export const routeNotFound = (method: string, path: string) =>
   new ApiError(404, 'invalid_request_error', `Unknown request URL: ${method} ${path}. Please check the URL and method.`, 'unknown_url');
 

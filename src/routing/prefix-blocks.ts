@@ -8,12 +8,17 @@ import { messageText, type ChatMessage } from '../protocol/chat-request.js';
 export const BLOCK_CHARS = 128;
 const MAX_BLOCKS = 64;
 
-export function prefixBlocks(messages: ChatMessage[]): string[] {
+/** A conversation's leading text as an engine's prefix cache sees it: the messages in order, roles included. */
+export function conversationText(messages: ChatMessage[]): string {
   let text = '';
   for (const m of messages) {
     text += `${m.role}\n${messageText(m)}\n\n`;
     if (text.length >= BLOCK_CHARS * MAX_BLOCKS) break;
   }
+  return text;
+}
+
+export function prefixBlocks(text: string): string[] {
   const count = Math.min(MAX_BLOCKS, Math.max(1, Math.floor(text.length / BLOCK_CHARS)));
   const blocks: string[] = [];
   let chain = '';

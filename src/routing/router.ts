@@ -5,7 +5,6 @@
 // keeps both across routing-file reloads.
 import { request as httpRequest } from 'undici';
 import type { GatewaySettings } from '../config.js';
-import type { ChatMessage } from '../protocol/chat-request.js';
 import { PROBE_CALLER } from './circuit-breaker.js';
 import { EndpointState, type EndpointSnapshot } from './endpoint-state.js';
 import { createPolicy } from './policies/index.js';
@@ -64,9 +63,10 @@ export class Router {
     }
   }
 
-  plan(model: RoutedModel, messages: ChatMessage[]): RoutePlan {
+  /** `leadingText`: the request's prompt from its start, asked for only by a policy that needs it. */
+  plan(model: RoutedModel, leadingText: () => string): RoutePlan {
     const entry = this.policies.get(model.config.id)!;
-    const request: RoutingRequest = { prefixBlocks: model.endpoints.length > 1 && entry.policy.needsPrefix ? prefixBlocks(messages) : [] };
+    const request: RoutingRequest = { prefixBlocks: model.endpoints.length > 1 && entry.policy.needsPrefix ? prefixBlocks(leadingText()) : [] };
     const priorities = [...new Set(model.endpoints.map((e) => e.priority))].sort((a, b) => a - b);
     const endpoints: RoutedEndpoint[] = [];
     for (const priority of priorities) {

@@ -8,6 +8,7 @@ const EXACT_PATHS = new Set([
   '/readyz',
   '/metrics',
   '/v1/chat/completions',
+  '/v1/embeddings',
   '/v1/models',
   '/user/balance',
   '/admin/endpoints',

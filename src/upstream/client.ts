@@ -143,14 +143,15 @@ export class UpstreamBody implements Dispatcher.DispatchHandler {
   }
 }
 
-/** Where an endpoint's chat completions are posted, split as undici's dispatch wants it. */
+/** Where an endpoint's API `path` is posted, split as undici's dispatch wants it. */
 const targets = new Map<string, { origin: string; path: string }>();
-function chatCompletionsTarget(baseUrl: string): { origin: string; path: string } {
-  let target = targets.get(baseUrl);
+function apiTarget(baseUrl: string, path: string): { origin: string; path: string } {
+  const key = baseUrl + path;
+  let target = targets.get(key);
   if (!target) {
-    const url = new URL(`${baseUrl}/chat/completions`);
+    const url = new URL(key);
     target = { origin: url.origin, path: url.pathname + url.search };
-    targets.set(baseUrl, target);
+    targets.set(key, target);
   }
   return target;
 }
@@ -160,15 +161,17 @@ function chatCompletionsTarget(baseUrl: string): { origin: string; path: string 
  * its body; anything else, or no answer, rejects with the ApiError the caller
  * should see.
  */
-export async function postChatCompletion(
+export async function postUpstream(
   endpoint: UpstreamEndpoint,
+  /** The API's path under the endpoint's base URL: `/chat/completions`, `/embeddings`. */
+  apiPath: string,
   body: Record<string, unknown>,
   cancellation: Cancellation,
   timeouts: UpstreamTimeouts,
 ): Promise<UpstreamBody> {
   const headers: Record<string, string> = { 'content-type': 'application/json', accept: body.stream ? 'text/event-stream' : 'application/json' };
   if (endpoint.apiKey) headers.authorization = `Bearer ${endpoint.apiKey}`;
-  const target = chatCompletionsTarget(endpoint.url);
+  const target = apiTarget(endpoint.url, apiPath);
   let res;
   try {
     res = await UpstreamBody.send(
@@ -200,7 +203,8 @@ export async function postChatCompletion(
   throw endpoint.dialect.error(res.statusCode, text);
 }
 
-export async function readCompletion(endpoint: UpstreamEndpoint, body: UpstreamBody) {
+/** A whole reply, read through `read` (one of the dialect's readers). */
+export async function readWhole<T>(body: UpstreamBody, read: (json: unknown) => T): Promise<T> {
   let json: unknown;
   try {
     json = JSON.parse(await body.text());
@@ -208,12 +212,14 @@ export async function readCompletion(endpoint: UpstreamEndpoint, body: UpstreamB
     throw upstreamFailed(err instanceof SyntaxError ? 'the reply was not JSON' : describeFailure(err));
   }
   try {
-    return endpoint.dialect.completion(json);
+    return read(json);
   } catch (err) {
     if (err instanceof UpstreamBrokeOff) throw upstreamFailed(err.message);
     throw err;
   }
 }
+
+export const readCompletion = (endpoint: UpstreamEndpoint, body: UpstreamBody) => readWhole(body, (json) => endpoint.dialect.completion(json));
 
 /** One network read's events, normalized: those before a bad one, if any, and then its failure. */
 interface NormalizedRead {

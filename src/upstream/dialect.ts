@@ -2,6 +2,7 @@
 // base they share. A dialect knows its upstream's request quirks, usage
 // fields, error bodies and stream quirks; nothing outside upstream/ does.
 import type { ChatCompletionRequest, OpenAiExtraField } from '../protocol/chat-request.js';
+import type { EmbeddingsReply, EmbeddingsRequest } from '../protocol/embeddings.js';
 import type { AssistantMessage, Choice, ChoiceDelta, Completion, StreamEvent, ToolCallFragment, Usage } from '../protocol/chat-response.js';
 import { ApiError, contextLengthExceeded, upstreamFailed, upstreamRejected } from '../protocol/errors.js';
 import { quickEvents, type ChunkFraming } from './quick-events.js';
@@ -31,6 +32,10 @@ export interface Dialect {
   streamEvent(event: SseEvent): StreamEvent;
   /** What an upstream's non-2xx answer means to the caller. */
   error(status: number, bodyText: string): ApiError;
+  /** The JSON body of an embeddings call. */
+  embeddingsBody(req: EmbeddingsRequest, upstreamModel: string): Record<string, unknown>;
+  /** An embeddings reply. Throws UpstreamBrokeOff when it is not one. */
+  embeddings(body: unknown): EmbeddingsReply;
 }
 
 export interface DialectQuirks {
@@ -195,6 +200,25 @@ export function openAiCompatible(quirks: DialectQuirks): Dialect {
       const usage = readUsage(body);
       if (usage) out.usage = usage;
       return out;
+    },
+
+    embeddingsBody(req, upstreamModel) {
+      const body: Record<string, unknown> = { model: upstreamModel, input: req.input };
+      if (req.encoding_format != null) body.encoding_format = req.encoding_format;
+      if (req.dimensions != null) body.dimensions = req.dimensions;
+      if (req.user != null && quirks.understands?.includes('user')) body.user = req.user;
+      return body;
+    },
+
+    embeddings(raw) {
+      const body = raw as Json;
+      if (!body || !Array.isArray(body.data)) throw new UpstreamBrokeOff('the upstream reply has no embeddings');
+      const data = body.data.map((d: Json, i: number) => {
+        if (!Array.isArray(d?.embedding) && typeof d?.embedding !== 'string') throw new UpstreamBrokeOff('an embedding of the upstream reply is neither numbers nor base64');
+        return { index: typeof d.index === 'number' ? d.index : i, embedding: d.embedding };
+      });
+      if (!body.usage || typeof body.usage !== 'object') throw new UpstreamBrokeOff('the upstream reply has no usage');
+      return { data, promptTokens: asInt(body.usage.prompt_tokens) };
     },
 
     error(status, bodyText) {

@@ -26,7 +26,7 @@ describe.each(MODELS)('local engine: $name', ({ local }) => {
   const model = 'local-model';
 
   beforeAll(async () => {
-    gw = await startTestGateway({ models: [modelEntry(model, [{ kind: 'parley-engine', local }])] });
+    gw = await startTestGateway({ models: [modelEntry(model, [{ kind: 'parley-engine', local }], { api: ['chat', 'embeddings'] })] });
   });
   afterAll(() => gw?.close());
 
@@ -147,6 +147,23 @@ describe.each(MODELS)('local engine: $name', ({ local }) => {
     expect(res.status).toBe(200);
     const view = await (await fetch(`${gw.url}/admin/endpoints`)).json();
     expect(view.data[0].endpoints[0]).toMatchObject({ circuit: 'closed', failures: 0 });
+  });
+
+  it('embeds texts and token ids through Parley, as floats or base64, each vector the same size, with its tokens charged', async () => {
+    const before = (await readBalance(gw.redis.client, gw.account))!;
+    const texts = await gw.client.embeddings.create({ model, input: ['hello', 'a longer sentence to embed'], encoding_format: 'float' });
+    expect(texts.model).toBe(model);
+    expect(texts.data.map((d) => d.index)).toEqual([0, 1]);
+    const size = texts.data[0].embedding.length;
+    expect(size).toBeGreaterThan(0);
+    expect(texts.data[1].embedding).toHaveLength(size);
+    expect(texts.usage.prompt_tokens).toBeGreaterThan(2);
+    // The client's default asks for base64 and decodes it: the same vector as floats.
+    const decoded = await gw.client.embeddings.create({ model, input: 'hello' });
+    decoded.data[0].embedding.forEach((x, i) => expect(x).toBeCloseTo(texts.data[0].embedding[i], 4));
+    const ids = await gw.client.embeddings.create({ model, input: [[1, 2, 3]], encoding_format: 'float' });
+    expect(ids.usage.prompt_tokens).toBe(3);
+    await expect.poll(async () => (await readBalance(gw.redis.client, gw.account))!.granted).toBeLessThan(before.granted);
   });
 
   it('ignores fields it does not know', async () => {

@@ -7,7 +7,7 @@
 import { request } from 'node:http';
 import { describe, expect, it } from 'vitest';
 import { Cancellation } from '../../src/upstream/cancellation.js';
-import { postChatCompletion } from '../../src/upstream/client.js';
+import { postUpstream } from '../../src/upstream/client.js';
 import { DIALECTS } from '../../src/upstream/dialects/index.js';
 import { chunk, sleep, startFakeUpstream } from '../support/fake-upstream.js';
 import { modelEntry, postChat, startTestGateway } from '../support/gateway.js';
@@ -76,7 +76,7 @@ describe('upstream connections', () => {
     const left = new Cancellation();
     left.cancel();
     // Nothing listens on port 1: the connection is refused while the call is already cancelled.
-    const call = postChatCompletion({ url: 'http://127.0.0.1:1/v1', apiKey: undefined, dialect: DIALECTS.vllm }, { model: 'm' }, left, { firstByteMs: 1_000, idleMs: 1_000 });
+    const call = postUpstream({ url: 'http://127.0.0.1:1/v1', apiKey: undefined, dialect: DIALECTS.vllm }, '/chat/completions', { model: 'm' }, left, { firstByteMs: 1_000, idleMs: 1_000 });
     await expect(call).rejects.toMatchObject({ name: 'AbortError' });
   });
 });

@@ -8,7 +8,7 @@ import { KnownPrefixes } from '../../src/routing/known-prefixes.js';
 import { PLACEMENT_BLOCKS, PrefixAffinityPolicy } from '../../src/routing/policies/prefix-affinity.js';
 import { PrefixPlacement, rendezvousOrder, type PlacementEndpoint } from '../../src/routing/prefix-placement.js';
 import { RoundRobinPolicy } from '../../src/routing/policies/round-robin.js';
-import { BLOCK_CHARS, prefixBlocks } from '../../src/routing/prefix-blocks.js';
+import { BLOCK_CHARS, conversationText, prefixBlocks } from '../../src/routing/prefix-blocks.js';
 import { Cancellation } from '../../src/upstream/cancellation.js';
 
 const pool = (...loads: number[]): Candidate[] => loads.map((load, i) => ({ name: `e${i}`, load, weight: 1 }));
@@ -44,9 +44,9 @@ describe('round-robin', () => {
 
 describe('prefix blocks', () => {
   it('share their leading hashes exactly as far as two conversations share their text', () => {
-    const a = prefixBlocks(conversation(1, 'What is a token?'));
-    const b = prefixBlocks(conversation(1, 'How do caches work?'));
-    const c = prefixBlocks(conversation(2, 'What is a token?'));
+    const a = prefixBlocks(conversationText(conversation(1, 'What is a token?')));
+    const b = prefixBlocks(conversationText(conversation(1, 'How do caches work?')));
+    const c = prefixBlocks(conversationText(conversation(2, 'What is a token?')));
     // "system\n" + the system prompt + "\n\nuser\n" is the text both share.
     const sharedChars = `system\n${system(1).content}\n\nuser\n`.length;
     expect(a.findIndex((h, i) => h !== b[i])).toBe(Math.floor(sharedChars / BLOCK_CHARS));
@@ -54,7 +54,7 @@ describe('prefix blocks', () => {
   });
 
   it('hash a short conversation as one block', () => {
-    expect(prefixBlocks([{ role: 'user', content: 'hi' }])).toHaveLength(1);
+    expect(prefixBlocks(conversationText([{ role: 'user', content: 'hi' }]))).toHaveLength(1);
   });
 });
 
@@ -108,7 +108,7 @@ describe('prefix placement', () => {
 
 describe('prefix affinity', () => {
   const settings = { loadFactor: 1.25, maxImbalance: 2, placementSlack: 0.25 };
-  const requestOf = (tenant: number, question = 'q') => ({ prefixBlocks: prefixBlocks(conversation(tenant, question)) });
+  const requestOf = (tenant: number, question = 'q') => ({ prefixBlocks: prefixBlocks(conversationText(conversation(tenant, question))) });
 
   it("sends a tenant's requests to one endpoint", () => {
     const policy = new PrefixAffinityPolicy(settings);

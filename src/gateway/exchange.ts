@@ -1,0 +1,57 @@
+// The stages every API's request goes through before its own: the
+// request's id, the cancellation of its upstream call (when the client
+// leaves, even while its hold is on the way, or when shutdown's grace period
+// is over), the caller's key, the body, and the model, which must serve the
+// API asked for.
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Span } from '@opentelemetry/api';
+import type { Caller } from '../accounts/key-authenticator.js';
+import type { ApiName } from '../config.js';
+import { apiNotServed, modelNotFound } from '../protocol/errors.js';
+import { readJsonBody } from '../protocol/http-io.js';
+import type { RoutedModel, RoutingTable } from '../routing/routing-table.js';
+import { Cancellation } from '../upstream/cancellation.js';
+import type { GatewayContext } from './context.js';
+import { randomId } from './random-ids.js';
+
+export interface Exchange {
+  /** The request's id: the client's `x-request-id` when it is a sensible one, else a random one. */
+  id: string;
+  caller: Caller;
+  table: RoutingTable;
+  /** The body as JSON, not yet checked against the API's schema. */
+  body: unknown;
+  upstreamCall: Cancellation;
+  clientGone(): boolean;
+}
+
+function requestId(req: IncomingMessage): string {
+  const given = req.headers['x-request-id'];
+  return typeof given === 'string' && /^[\w.:-]{1,128}$/.test(given) ? given : randomId();
+}
+
+export async function openExchange(req: IncomingMessage, res: ServerResponse, ctx: GatewayContext, span: Span): Promise<Exchange> {
+  const upstreamCall = new Cancellation();
+  let clientGone = false;
+  res.once('close', () => {
+    if (res.writableFinished) return;
+    clientGone = true;
+    upstreamCall.cancel();
+  });
+  ctx.lifecycle.onStop(res, () => upstreamCall.cancel());
+  const caller = await ctx.keys.authenticate(req.headers.authorization);
+  const table = ctx.routing();
+  const body = await readJsonBody(req, table.settings.maxBodyBytes);
+  const id = requestId(req);
+  span.setAttribute('parley.request_id', id);
+  return { id, caller, table, body, upstreamCall, clientGone: () => clientGone };
+}
+
+/** The model `id` names, if it serves `api`: otherwise the 404 for an unknown model, or the 400 for an API it does not serve. */
+export function servingModel(table: RoutingTable, id: string, api: ApiName, span: Span): RoutedModel {
+  const model = table.models.get(id);
+  if (!model) throw modelNotFound(id);
+  if (!model.config.api.includes(api)) throw apiNotServed(id, api, model.config.api);
+  span.setAttribute('parley.model', model.config.id);
+  return model;
+}
