@@ -38,7 +38,7 @@ describe('errors before the upstream', () => {
   });
 
   it('an unknown route is a 404', async () => {
-    await expectError(await fetch(`${gw.url}/v1/embeddings`, { method: 'POST' }), 404, 'unknown_url');
+    await expectError(await fetch(`${gw.url}/v1/audio/speech`, { method: 'POST' }), 404, 'unknown_url');
   });
 
   it('a body over the size limit is a 413', async () => {
