@@ -40,59 +40,39 @@ const piece = (delta: string, finish: string | null = null, logprobs = 'null') =
 const usage = (prompt: number, completion: number, cached: number) =>
   `{"prompt_tokens":${prompt},"completion_tokens":${completion},"total_tokens":${prompt + completion},"prompt_tokens_details":{"cached_tokens":${cached}}}`;
 
-describe('recorded streams, as the client gets them', () => {
-  it("vLLM's reasoning, named reasoning_content, and its empty finishing piece left out", async () => {
-    const { text } = await replay('vllm', 'vllm-reasoning.sse', true);
-    expect(text).toBe(expectedStream(createdOf(text), [
-      piece('{"reasoning_content":"The user"}'),
-      piece('{"reasoning_content":" greets me."}'),
-      piece('{"content":"Hello"}'),
-      piece('{"content":"!"}'),
-      piece('{}', 'stop'),
-    ], usage(14, 8, 0)));
-  });
+const brokeOff = '{"error":{"message":"The model stopped answering before the reply was complete. Nothing was charged for this reply; please retry.","type":"server_error","param":null,"code":null}}';
+const llamaLogprobs = (token: string, bytes: number[], logprob: number) =>
+  `{"content":[{"token":"${token}","logprob":${logprob},"bytes":[${bytes}],"top_logprobs":[{"token":"${token}","logprob":${logprob},"bytes":[${bytes}]}]}]}`;
 
-  it("SGLang's parallel tool calls: no null fields, and each call's id, type and name on its first piece only", async () => {
-    const { text } = await replay('sglang', 'sglang-parallel-tools.sse', true);
-    expect(text).toBe(expectedStream(createdOf(text), [
+describe('recorded streams, as the client gets them', () => {
+  const cases: [title: string, kind: string, file: string, choices: string[], usage: string | undefined, end?: string][] = [
+    ["vLLM's reasoning, named reasoning_content, and its empty finishing piece left out", 'vllm', 'vllm-reasoning.sse', [
+      piece('{"reasoning_content":"The user"}'), piece('{"reasoning_content":" greets me."}'), piece('{"content":"Hello"}'), piece('{"content":"!"}'), piece('{}', 'stop'),
+    ], usage(14, 8, 0)],
+    ["SGLang's parallel tool calls: no null fields, and each call's id, type and name on its first piece only", 'sglang', 'sglang-parallel-tools.sse', [
       piece('{"tool_calls":[{"index":0,"id":"call_0a1b2c","type":"function","function":{"name":"get_weather","arguments":""}}]}'),
       piece('{"tool_calls":[{"index":0,"function":{"arguments":"{\\"city\\": \\"Paris\\"}"}}]}'),
       piece('{"tool_calls":[{"index":1,"id":"call_3d4e5f","type":"function","function":{"name":"get_weather","arguments":""}}]}'),
       piece('{"tool_calls":[{"index":1,"function":{"arguments":"{\\"city\\": \\"Oslo\\"}"}}]}'),
       piece('{}', 'tool_calls'),
-    ], usage(180, 38, 128)));
-  });
-
-  it("llama.cpp's logprobs in OpenAI's shape, and its cached tokens from an older build's timings", async () => {
-    const { text } = await replay('llamacpp', 'llamacpp-logprobs.sse', true);
-    const logprobs = (token: string, bytes: number[], logprob: number) =>
-      `{"content":[{"token":"${token}","logprob":${logprob},"bytes":[${bytes}],"top_logprobs":[{"token":"${token}","logprob":${logprob},"bytes":[${bytes}]}]}]}`;
-    expect(text).toBe(expectedStream(createdOf(text), [
-      piece('{"content":"Hi"}', null, logprobs('Hi', [72, 105], -0.25)),
-      piece('{"content":" there"}', null, logprobs(' there', [32, 116, 104, 101, 114, 101], -1.5)),
+    ], usage(180, 38, 128)],
+    ["llama.cpp's logprobs in OpenAI's shape, and its cached tokens from an older build's timings", 'llamacpp', 'llamacpp-logprobs.sse', [
+      piece('{"content":"Hi"}', null, llamaLogprobs('Hi', [72, 105], -0.25)),
+      piece('{"content":" there"}', null, llamaLogprobs(' there', [32, 116, 104, 101, 114, 101], -1.5)),
       piece('{}', 'stop'),
-    ], usage(120, 2, 112)));
-  });
+    ], usage(120, 2, 112)],
+    ["DeepSeek's reasoning pieces, without the null content around them", 'deepseek', 'deepseek-reasoning.sse', [
+      piece('{"reasoning_content":"Simple"}'), piece('{"reasoning_content":" greeting."}'), piece('{"content":"Hi!"}'), piece('{}', 'stop'),
+    ], usage(12, 9, 0)],
+    ["OpenAI's opening of empty content and null refusal as one role chunk, its padding and tier dropped", 'openai', 'openai-refusal-opening.sse', [
+      piece('{"content":"Hello"}'), piece('{}', 'stop'),
+    ], usage(1200, 1, 1024)],
+    ["an error event mid-stream ends the reply with Parley's error event, not [DONE]", 'vllm', 'vllm-error-ending.sse', [piece('{"content":"Once"}')], undefined, `data: ${brokeOff}\n\n`],
+  ];
 
-  it("DeepSeek's reasoning pieces, without the null content around them", async () => {
-    const { text } = await replay('deepseek', 'deepseek-reasoning.sse', true);
-    expect(text).toBe(expectedStream(createdOf(text), [
-      piece('{"reasoning_content":"Simple"}'),
-      piece('{"reasoning_content":" greeting."}'),
-      piece('{"content":"Hi!"}'),
-      piece('{}', 'stop'),
-    ], usage(12, 9, 0)));
-  });
-
-  it("OpenAI's opening of empty content and null refusal as one role chunk, its padding and tier dropped", async () => {
-    const { text } = await replay('openai', 'openai-refusal-opening.sse', true);
-    expect(text).toBe(expectedStream(createdOf(text), [piece('{"content":"Hello"}'), piece('{}', 'stop')], usage(1200, 1, 1024)));
-  });
-
-  it("an error event mid-stream ends the reply with Parley's error event, not [DONE]", async () => {
-    const { text } = await replay('vllm', 'vllm-error-ending.sse', true);
-    const error = '{"error":{"message":"The model stopped answering before the reply was complete. Nothing was charged for this reply; please retry.","type":"server_error","param":null,"code":null}}';
-    expect(text).toBe(expectedStream(createdOf(text), [piece('{"content":"Once"}')], undefined, `data: ${error}\n\n`));
+  it.each(cases)('%s', async (_title, kind, file, choices, u, end) => {
+    const { text } = await replay(kind, file, true);
+    expect(text).toBe(expectedStream(createdOf(text), choices, u, end));
   });
 });
 
