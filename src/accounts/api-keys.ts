@@ -18,6 +18,16 @@ export interface ApiKeyRecord {
   /** The last four characters, for the masked form `sk-parley-...abcd`. */
   suffix: string;
   revoked: boolean;
+  /** The models the key may call; null for every model its account may. */
+  models: string[] | null;
+  /** When the key stops working (ms); null for never. */
+  expiresAt: number | null;
+}
+
+/** What an operator or member limits a key to; null clears a limit. */
+export interface KeyLimits {
+  models?: string[] | null;
+  expiresAt?: number | null;
 }
 
 export const isWellFormedKey = (key: string) => API_KEY_FORMAT.test(key);
@@ -36,11 +46,21 @@ function toRecord(h: Record<string, string>): ApiKeyRecord {
     lastUsed: h.last_used ? Number(h.last_used) : null,
     suffix: h.suffix,
     revoked: h.revoked === '1',
+    models: h.models ? (JSON.parse(h.models) as string[]) : null,
+    expiresAt: h.expires_at ? Number(h.expires_at) : null,
   };
 }
 
+/** A key's limits as hash fields: set where given, '' where cleared. */
+function limitFields(limits: KeyLimits): Record<string, string> {
+  const fields: Record<string, string> = {};
+  if (limits.models !== undefined) fields.models = limits.models === null ? '' : JSON.stringify(limits.models);
+  if (limits.expiresAt !== undefined) fields.expires_at = limits.expiresAt === null ? '' : String(limits.expiresAt);
+  return fields;
+}
+
 /** Creates a key for an account; the returned `key` is the only time it is seen. */
-export async function createApiKey(redis: Redis, secret: string, account: string, name: string): Promise<{ key: string; record: ApiKeyRecord }> {
+export async function createApiKey(redis: Redis, secret: string, account: string, name: string, limits: KeyLimits = {}): Promise<{ key: string; record: ApiKeyRecord }> {
   const key = API_KEY_PREFIX + randomBytes(32).toString('base64url');
   const hash = hashApiKey(secret, key);
   const record: ApiKeyRecord = {
@@ -51,10 +71,12 @@ export async function createApiKey(redis: Redis, secret: string, account: string
     lastUsed: null,
     suffix: key.slice(-4),
     revoked: false,
+    models: limits.models ?? null,
+    expiresAt: limits.expiresAt ?? null,
   };
   await redis
     .multi()
-    .hset(redisKeys.apiKey(hash), { id: record.id, account, name, created: record.created, suffix: record.suffix, revoked: '0' })
+    .hset(redisKeys.apiKey(hash), { id: record.id, account, name, created: record.created, suffix: record.suffix, revoked: '0', ...limitFields(limits) })
     .set(redisKeys.apiKeyById(record.id), hash)
     .zadd(redisKeys.accountKeys(account), record.created, record.id)
     .exec();
@@ -74,6 +96,22 @@ export async function listApiKeys(redis: Redis, account: string): Promise<ApiKey
   for (const hash of hashes) pipeline.hgetall(redisKeys.apiKey(hash));
   const rows = (await pipeline.exec()) ?? [];
   return rows.map(([, h]) => h as Record<string, string>).filter((h) => h.id).map(toRecord);
+}
+
+/**
+ * Changes a key's limits (only within `account` when one is given) and tells
+ * every replica to drop it from its cache, so the change holds at once.
+ * Returns the key as it is now, or undefined for no such key.
+ */
+export async function setKeyLimits(redis: Redis, keyId: string, limits: KeyLimits, account?: string): Promise<ApiKeyRecord | undefined> {
+  const hash = await redis.get(redisKeys.apiKeyById(keyId));
+  if (!hash) return undefined;
+  const owner = await redis.hget(redisKeys.apiKey(hash), 'account');
+  if (!owner || (account && owner !== account)) return undefined;
+  const fields = limitFields(limits);
+  if (Object.keys(fields).length > 0) await redis.hset(redisKeys.apiKey(hash), fields);
+  await redis.publish(redisKeys.keyRevocations, hash);
+  return findApiKeyByHash(redis, hash);
 }
 
 /**

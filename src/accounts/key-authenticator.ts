@@ -17,6 +17,8 @@ export interface Caller {
   keyId: string;
   /** The account's own rate limits, where an operator set them. */
   limits: Partial<RateLimits>;
+  /** The models the key may call; null for every one. */
+  models: string[] | null;
 }
 
 interface KnownKey {
@@ -76,8 +78,11 @@ export class KeyAuthenticator {
     if (known === 'unknown') throw invalidApiKey(`Incorrect API key provided: ${maskedKey(key.slice(-4))}. Create a key on the platform's API keys page.`);
     const { record, limits } = known;
     if (record.revoked) throw invalidApiKey(`The API key ${maskedKey(record.suffix)} has been revoked. Create a new key on the platform's API keys page.`);
+    if (record.expiresAt !== null && Date.now() >= record.expiresAt) {
+      throw invalidApiKey(`The API key ${maskedKey(record.suffix)} expired at ${new Date(record.expiresAt).toISOString()}. Create a new key on the platform's API keys page.`);
+    }
     this.noteUse(hash, known);
-    return { account: record.account, keyId: record.id, limits };
+    return { account: record.account, keyId: record.id, limits, models: record.models };
   }
 
   async close(): Promise<void> {

@@ -56,7 +56,7 @@ export async function handleChatCompletion(req: IncomingMessage, res: ServerResp
   const { settings } = table;
   const parsed = parseChatCompletionRequest(body);
   if (parsed instanceof ApiError) throw parsed;
-  const model = servingModel(table, parsed.model, 'chat', span);
+  const model = servingModel(table, parsed.model, 'chat', span, caller);
   const passThrough = passThroughFields(body, model.config.passThrough);
   if (passThrough instanceof ApiError) throw passThrough;
   const prompt = promptTokens(model, parsed);

@@ -24,7 +24,7 @@ export async function handleEmbeddings(req: IncomingMessage, res: ServerResponse
   const { id, caller, body, table, upstreamCall, clientGone } = await openExchange(req, res, ctx, span);
   const request = parseEmbeddingsRequest(body);
   if (request instanceof ApiError) throw request;
-  const model = servingModel(table, request.model, 'embeddings', span);
+  const model = servingModel(table, request.model, 'embeddings', span, caller);
   const meter = await Meter.open(ctx, span, { caller, model, settlementId: randomId(), promptTokens: inputTokensBound(request), n: 0, maxReplyTokens: 0, user: request.user ?? undefined });
   const first = embeddingInputs(request)[0];
   const plan = ctx.router.plan(model, () => (typeof first === 'string' ? first : first.join(' ')));

@@ -47,10 +47,15 @@ export async function openExchange(req: IncomingMessage, res: ServerResponse, ct
   return { id, caller, table, body, upstreamCall, clientGone: () => clientGone };
 }
 
-/** The model `id` names, if it serves `api`: otherwise the 404 for an unknown model, or the 400 for an API it does not serve. */
-export function servingModel(table: RoutingTable, id: string, api: ApiName, span: Span): RoutedModel {
+/**
+ * The model `id` names, if the caller's key may call it and it serves `api`:
+ * otherwise the 404 for a model that does not exist or that the key may not
+ * call (OpenAI's answer to both, which tells a key nothing of models it may
+ * not use), or the 400 for an API the model does not serve.
+ */
+export function servingModel(table: RoutingTable, id: string, api: ApiName, span: Span, caller: Caller): RoutedModel {
   const model = table.models.get(id);
-  if (!model) throw modelNotFound(id);
+  if (!model || (caller.models !== null && !caller.models.includes(id))) throw modelNotFound(id);
   if (!model.config.api.includes(api)) throw apiNotServed(id, api, model.config.api);
   span.setAttribute('parley.model', model.config.id);
   return model;

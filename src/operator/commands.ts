@@ -5,7 +5,7 @@ import { createWriteStream } from 'node:fs';
 import { parseArgs } from 'node:util';
 import type { Redis } from 'ioredis';
 import { createAccount, listAccounts, resolveAccount, setAccountLimits, type Account } from '../accounts/accounts.js';
-import { createApiKey, listApiKeys, maskedKey, revokeApiKey } from '../accounts/api-keys.js';
+import { createApiKey, listApiKeys, maskedKey, revokeApiKey, setKeyLimits, type ApiKeyRecord, type KeyLimits } from '../accounts/api-keys.js';
 import { resolveKeySecret } from '../accounts/server-secret.js';
 import { createCreditCode } from '../billing/credit-codes.js';
 import { balanceSummary, changeCredit, type CreditChange } from '../billing/credit-ledger.js';
@@ -22,8 +22,10 @@ export const OPERATOR_USAGE = `
   accounts limits --account A [--rpm N] [--tpm N]   set (or, without both, clear) its rate limits
   credit grant  --account A --amount 5 --note TEXT
   credit deduct --account A --amount 5 --note TEXT
-  keys create --account A --name N    print a new key (shown this once)
-  keys list --account A
+  keys create --account A --name N [--models m1,m2] [--expires 2026-12-31T00:00:00Z]
+                              print a new key (shown this once), limited to those models, until then
+  keys limits KEY_ID [--models ...] [--expires ...]   change a key's limits (an empty value clears one)
+  keys list --account A       each key with its limits
   keys revoke KEY_ID
   credit-codes create --amount 5 [--count N]   codes a team redeems on the platform's top-up page
   usage export [--account A] [--since YYYY-MM-DD] [--until YYYY-MM-DD] [--out FILE.csv]
@@ -53,7 +55,25 @@ const OPTIONS = {
   email: { type: 'string' }, name: { type: 'string' }, password: { type: 'string' }, credit: { type: 'string' },
   account: { type: 'string' }, amount: { type: 'string' }, note: { type: 'string' }, rpm: { type: 'string' }, tpm: { type: 'string' },
   since: { type: 'string' }, count: { type: 'string' }, until: { type: 'string' }, out: { type: 'string' }, 'data-dir': { type: 'string' },
+  models: { type: 'string' }, expires: { type: 'string' },
 } as const;
+
+/** A key's limits from --models and --expires: absent where not given, null where given empty (cleared). */
+function keyLimits(v: Values): KeyLimits {
+  const limits: KeyLimits = {};
+  if (v.models !== undefined) {
+    const models = v.models.split(',').map((m) => m.trim()).filter(Boolean);
+    limits.models = models.length > 0 ? models : null;
+  }
+  if (v.expires !== undefined) {
+    const at = Date.parse(v.expires);
+    if (v.expires !== '' && (Number.isNaN(at) || !/^\d{4}-\d{2}-\d{2}T/.test(v.expires))) throw new ConfigError(`--expires "${v.expires}" is not a time (2026-12-31T00:00:00Z)`);
+    limits.expiresAt = v.expires === '' ? null : at;
+  }
+  return limits;
+}
+
+const describeLimits = (k: ApiKeyRecord) => [k.models ? k.models.join(',') : 'any model', k.expiresAt ? `until ${new Date(k.expiresAt).toISOString()}` : 'no expiry'];
 
 type Values = ReturnType<typeof parseArgs<{ options: typeof OPTIONS; allowPositionals: true }>>['values'];
 
@@ -83,16 +103,23 @@ const ACTIONS: Record<string, (op: Operator, v: Values, positionals: string[]) =
   'credit deduct': (op, v) => adjustCredit(op, v, 'deduct'),
   async 'keys create'(op, v) {
     const a = await account(op, v.account);
-    const { key, record } = await createApiKey(op.redis, op.secret, a.id, v.name ?? 'unnamed');
-    console.log(`key ${record.id} for ${a.id}`);
+    const { key, record } = await createApiKey(op.redis, op.secret, a.id, v.name ?? 'unnamed', keyLimits(v));
+    console.log(`key ${record.id} for ${a.id}: ${describeLimits(record).join(', ')}`);
     console.log(`API key (shown once): ${key}`);
+  },
+  async 'keys limits'(op, v, positionals) {
+    const id = positionals[0];
+    if (!id) throw new ConfigError('keys limits needs a key id (see keys list)');
+    const record = await setKeyLimits(op.redis, id, keyLimits(v));
+    if (!record) throw new ConfigError(`no key ${id}`);
+    console.log(`key ${id}: ${describeLimits(record).join(', ')}`);
   },
   async 'keys list'(op, v) {
     const a = await account(op, v.account);
-    console.log(['id', 'name', 'key', 'created', 'last used', 'revoked'].join('\t'));
+    console.log(['id', 'name', 'key', 'created', 'last used', 'revoked', 'models', 'expiry'].join('\t'));
     for (const k of await listApiKeys(op.redis, a.id)) {
       const when = (ms: number | null) => (ms ? new Date(ms).toISOString() : '-');
-      console.log([k.id, k.name, maskedKey(k.suffix), when(k.created), when(k.lastUsed), k.revoked ? 'yes' : 'no'].join('\t'));
+      console.log([k.id, k.name, maskedKey(k.suffix), when(k.created), when(k.lastUsed), k.revoked ? 'yes' : 'no', ...describeLimits(k)].join('\t'));
     }
   },
   async 'keys revoke'(op, _v, positionals) {

@@ -71,7 +71,7 @@ export function checkContextWindow(window: number, promptTokens: number, replyTo
 }
 
 export const modelNotFound = (model: string) =>
-  new ApiError(404, 'invalid_request_error', `The model \`${model}\` does not exist. GET /v1/models lists the models this gateway serves.`, 'model_not_found', 'model');
+  new ApiError(404, 'invalid_request_error', `The model \`${model}\` does not exist or you do not have access to it. GET /v1/models lists the models this gateway serves.`, 'model_not_found', 'model');
 
 const API_PATHS = { chat: '/v1/chat/completions', completions: '/v1/completions', embeddings: '/v1/embeddings' } as const;
 

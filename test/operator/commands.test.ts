@@ -32,6 +32,24 @@ describe('operator commands', () => {
     await upstream.close();
   });
 
+  it('create a key limited to models and an expiry, change and clear its limits, and list them', async () => {
+    await runParley(['accounts', 'create', '--email', 'limits@team.example', '--credit', '1'], env);
+    const created = await runParley(['keys', 'create', '--account', 'limits@team.example', '--name', 'search', '--models', 'm,other', '--expires', '2026-12-31T00:00:00Z'], env);
+    expect(created).toMatch(/^key (key_\w+) for \S+: m,other, until 2026-12-31T00:00:00.000Z$/m);
+    const keyId = /^key (key_\w+)/m.exec(created)![1];
+    const key = /API key \(shown once\): (sk-parley-\S+)/.exec(created)![1];
+    const client = new OpenAI({ baseURL: `${gw.url}/v1`, apiKey: key, maxRetries: 0 });
+    expect((await client.chat.completions.create({ model: 'm', messages })).choices).toHaveLength(1);
+
+    expect(await runParley(['keys', 'limits', keyId, '--models', 'other'], env)).toBe(`key ${keyId}: other, until 2026-12-31T00:00:00.000Z\n`);
+    await sleep(200);
+    await expect(client.chat.completions.create({ model: 'm', messages })).rejects.toMatchObject({ status: 404 });
+    expect(await runParley(['keys', 'limits', keyId, '--models', '', '--expires', ''], env)).toBe(`key ${keyId}: any model, no expiry\n`);
+    expect(await runParley(['keys', 'list', '--account', 'limits@team.example'], env)).toMatch(new RegExp(`^${keyId}\tsearch\t.*\tany model\tno expiry$`, 'm'));
+    const refused = await runParleyFailing(['keys', 'limits', keyId, '--expires', 'next tuesday'], env);
+    expect(refused.stderr).toContain('--expires "next tuesday" is not a time');
+  });
+
   it('create an account with credit and a key that works at once; grant, list, export usage, revoke', async () => {
     const created = await runParley(['accounts', 'create', '--email', 'ops@team.example', '--credit', '25'], env);
     const key = /API key \(shown once\): (sk-parley-\S+)/.exec(created)![1];
