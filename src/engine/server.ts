@@ -8,7 +8,8 @@ import type { AddressInfo } from 'node:net';
 import type { LlamaContextSequence, LlamaEmbeddingContext, Token } from 'node-llama-cpp';
 import { parseChatCompletionRequest, requestedMaxTokens, type ChatCompletionRequest } from '../protocol/chat-request.js';
 import { base64Vector, embeddingInputs, parseEmbeddingsRequest, renderEmbeddings, type EmbeddingsRequest } from '../protocol/embeddings.js';
-import { ChunkRenderer, renderCompletion, type Choice, type ReplyIdentity, type TokenLogprob } from '../protocol/chat-response.js';
+import { ChunkRenderer, renderCompletion, type Choice, type ChoiceDelta, type Completion, type ReplyIdentity, type TokenLogprob, type Usage } from '../protocol/chat-response.js';
+import { parseCompletionRequest, promptOf, renderTextCompletion, TextChunkRenderer } from '../protocol/completions.js';
 import { ApiError, Cancelled, checkContextWindow, internalError, invalidParameter, routeNotFound } from '../protocol/errors.js';
 import { listen } from '../listen.js';
 import { readJsonBody, sendError, sendJson, SSE_HEADERS } from '../protocol/http-io.js';
@@ -29,6 +30,16 @@ export interface EngineOptions {
   host: string;
   port: number;
 }
+
+/** What both generating APIs come to for the engine: the prompt's tokens and the sampling fields. */
+type Generation = Pick<ChatCompletionRequest, 'n' | 'seed' | 'stop' | 'temperature' | 'top_p' | 'presence_penalty' | 'frequency_penalty' | 'logit_bias' | 'stream' | 'stream_options'> & {
+  tokens: Token[];
+  maxTokens: number;
+  logprobs: boolean;
+  topLogprobs: number | null;
+  /** Text the reply starts with: the prompt, when a completion asked for `echo`. */
+  echo: string;
+};
 
 export interface RunningEngine {
   url: string;
@@ -59,6 +70,15 @@ export async function startEngine(opts: EngineOptions): Promise<RunningEngine> {
       if (parsed instanceof ApiError) throw parsed;
       return complete(parsed, res);
     }
+    if (req.method === 'POST' && path === '/v1/completions') {
+      const parsed = parseCompletionRequest(await readJsonBody(req, MAX_BODY_BYTES));
+      if (parsed instanceof ApiError) throw parsed;
+      const text = promptOf(parsed);
+      // Raw text, as llama.cpp's server reads a completion's prompt: no chat template, the model's BOS first.
+      const tokens = typeof text === 'string' ? [...(model.tokens.bos !== null ? [model.tokens.bos] : []), ...model.tokenize(text)] : (text as Token[]);
+      const echo = parsed.echo && typeof text === 'string' ? text : '';
+      return generate({ ...parsed, tokens, maxTokens: parsed.max_tokens ?? 16, logprobs: false, topLogprobs: null, echo }, res, 'cmpl-', renderTextCompletion, TextChunkRenderer);
+    }
     if (req.method === 'POST' && path === '/v1/embeddings') {
       const parsed = parseEmbeddingsRequest(await readJsonBody(req, MAX_BODY_BYTES));
       if (parsed instanceof ApiError) throw parsed;
@@ -67,12 +87,24 @@ export async function startEngine(opts: EngineOptions): Promise<RunningEngine> {
     throw routeNotFound(req.method ?? 'GET', path);
   };
 
-  const complete = async (request: ChatCompletionRequest, res: ServerResponse) => {
+  const complete = (request: ChatCompletionRequest, res: ServerResponse) => {
+    const tokens = prompt.tokens(request.messages);
+    const maxTokens = requestedMaxTokens(request) ?? contextSize - tokens.length;
+    return generate({ ...request, tokens, maxTokens, logprobs: request.logprobs === true, topLogprobs: request.top_logprobs ?? 0, echo: '' }, res, 'chatcmpl-', renderCompletion, ChunkRenderer);
+  };
+
+  /** Generates `n` replies to `tokens`, whole or streamed, for either API: each brings its reply ids and renderers. */
+  const generate = async (
+    request: Generation,
+    res: ServerResponse,
+    idPrefix: string,
+    renderWhole: (identity: ReplyIdentity, completion: Completion) => unknown,
+    Renderer: new (identity: ReplyIdentity, includeUsage: boolean) => { deltas(choices: ChoiceDelta[]): string; end(usage: Usage): string },
+  ) => {
     for (const id of Object.keys(request.logit_bias ?? {})) {
       if (Number(id) >= vocabSize) throw invalidParameter('logit_bias', `Invalid key in 'logit_bias': ${id} is not a token id of this model (vocabulary size ${vocabSize}).`);
     }
-    const tokens = prompt.tokens(request.messages);
-    const maxTokens = requestedMaxTokens(request) ?? contextSize - tokens.length;
+    const { tokens, maxTokens } = request;
     checkContextWindow(contextSize, tokens.length, Math.max(maxTokens, 1));
     const n = request.n ?? 1;
     const abort = new AbortController();
@@ -91,9 +123,9 @@ export async function startEngine(opts: EngineOptions): Promise<RunningEngine> {
         logitBias: request.logit_bias ?? {},
         stop: stop.filter((s) => s !== ''),
         maxTokens,
-        topLogprobs: request.logprobs ? (request.top_logprobs ?? 0) : null,
+        topLogprobs: request.logprobs ? request.topLogprobs : null,
       });
-      const identity: ReplyIdentity = { id: `chatcmpl-${randomUUID()}`, created: Math.floor(Date.now() / 1000), model: opts.modelId };
+      const identity: ReplyIdentity = { id: `${idPrefix}${randomUUID()}`, created: Math.floor(Date.now() / 1000), model: opts.modelId };
       const run = (onPiece: (i: number, p: Piece) => void) =>
         Promise.all(seqs.map((seq: LlamaContextSequence, i) => generateChoice(model, seq, tokens, sampling(i), (p) => onPiece(i, p), abort.signal)));
       const usage = (results: ChoiceResult[]) => ({
@@ -103,8 +135,9 @@ export async function startEngine(opts: EngineOptions): Promise<RunningEngine> {
       });
 
       if (request.stream) {
-        const renderer = new ChunkRenderer(identity, request.stream_options?.include_usage === true);
+        const renderer = new Renderer(identity, request.stream_options?.include_usage === true);
         res.writeHead(200, SSE_HEADERS);
+        if (request.echo) res.write(renderer.deltas(seqs.map((_, index) => ({ index, delta: { content: request.echo }, logprobs: null, finish_reason: null }))));
         const results = await run((index, p) => {
           res.write(renderer.deltas([{ index, delta: { content: p.content }, logprobs: p.logprobs ? { content: p.logprobs } : null, finish_reason: null }]));
         });
@@ -113,7 +146,7 @@ export async function startEngine(opts: EngineOptions): Promise<RunningEngine> {
         res.end(renderer.end(usage(results)));
         return;
       }
-      const texts = seqs.map(() => '');
+      const texts = seqs.map(() => request.echo);
       const logprobs: TokenLogprob[][] = seqs.map(() => []);
       const results = await run((i, p) => {
         texts[i] += p.content;
@@ -126,7 +159,7 @@ export async function startEngine(opts: EngineOptions): Promise<RunningEngine> {
         logprobs: request.logprobs ? { content: logprobs[index] } : null,
         finish_reason: r.finishReason,
       }));
-      sendJson(res, 200, renderCompletion(identity, { choices, usage: usage(results) }));
+      sendJson(res, 200, renderWhole(identity, { choices, usage: usage(results) }));
     } finally {
       pool.release(seqs);
     }

@@ -7,6 +7,7 @@ import { sendError, sendJson } from '../protocol/http-io.js';
 import { getEndpoints } from './admin-routes.js';
 import { getBalance } from './balance-route.js';
 import { handleChatCompletion } from './chat-completions.js';
+import { handleCompletion } from './completions.js';
 import { handleEmbeddings } from './embeddings.js';
 import type { GatewayContext } from './context.js';
 import { getModel, listModels } from './models-routes.js';
@@ -35,6 +36,7 @@ export function createGatewayServer(ctx: GatewayContext): Server {
   /** The routes a shutdown waits for. */
   const routeTracked = async (req: IncomingMessage, res: ServerResponse, span: Span, method: string, path: string, search: string) => {
     if (method === 'POST' && path === '/v1/chat/completions') return handleChatCompletion(req, res, ctx, span);
+    if (method === 'POST' && path === '/v1/completions') return handleCompletion(req, res, ctx, span);
     if (method === 'POST' && path === '/v1/embeddings') return handleEmbeddings(req, res, ctx, span);
     if (method === 'GET' && path === '/admin/endpoints') return getEndpoints(req, res, ctx);
     if (await handlePlatform(req, res, ctx, path, new URLSearchParams(search))) return;

@@ -3,9 +3,10 @@
 // interval (also before it answered at all), the usage chunk when asked for,
 // [DONE] on a whole reply and the error event on a broken one.
 import type { ServerResponse } from 'node:http';
-import { ChunkRenderer, SSE_KEEP_ALIVE, sseData, type ReplyIdentity, type StreamEvent, type Usage } from '../protocol/chat-response.js';
+import { SSE_KEEP_ALIVE, sseData, type StreamEvent, type Usage } from '../protocol/chat-response.js';
 import { STREAM_BROKE_OFF_BODY, type ApiError } from '../protocol/errors.js';
 import { SSE_HEADERS } from '../protocol/http-io.js';
+import type { ReplyRenderer } from './generation.js';
 
 export type StreamOutcome =
   | { kind: 'complete'; usage: Usage }
@@ -13,8 +14,8 @@ export type StreamOutcome =
   | { kind: 'client_gone' };
 
 export interface RelayOptions {
-  identity: ReplyIdentity;
-  includeUsage: boolean;
+  /** The API's chunks: chat's, or text completions'. */
+  renderer: ReplyRenderer;
   keepAliveMs: number;
   headers: Record<string, string>;
   /** Prompt tokens counted by the gateway, for an upstream that reports no usage. */
@@ -50,7 +51,7 @@ export class StreamRelay {
   }
 
   async run(events: AsyncGenerator<StreamEvent[]>): Promise<StreamOutcome> {
-    const renderer = new ChunkRenderer(this.opts.identity, this.opts.includeUsage);
+    const { renderer } = this.opts;
     let usage: Usage | undefined;
     let contentDeltas = 0;
     let firstSent = false;

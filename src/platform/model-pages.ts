@@ -51,7 +51,7 @@ type Language = 'curl' | 'python' | 'node';
 /** Copy-ready calls of each API the model serves, with this server's base URL. */
 function examples(model: RoutedModel, base: string): { api: ApiName; title: string; code: Record<Language, string> }[] {
   const id = model.config.id;
-  const all: Record<ApiName, { title: string; code: Record<Language, string> } | undefined> = {
+  const all: Record<ApiName, { title: string; code: Record<Language, string> }> = {
     chat: {
       title: 'Chat completions',
       code: {
@@ -68,12 +68,16 @@ function examples(model: RoutedModel, base: string): { api: ApiName; title: stri
         node: `import OpenAI from 'openai';\n\nconst client = new OpenAI({ baseURL: '${base}', apiKey: process.env.PARLEY_API_KEY });\nconst reply = await client.embeddings.create({ model: '${id}', input: ['first text', 'second text'] });\nconsole.log(reply.data[0].embedding.length);`,
       },
     },
-    completions: undefined,
+    completions: {
+      title: 'Text completions',
+      code: {
+        curl: `curl ${base}/completions \\\n  -H "Authorization: Bearer $PARLEY_API_KEY" \\\n  -H "Content-Type: application/json" \\\n  -d '{"model": "${id}", "prompt": "def fibonacci(n):", "max_tokens": 64}'`,
+        python: `import os\nfrom openai import OpenAI\n\nclient = OpenAI(base_url="${base}", api_key=os.environ["PARLEY_API_KEY"])\nreply = client.completions.create(model="${id}", prompt="def fibonacci(n):", max_tokens=64)\nprint(reply.choices[0].text)`,
+        node: `import OpenAI from 'openai';\n\nconst client = new OpenAI({ baseURL: '${base}', apiKey: process.env.PARLEY_API_KEY });\nconst reply = await client.completions.create({ model: '${id}', prompt: 'def fibonacci(n):', max_tokens: 64 });\nconsole.log(reply.choices[0].text);`,
+      },
+    },
   };
-  return model.config.api.flatMap((api) => {
-    const example = all[api];
-    return example ? [{ api, ...example }] : [];
-  });
+  return model.config.api.map((api) => ({ api, ...all[api] }));
 }
 
 export function showModel(req: IncomingMessage, res: ServerResponse, ctx: PlatformServices, session: Session, id: string): boolean {

@@ -11,8 +11,11 @@ export const MAX_KNOWN_PREFIXES = 4096;
 
 export class KnownPrefixes {
   private order: string[] = [];
+  private readonly firstSeen = new Map<string, number>();
   private readonly lastSeen = new Map<string, number>();
   private unshared = new Set<string>();
+  /** The last first-seen time given: two prefixes first seen in one millisecond still get their order. */
+  private lastFirstSeen = 0;
   /** Changes whenever the order does, so that placements computed from it can be kept until then. */
   version = 0;
 
@@ -21,6 +24,8 @@ export class KnownPrefixes {
   saw(key: string): void {
     if (!this.lastSeen.has(key)) {
       this.order.push(key);
+      this.lastFirstSeen = Math.max(this.now(), this.lastFirstSeen + 0.001);
+      this.firstSeen.set(key, this.lastFirstSeen);
       this.version++;
       if (this.order.length > MAX_KNOWN_PREFIXES) this.forget(this.leastRecent(this.order.length - MAX_KNOWN_PREFIXES));
     }
@@ -33,9 +38,9 @@ export class KnownPrefixes {
     return this.order;
   }
 
-  /** What was seen since the last call, for sharing. */
-  takeUnshared(): string[] {
-    const taken = [...this.unshared];
+  /** What was seen since the last call, each with when this replica first saw it, for sharing: the fleet orders by that. */
+  takeUnshared(): [key: string, firstSeenMs: number][] {
+    const taken = [...this.unshared].map((key): [string, number] => [key, this.firstSeen.get(key) ?? this.now()]);
     this.unshared = new Set();
     return taken;
   }
@@ -45,8 +50,16 @@ export class KnownPrefixes {
     const fleet = new Set(fleetOrder);
     const next = [...fleetOrder, ...this.order.filter((k) => !fleet.has(k) && this.unshared.has(k))];
     if (next.length === this.order.length && next.every((k, i) => k === this.order[i])) return;
-    for (const k of this.lastSeen.keys()) if (!fleet.has(k) && !this.unshared.has(k)) this.lastSeen.delete(k);
-    for (const k of fleetOrder) if (!this.lastSeen.has(k)) this.lastSeen.set(k, this.now());
+    for (const k of this.lastSeen.keys()) {
+      if (fleet.has(k) || this.unshared.has(k)) continue;
+      this.lastSeen.delete(k);
+      this.firstSeen.delete(k);
+    }
+    for (const k of fleetOrder) {
+      if (this.lastSeen.has(k)) continue;
+      this.lastSeen.set(k, this.now());
+      this.firstSeen.set(k, this.now());
+    }
     this.order = next;
     this.version++;
   }
@@ -65,7 +78,10 @@ export class KnownPrefixes {
     if (keys.length === 0) return;
     const gone = new Set(keys);
     this.order = this.order.filter((k) => !gone.has(k));
-    for (const k of gone) this.lastSeen.delete(k);
+    for (const k of gone) {
+      this.lastSeen.delete(k);
+      this.firstSeen.delete(k);
+    }
     this.version++;
   }
 }

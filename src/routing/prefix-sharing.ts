@@ -10,12 +10,12 @@ import { KnownPrefixes, MAX_KNOWN_PREFIXES, PREFIX_IDLE_MS } from './known-prefi
 
 export const SHARE_INTERVAL_MS = 200;
 
-// KEYS: first seen (score: ms), last seen (score: ms). ARGV: now, idle ms, most kept, then the prefixes seen.
-// Returns the prefixes in first-seen order (ties by name, the same everywhere).
+// KEYS: first seen (score: ms), last seen (score: ms). ARGV: now, idle ms, most kept, then each prefix seen and
+// when its replica first saw it. Returns the prefixes in first-seen order (ties by name, the same everywhere).
 const SHARE = luaScript(`
 local now = tonumber(ARGV[1])
-for i = 4, #ARGV do
-  redis.call('ZADD', KEYS[1], 'NX', now, ARGV[i])
+for i = 4, #ARGV, 2 do
+  redis.call('ZADD', KEYS[1], 'NX', ARGV[i + 1], ARGV[i])
   redis.call('ZADD', KEYS[2], now, ARGV[i])
 end
 local gone = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now - tonumber(ARGV[2]))
@@ -70,11 +70,11 @@ export class PrefixSharing {
         const seen = known.takeUnshared();
         try {
           const keys = redisKeys.prefixes(model);
-          const order = await SHARE.run(this.redis, [keys.firstSeen, keys.lastSeen], [Date.now(), PREFIX_IDLE_MS, MAX_KNOWN_PREFIXES, ...seen]);
+          const order = await SHARE.run(this.redis, [keys.firstSeen, keys.lastSeen], [Date.now(), PREFIX_IDLE_MS, MAX_KNOWN_PREFIXES, ...seen.flat()]);
           known.adopt(order as string[]);
         } catch {
           // Redis is away: keep what this replica knows, and send what it saw next time.
-          for (const key of seen) known.saw(key);
+          for (const [key] of seen) known.saw(key);
           known.forgetIdle();
         }
       }

@@ -9,6 +9,7 @@ const EXACT_PATHS = new Set([
   '/metrics',
   '/v1/chat/completions',
   '/v1/embeddings',
+  '/v1/completions',
   '/v1/models',
   '/user/balance',
   '/admin/endpoints',

@@ -11,7 +11,7 @@ import type { StreamEvent } from '../protocol/chat-response.js';
 import { ApiError, Cancelled, upstreamFailed, upstreamUnreachable } from '../protocol/errors.js';
 import type { Cancellation } from './cancellation.js';
 import { UpstreamBrokeOff, type Dialect } from './dialect.js';
-import type { SseEvent } from './sse-parser.js';
+import { SseParser, type SseEvent } from './sse-parser.js';
 
 export interface UpstreamEndpoint {
   url: string;
@@ -245,8 +245,14 @@ function* delivered({ events, failure }: NormalizedRead): Generator<StreamEvent[
  * of the body once every choice has its finish_reason. Anything else throws
  * UpstreamBrokeOff.
  */
-export async function* readStream(endpoint: UpstreamEndpoint, body: UpstreamBody): AsyncGenerator<StreamEvent[]> {
-  const parser = endpoint.dialect.streamParser();
+export const readStream = (endpoint: UpstreamEndpoint, body: UpstreamBody) => readEvents(body, endpoint.dialect.streamParser(), (e) => endpoint.dialect.streamEvent(e));
+
+/** A streamed text completion, as readStream reads a chat one. */
+export const readTextStream = (endpoint: UpstreamEndpoint, body: UpstreamBody) => readEvents(body, new SseParser(), (e) => endpoint.dialect.textStreamEvent(e));
+
+export const readTextCompletion = (endpoint: UpstreamEndpoint, body: UpstreamBody) => readWhole(body, (json) => endpoint.dialect.textCompletion(json));
+
+async function* readEvents(body: UpstreamBody, parser: SseParser, eventOf: (event: SseEvent) => StreamEvent): AsyncGenerator<StreamEvent[]> {
   const open = new Set<number>();
   let sawChoice = false;
   const normalize = (batch: (SseEvent | StreamEvent)[]): NormalizedRead => {
@@ -255,7 +261,7 @@ export async function* readStream(endpoint: UpstreamEndpoint, body: UpstreamBody
       let event: StreamEvent;
       try {
         // The quick path's events come normalized already.
-        event = 'data' in ev ? endpoint.dialect.streamEvent(ev) : ev;
+        event = 'data' in ev ? eventOf(ev) : ev;
       } catch (failure) {
         return { events, failure };
       }

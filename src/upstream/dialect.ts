@@ -2,6 +2,7 @@
 // base they share. A dialect knows its upstream's request quirks, usage
 // fields, error bodies and stream quirks; nothing outside upstream/ does.
 import type { ChatCompletionRequest, OpenAiExtraField } from '../protocol/chat-request.js';
+import type { CompletionRequest } from '../protocol/completions.js';
 import type { EmbeddingsReply, EmbeddingsRequest } from '../protocol/embeddings.js';
 import type { AssistantMessage, Choice, ChoiceDelta, Completion, StreamEvent, ToolCallFragment, Usage } from '../protocol/chat-response.js';
 import { ApiError, contextLengthExceeded, upstreamFailed, upstreamRejected } from '../protocol/errors.js';
@@ -32,6 +33,12 @@ export interface Dialect {
   streamEvent(event: SseEvent): StreamEvent;
   /** What an upstream's non-2xx answer means to the caller. */
   error(status: number, bodyText: string): ApiError;
+  /** The JSON body of a text completions call. Streaming calls always ask for usage, so Parley can meter. */
+  completionsBody(req: CompletionRequest, target: UpstreamTarget): Record<string, unknown>;
+  /** A whole text completion, normalized as chat's is: each choice's text as its message's content. */
+  textCompletion(body: unknown): Completion;
+  /** One event of a streamed text completion, each piece of text as a delta's content. */
+  textStreamEvent(event: SseEvent): StreamEvent;
   /** The JSON body of an embeddings call. */
   embeddingsBody(req: EmbeddingsRequest, upstreamModel: string): Record<string, unknown>;
   /** An embeddings reply. Throws UpstreamBrokeOff when it is not one. */
@@ -194,6 +201,54 @@ export function openAiCompatible(quirks: DialectQuirks): Dialect {
           index: typeof c.index === 'number' ? c.index : i,
           delta: normalizedDelta(c.delta ?? {}),
           logprobs: logprobsOf(c.logprobs),
+          finish_reason: c.finish_reason ?? null,
+        }));
+      }
+      const usage = readUsage(body);
+      if (usage) out.usage = usage;
+      return out;
+    },
+
+    completionsBody(req, target) {
+      const body: Record<string, unknown> = { model: target.upstreamModel, prompt: req.prompt };
+      for (const key of ['suffix', 'echo', 'logprobs', 'max_tokens', 'n', 'stop', 'temperature', 'top_p', 'seed', 'presence_penalty', 'frequency_penalty', 'logit_bias'] as const) {
+        if (req[key] != null) body[key] = req[key];
+      }
+      if (req.user != null && quirks.understands?.includes('user')) body.user = req.user;
+      Object.assign(body, target.passThrough);
+      if (req.stream) {
+        body.stream = true;
+        body.stream_options = { include_usage: true };
+      }
+      return body;
+    },
+
+    textCompletion(raw) {
+      const body = raw as Json;
+      if (!body || !Array.isArray(body.choices)) throw new UpstreamBrokeOff('the upstream reply has no choices');
+      const usage = readUsage(body);
+      if (!usage) throw new UpstreamBrokeOff('the upstream reply has no usage');
+      const choices: Choice[] = body.choices.map((c: Json, i: number) => ({
+        index: typeof c.index === 'number' ? c.index : i,
+        message: { role: 'assistant', content: typeof c.text === 'string' ? c.text : '' },
+        logprobs: c.logprobs ?? null,
+        finish_reason: c.finish_reason ?? 'stop',
+      }));
+      return { choices, usage };
+    },
+
+    textStreamEvent(event) {
+      if (event.data === '[DONE]') return { done: true };
+      const body = parse(event.data);
+      if (event.event === 'error' || body.error !== undefined || body.object === 'error') {
+        throw new UpstreamBrokeOff(`the upstream sent an error event: ${errorMessage(body) ?? 'no message'}`);
+      }
+      const out: StreamEvent = {};
+      if (Array.isArray(body.choices) && body.choices.length > 0) {
+        out.choices = body.choices.map((c: Json, i: number): ChoiceDelta => ({
+          index: typeof c.index === 'number' ? c.index : i,
+          delta: { content: typeof c.text === 'string' ? c.text : '' },
+          logprobs: c.logprobs ?? null,
           finish_reason: c.finish_reason ?? null,
         }));
       }

@@ -26,7 +26,7 @@ describe.each(MODELS)('local engine: $name', ({ local }) => {
   const model = 'local-model';
 
   beforeAll(async () => {
-    gw = await startTestGateway({ models: [modelEntry(model, [{ kind: 'parley-engine', local }], { api: ['chat', 'embeddings'] })] });
+    gw = await startTestGateway({ models: [modelEntry(model, [{ kind: 'parley-engine', local }], { api: ['chat', 'completions', 'embeddings'] })] });
   });
   afterAll(() => gw?.close());
 
@@ -164,6 +164,23 @@ describe.each(MODELS)('local engine: $name', ({ local }) => {
     const ids = await gw.client.embeddings.create({ model, input: [[1, 2, 3]], encoding_format: 'float' });
     expect(ids.usage.prompt_tokens).toBe(3);
     await expect.poll(async () => (await readBalance(gw.redis.client, gw.account))!.granted).toBeLessThan(before.granted);
+  });
+
+  it('completes raw text, whole and streamed, with echo, and the usage chunk when asked for', async () => {
+    const whole = await gw.client.completions.create({ model, prompt: 'The cache', max_tokens: 5, echo: true, seed: 3 });
+    expect(whole.object).toBe('text_completion');
+    expect(whole.choices[0].text.startsWith('The cache')).toBe(true);
+    expect(whole.usage!.completion_tokens).toBeGreaterThan(0);
+    expect(whole.usage!.completion_tokens).toBeLessThanOrEqual(5);
+    const stream = await gw.client.completions.create({ model, prompt: 'The cache', max_tokens: 5, seed: 3, stream: true, stream_options: { include_usage: true } });
+    let text = '';
+    let last;
+    for await (const c of stream) {
+      text += c.choices[0]?.text ?? '';
+      last = c;
+    }
+    expect(text).toBe(whole.choices[0].text.slice('The cache'.length));
+    expect(last!.usage!.completion_tokens).toBe(whole.usage!.completion_tokens);
   });
 
   it('ignores fields it does not know', async () => {

@@ -1,0 +1,54 @@
+// POST /v1/completions: what text completions bring to the shared generation
+// path (gateway/generation.ts): the legacy schema, a prompt of raw text (the
+// prefix, for routing), and `text_completion` replies and chunks.
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Span } from '@opentelemetry/api';
+import { passThroughFields } from '../protocol/chat-request.js';
+import { parseCompletionRequest, promptOf, renderTextCompletion, TextChunkRenderer, type CompletionRequest } from '../protocol/completions.js';
+import { readTextCompletion, readTextStream } from '../upstream/client.js';
+import type { GatewayContext } from './context.js';
+import { handleGeneration, perChoiceBodies, type GenerationApi } from './generation.js';
+
+const completions: GenerationApi<CompletionRequest> = {
+  name: 'completions',
+  idPrefix: 'cmpl-',
+  parse: parseCompletionRequest,
+  common: (r) => ({
+    model: r.model,
+    n: r.n ?? 1,
+    stream: r.stream === true,
+    includeUsage: r.stream_options?.include_usage === true,
+    // OpenAI's legacy default is 16 tokens, not the rest of the window.
+    maxTokens: r.max_tokens ?? 16,
+    user: r.user ?? undefined,
+  }),
+  promptTokens(_model, request) {
+    const prompt = promptOf(request);
+    if (typeof prompt !== 'string') return { tokens: prompt.length, exact: true };
+    // Without a tokenizer for raw text, its UTF-8 bytes bound its tokens (a byte-level tokenizer never makes more).
+    return { tokens: Buffer.byteLength(prompt) + Buffer.byteLength(request.suffix ?? '') + 2, exact: false };
+  },
+  leadingText: (r) => {
+    const prompt = promptOf(r);
+    return typeof prompt === 'string' ? prompt : prompt.join(' ');
+  },
+  withMaxTokens: (r, maxTokens) => ({ ...r, max_tokens: maxTokens }),
+  passThrough: (body, model) => passThroughFields(body, model.config.passThrough),
+  upstreamRequest(endpoint, model, request, passThrough) {
+    const body = endpoint.dialect.completionsBody(request, {
+      upstreamModel: endpoint.upstreamModel,
+      supportsTools: false,
+      supportsJsonOutput: model.config.supports.jsonOutput,
+      passThrough,
+    });
+    return { path: '/completions', bodies: perChoiceBodies(endpoint, body, request.n ?? 1, request.seed) };
+  },
+  readWhole: readTextCompletion,
+  readStream: readTextStream,
+  renderWhole: renderTextCompletion,
+  renderer: (identity, includeUsage) => new TextChunkRenderer(identity, includeUsage),
+};
+
+export function handleCompletion(req: IncomingMessage, res: ServerResponse, ctx: GatewayContext, span: Span): Promise<void> {
+  return handleGeneration(completions, req, res, ctx, span);
+}

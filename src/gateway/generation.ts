@@ -1,0 +1,127 @@
+// The request path of the APIs that generate text (chat completions, text
+// completions), in one direction: the shared front (gateway/exchange.ts:
+// authenticate, read, find the model) → validate → check the context window
+// → rate limit and hold credit → route and forward (failing over before the
+// first byte) → normalize through the dialect → render (stream or whole) →
+// settle. An API adds its schema, its upstream bodies, its readers and its
+// renderers (GenerationApi), not a second pipeline.
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Span } from '@opentelemetry/api';
+import type { ApiName } from '../config.js';
+import type { Completion, ContentRun, ChoiceDelta, ReplyIdentity, StreamEvent, Usage } from '../protocol/chat-response.js';
+import { ApiError, checkContextWindow, shuttingDown } from '../protocol/errors.js';
+import { sendJson } from '../protocol/http-io.js';
+import type { RoutedEndpoint, RoutedModel } from '../routing/routing-table.js';
+import type { UpstreamBody } from '../upstream/client.js';
+import { mergeCompletions, mergeStreams } from '../upstream/fan-out.js';
+import type { GatewayContext } from './context.js';
+import { openExchange, servingModel } from './exchange.js';
+import { callWithFailover, type UpstreamCall, type UpstreamRequest } from './failover.js';
+import { Meter } from './metering.js';
+import { randomId } from './random-ids.js';
+import { StreamRelay } from './stream-relay.js';
+
+/** Renders one streamed reply's events as the API's chunks. */
+export interface ReplyRenderer {
+  content(run: ContentRun): [opening: string, pieces: string];
+  deltas(choices: ChoiceDelta[]): string;
+  end(usage: Usage): string;
+}
+
+/** What an API that generates text brings to the shared path. */
+export interface GenerationApi<R> {
+  name: Extract<ApiName, 'chat' | 'completions'>;
+  /** What reply ids start with: `chatcmpl-`, `cmpl-`. */
+  idPrefix: string;
+  parse(body: unknown): R | ApiError;
+  /** The fields every generation request has, under whatever names. */
+  common(request: R): { model: string; n: number; stream: boolean; includeUsage: boolean; maxTokens: number | undefined; user: string | undefined };
+  /** Prompt tokens: counted exactly where the model has a tokenizer, else an upper bound from the text. */
+  promptTokens(model: RoutedModel, request: R): { tokens: number; exact: boolean };
+  /** The prompt from its start, for prefix routing. */
+  leadingText(request: R): string;
+  /** The request with its reply cap lowered to what the balance pays for. */
+  withMaxTokens(request: R, maxTokens: number): R;
+  upstreamRequest(endpoint: RoutedEndpoint, model: RoutedModel, request: R, passThrough: Record<string, unknown>): UpstreamRequest;
+  /** Engine extras the model passes through, from the raw body; a 400 where one holds invalid text. */
+  passThrough(body: unknown, model: RoutedModel): Record<string, unknown> | ApiError;
+  readWhole(endpoint: RoutedEndpoint, body: UpstreamBody): Promise<Completion>;
+  readStream(endpoint: RoutedEndpoint, body: UpstreamBody): AsyncGenerator<StreamEvent[]>;
+  renderWhole(identity: ReplyIdentity, completion: Completion): unknown;
+  renderer(identity: ReplyIdentity, includeUsage: boolean): ReplyRenderer;
+}
+
+/** One upstream body per call: all `n` choices in one, or one call per choice where the dialect needs it. */
+export function perChoiceBodies(endpoint: RoutedEndpoint, body: Record<string, unknown>, n: number, seed: number | null | undefined): Record<string, unknown>[] {
+  if (n === 1 || endpoint.dialect.multipleChoices) return [body];
+  return Array.from({ length: n }, (_, i) => {
+    const { n: _n, ...single } = body;
+    return seed != null ? { ...single, seed: seed + i } : single;
+  });
+}
+
+export async function handleGeneration<R>(api: GenerationApi<R>, req: IncomingMessage, res: ServerResponse, ctx: GatewayContext, span: Span): Promise<void> {
+  const started = performance.now();
+  const { id, caller, table, body, upstreamCall, clientGone } = await openExchange(req, res, ctx, span);
+  const parsed = api.parse(body);
+  if (parsed instanceof ApiError) throw parsed;
+  const asked = api.common(parsed);
+  const model = servingModel(table, asked.model, api.name, span, caller);
+  const passThrough = api.passThrough(body, model);
+  if (passThrough instanceof ApiError) throw passThrough;
+  const prompt = api.promptTokens(model, parsed);
+  if (prompt.exact) checkContextWindow(model.config.contextWindow, prompt.tokens, asked.maxTokens ?? 1);
+  const maxReplyTokens = asked.maxTokens ?? Math.max(1, model.config.contextWindow - (prompt.exact ? prompt.tokens : 0));
+
+  const meter = await Meter.open(ctx, span, { caller, model, settlementId: randomId(), promptTokens: prompt.tokens, n: asked.n, maxReplyTokens, user: asked.user });
+  // A balance that pays for fewer reply tokens than asked lowers the limit sent upstream.
+  const request = meter.maxReplyTokens < maxReplyTokens ? api.withMaxTokens(parsed, meter.maxReplyTokens) : parsed;
+
+  // Object.assign, not a spread: see sendJson in protocol/http-io.ts.
+  const headers = Object.assign({ 'x-request-id': id }, meter.rateLimitHeaders);
+  const identity: ReplyIdentity = { id: `${api.idPrefix}${id}`, created: Math.floor(Date.now() / 1000), model: asked.model };
+  const relay = asked.stream
+    ? new StreamRelay(res, {
+        renderer: api.renderer(identity, asked.includeUsage),
+        keepAliveMs: table.settings.keepAliveMs,
+        headers,
+        countedPromptTokens: prompt.exact ? prompt.tokens : 0,
+        clientGone,
+        onFirstChunk: () => ctx.telemetry.recordFirstToken(model.config.id, (performance.now() - started) / 1000),
+      })
+    : undefined;
+
+  const complete = (done: UpstreamCall, usage: Usage) => {
+    ctx.router.state(done.endpoint).recordUsage(usage.prompt_tokens, usage.cached_tokens);
+    ctx.telemetry.recordUsage(model.config.id, usage);
+    meter.settle('complete', done.endpoint.name, usage);
+  };
+  let call: UpstreamCall | undefined;
+  try {
+    const upstreamRequest = (endpoint: RoutedEndpoint) => api.upstreamRequest(endpoint, model, request, passThrough);
+    call = await callWithFailover(ctx, span, { model, upstreamRequest, plan: ctx.router.plan(model, () => api.leadingText(request)), account: caller.account, cancellation: upstreamCall });
+    const { endpoint } = call;
+    if (!relay) {
+      const parts = await Promise.all(call.bodies.map((b) => api.readWhole(endpoint, b)));
+      const completion = parts.length === 1 ? parts[0] : mergeCompletions(parts);
+      sendJson(res, 200, api.renderWhole(identity, completion), headers);
+      complete(call, completion.usage);
+      return;
+    }
+    const streams = call.bodies.map((b) => api.readStream(endpoint, b));
+    const outcome = await relay.run(streams.length === 1 ? streams[0] : mergeStreams(streams));
+    if (outcome.kind === 'complete') complete(call, outcome.usage);
+    else if (outcome.kind === 'client_gone') meter.settle('client_gone', endpoint.name);
+    else {
+      console.warn(`parley: ${id}: ${endpoint.name}: stream broke off: ${outcome.reason}`);
+      meter.settle('broke_off', endpoint.name, undefined, outcome.reason);
+    }
+  } catch (err) {
+    meter.settle(clientGone() ? 'client_gone' : 'failed', call?.endpoint.name ?? '', undefined, (err as Error).message);
+    const failure = ctx.lifecycle.stopped && !(err instanceof ApiError) ? shuttingDown() : err;
+    if (failure instanceof ApiError && relay?.failBeforeStart(failure)) return;
+    throw failure;
+  } finally {
+    call?.release();
+  }
+}

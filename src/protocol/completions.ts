@@ -1,0 +1,90 @@
+// OpenAI's legacy Completions API (`POST /v1/completions`), which editors use
+// for code completion (`suffix` for fill-in-the-middle): the request as a
+// zod schema that is also its type, and its replies, whole or as
+// `text_completion` chunks. Replies are normalized as chat's are
+// (chat-response.ts: a choice's text is its message's content), so that
+// the dialects, the fan-out and the stream relay serve both APIs.
+import { z } from 'zod';
+import { sseData, SSE_DONE, usageBody, type ChoiceDelta, type Completion, type ContentRun, type ReplyIdentity, type Usage } from './chat-response.js';
+import type { ApiError } from './errors.js';
+import { parseRequest } from './request-parsing.js';
+
+const penalty = z.number().min(-2).max(2).nullish();
+const tokens = z.array(z.int().min(0)).min(1);
+
+export const completionRequest = z.object({
+  model: z.string().min(1),
+  prompt: z.union([z.string(), z.array(z.string()).length(1), tokens, z.array(tokens).length(1)], {
+    error: 'expected a string or token ids (one prompt per request here; send several prompts as several requests)',
+  }),
+  suffix: z.string().nullish(),
+  echo: z.boolean().nullish(),
+  logprobs: z.int().min(0).max(5).nullish(),
+  max_tokens: z.int().min(1).nullish(),
+  n: z.int().min(1).max(4).nullish(),
+  stop: z.union([z.string(), z.array(z.string()).max(4)], { error: 'expected a string or an array of at most 4 strings' }).nullish(),
+  temperature: z.number().min(0).max(2).nullish(),
+  top_p: z.number().min(0).max(1).nullish(),
+  seed: z.int().nullish(),
+  presence_penalty: penalty,
+  frequency_penalty: penalty,
+  logit_bias: z.record(z.string().regex(/^\d+$/, 'keys must be token ids'), z.number().min(-100).max(100)).nullish(),
+  stream: z.boolean().nullish(),
+  stream_options: z.object({ include_usage: z.boolean().optional() }).nullish(),
+  user: z.string().max(256).nullish(),
+});
+
+export type CompletionRequest = z.infer<typeof completionRequest>;
+
+export function parseCompletionRequest(body: unknown): CompletionRequest | ApiError {
+  return parseRequest(completionRequest, body);
+}
+
+/** The prompt: its text, or its token ids. */
+export function promptOf(request: CompletionRequest): string | number[] {
+  const p = request.prompt;
+  if (typeof p === 'string') return p;
+  if (typeof p[0] === 'string') return p[0];
+  return (Array.isArray(p[0]) ? p[0] : p) as number[];
+}
+
+export function renderTextCompletion(identity: ReplyIdentity, completion: Completion) {
+  return {
+    id: identity.id,
+    object: 'text_completion',
+    created: identity.created,
+    model: identity.model,
+    choices: completion.choices.map((c) => ({ text: c.message.content ?? '', index: c.index, logprobs: c.logprobs, finish_reason: c.finish_reason })),
+    usage: usageBody(completion.usage),
+  };
+}
+
+/** A streamed reply's `text_completion` chunks: a chunk per piece of text, then each choice's finish, the usage chunk when asked for, and [DONE]. */
+export class TextChunkRenderer {
+  private readonly prefix: string;
+  private readonly suffix: string;
+
+  constructor(identity: ReplyIdentity, private readonly includeUsage: boolean) {
+    this.prefix = `{"id":${JSON.stringify(identity.id)},"object":"text_completion","created":${identity.created},"model":${JSON.stringify(identity.model)},"choices":`;
+    this.suffix = includeUsage ? ',"usage":null}' : '}';
+  }
+
+  content(run: ContentRun): [opening: string, pieces: string] {
+    return ['', run.render(`data: ${this.prefix}[{"text":`, `,"index":${run.index},"logprobs":null,"finish_reason":null}]${this.suffix}\n\n`)];
+  }
+
+  deltas(choices: ChoiceDelta[]): string {
+    let out = '';
+    for (const c of choices) {
+      const text = c.delta.content ?? '';
+      if (text === '' && c.finish_reason === null && c.logprobs === null) continue;
+      out += sseData(this.prefix + JSON.stringify([{ text, index: c.index, logprobs: c.logprobs, finish_reason: c.finish_reason }]) + this.suffix);
+    }
+    return out;
+  }
+
+  end(usage: Usage): string {
+    if (!this.includeUsage) return SSE_DONE;
+    return sseData(this.prefix + '[],"usage":' + JSON.stringify(usageBody(usage)) + '}') + SSE_DONE;
+  }
+}
