@@ -193,8 +193,8 @@ return redis.call('ZADD', KEYS[1], 'XX', 'CH', int(now_ms + tonumber(ARGV[2])), 
 // Settles a batch, in order, as if one script ran per settlement: ARGV[1] is
 // how long usage events are kept in ms (0: for good); ARGV[2] the
 // settlements (each_item), each with two more keys, the account's usage
-// stream and daily usage, and 12 arguments: request id, cost, outcome, model,
-// prompt, cached, completion, account, key id, endpoint, reason, end user. Replies
+// stream and daily usage, and 13 arguments: request id, cost, outcome, model,
+// prompt, cached, completion, account, key id, endpoint, reason, end user, API. Replies
 // with a pair each: 1 and the charge when settled now, 0 when settled
 // before, -1 when refused (amounts that are not whole numbers), with nothing
 // written. Daily totals are summed in Lua and added once per batch and model.
@@ -240,7 +240,7 @@ local function settle(K, A)
   end
   redis.call('XADD', K[5], 'MINID', '=', keep_after, '*', 'request_id', id, 'account', A[8], 'key', A[9], 'model', A[4], 'endpoint', A[10],
     'outcome', A[3], 'reason', A[11], 'prompt_tokens', int(A[5]), 'cached_tokens', int(A[6]), 'completion_tokens', int(A[7]),
-    'cost', int(A[2]), 'charged', int(charge), 'user', A[12])
+    'cost', int(A[2]), 'charged', int(charge), 'user', A[12], 'api', A[13])
   return 1, charge
 end
 local reply = {}
@@ -385,6 +385,8 @@ export interface Settlement {
   reason?: string;
   /** The end user the client named (`user`), for the usage event: operators trace abuse to it. */
   user?: string;
+  /** Which API the request came through: chat, completions, embeddings (chat where not said: a journal from before). */
+  api?: string;
   usage: Usage;
   /** What the reply costs in micro-units (charged only when complete). */
   cost: number;
@@ -419,7 +421,7 @@ export async function settleHolds(redis: Redis, batch: Settlement[], keepEventsM
     const u = s.usage;
     return [
       keys.account(s.account), keys.key(redisKeys.usageEvents(s.account)), keys.key(redisKeys.dailyUsage(s.account, day)),
-      s.requestId, s.cost, s.outcome, s.model, u.prompt_tokens, u.cached_tokens, u.completion_tokens, s.account, s.keyId, s.endpoint, s.reason ?? '', s.user ?? '',
+      s.requestId, s.cost, s.outcome, s.model, u.prompt_tokens, u.cached_tokens, u.completion_tokens, s.account, s.keyId, s.endpoint, s.reason ?? '', s.user ?? '', s.api ?? 'chat',
     ];
   });
   const reply = (await SETTLE.run(redis, keys.list, [keepEventsMs, luaJson(items)])) as number[];

@@ -17,6 +17,8 @@ export interface UsageEvent {
   reason: string;
   /** The end user the client named, or ''. */
   user: string;
+  /** The API the request came through (events from before APIs were recorded are chat's). */
+  api: string;
   promptTokens: number;
   cachedTokens: number;
   completionTokens: number;
@@ -38,6 +40,7 @@ function toEvent(id: string, fields: string[]): UsageEvent {
     outcome: f.outcome,
     reason: f.reason,
     user: f.user ?? '',
+    api: f.api || 'chat',
     promptTokens: Number(f.prompt_tokens),
     cachedTokens: Number(f.cached_tokens),
     completionTokens: Number(f.completion_tokens),
@@ -74,7 +77,7 @@ export async function* readAllUsageEvents(redis: Redis, filter: UsageFilter = {}
   for (const account of await listAccounts(redis)) yield* readUsageEvents(redis, account.id, filter);
 }
 
-const CSV_COLUMNS = 'time,request_id,account,key,model,endpoint,outcome,reason,prompt_tokens,cached_tokens,completion_tokens,cost,charged,user';
+const CSV_COLUMNS = 'time,request_id,account,key,model,endpoint,outcome,reason,prompt_tokens,cached_tokens,completion_tokens,cost,charged,user,api';
 
 const csvField = (v: string) => (/[",\n\r]/.test(v) ? `"${v.replace(/"/g, '""')}"` : v);
 
@@ -83,7 +86,7 @@ export async function* usageCsv(events: AsyncIterable<UsageEvent>): AsyncGenerat
   for await (const e of events) {
     const row = [
       new Date(e.time).toISOString(), e.requestId, e.account, e.key, e.model, e.endpoint, e.outcome, e.reason,
-      String(e.promptTokens), String(e.cachedTokens), String(e.completionTokens), formatMicros(e.cost, 6), formatMicros(e.charged, 6), e.user,
+      String(e.promptTokens), String(e.cachedTokens), String(e.completionTokens), formatMicros(e.cost, 6), formatMicros(e.charged, 6), e.user, e.api,
     ];
     yield `${row.map(csvField).join(',')}\n`;
   }

@@ -25,7 +25,7 @@ export async function handleEmbeddings(req: IncomingMessage, res: ServerResponse
   const request = parseEmbeddingsRequest(body);
   if (request instanceof ApiError) throw request;
   const model = servingModel(table, request.model, 'embeddings', span, caller);
-  const meter = await Meter.open(ctx, span, { caller, model, settlementId: randomId(), promptTokens: inputTokensBound(request), n: 0, maxReplyTokens: 0, user: request.user ?? undefined });
+  const meter = await Meter.open(ctx, span, { caller, model, settlementId: randomId(), promptTokens: inputTokensBound(request), n: 0, maxReplyTokens: 0, user: request.user ?? undefined, api: 'embeddings' });
   const first = embeddingInputs(request)[0];
   const plan = ctx.router.plan(model, () => (typeof first === 'string' ? first : first.join(' ')));
   let call: UpstreamCall | undefined;

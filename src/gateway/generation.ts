@@ -73,7 +73,7 @@ export async function handleGeneration<R>(api: GenerationApi<R>, req: IncomingMe
   if (prompt.exact) checkContextWindow(model.config.contextWindow, prompt.tokens, asked.maxTokens ?? 1);
   const maxReplyTokens = asked.maxTokens ?? Math.max(1, model.config.contextWindow - (prompt.exact ? prompt.tokens : 0));
 
-  const meter = await Meter.open(ctx, span, { caller, model, settlementId: randomId(), promptTokens: prompt.tokens, n: asked.n, maxReplyTokens, user: asked.user });
+  const meter = await Meter.open(ctx, span, { caller, model, settlementId: randomId(), promptTokens: prompt.tokens, n: asked.n, maxReplyTokens, user: asked.user, api: api.name });
   // A balance that pays for fewer reply tokens than asked lowers the limit sent upstream.
   const request = meter.maxReplyTokens < maxReplyTokens ? api.withMaxTokens(parsed, meter.maxReplyTokens) : parsed;
 

@@ -3,6 +3,7 @@
 // at the end: charged for a complete reply, released for anything else.
 import type { Span } from '@opentelemetry/api';
 import type { Caller } from '../accounts/key-authenticator.js';
+import type { ApiName } from '../config.js';
 import { extendHold, type SettleOutcome } from '../billing/credit-ledger.js';
 import { replyCost } from '../billing/prices.js';
 import type { Usage } from '../protocol/chat-response.js';
@@ -23,6 +24,8 @@ export interface MeterRequest {
   maxReplyTokens: number;
   /** The end user the client named (`user`), recorded on the usage event whatever the upstream takes. */
   user?: string;
+  /** The API the request came through, for the usage event. */
+  api: ApiName;
 }
 
 const NO_USAGE: Usage = { prompt_tokens: 0, completion_tokens: 0, cached_tokens: 0 };
@@ -101,6 +104,7 @@ export class Meter {
       outcome,
       reason,
       user: this.m.user,
+      api: this.m.api,
       usage,
       cost: outcome === 'complete' ? replyCost(this.m.model.prices, usage) : 0,
     });

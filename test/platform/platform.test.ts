@@ -97,6 +97,7 @@ describe('the platform in a browser', () => {
     expect(row).toContain('1024');
     expect(row).toContain('300');
     expect(row).toContain('0.00059');
+    expect(row).toContain('Chat');
     await shot(page, '04-usage');
     const csv = await (await page.request.get(`${gw.url}/platform/usage.csv`)).text();
     expect(csv.split('\n')[1]).toContain(',team-model,');
