@@ -1,14 +1,27 @@
 // The one connection to the shared state. Parley fails closed: a command that
 // cannot reach Redis fails at once (no offline queue, no silent retries), so
 // the request that needed it gets a 503 instead of free service or a hang.
+import { readFileSync } from 'node:fs';
+import type { ConnectionOptions } from 'node:tls';
 import { Redis } from 'ioredis';
 import { ApiError, stateUnavailable } from '../protocol/errors.js';
 
 export type { Redis };
 
-/** A redis:// URL, or the path of a private server's unix socket. */
+/**
+ * TLS for a rediss:// URL: the system's certificate authorities, or those in
+ * REDIS_CA_FILE (a managed Redis whose certificate a private CA signed).
+ */
+function tlsFor(target: string): ConnectionOptions | undefined {
+  if (!target.startsWith('rediss://')) return undefined;
+  const caFile = process.env.REDIS_CA_FILE;
+  return caFile ? { ca: readFileSync(caFile) } : {};
+}
+
+/** A redis:// or rediss:// URL, or the path of a private server's unix socket. */
 export async function connectRedis(target: string, name = 'parley'): Promise<Redis> {
   const redis = new Redis(target, {
+    tls: tlsFor(target),
     connectionName: name,
     enableOfflineQueue: false,
     maxRetriesPerRequest: 0,
