@@ -7,8 +7,8 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Span } from '@opentelemetry/api';
 import { embeddingInputs, parseEmbeddingsRequest, renderEmbeddings, type EmbeddingsRequest } from '../protocol/embeddings.js';
 import { ApiError, shuttingDown } from '../protocol/errors.js';
-import { sendJson } from '../protocol/http-io.js';
-import { readWhole } from '../upstream/client.js';
+import { sendJson, sendJsonParts } from '../protocol/http-io.js';
+import { readBytes, readWhole } from '../upstream/client.js';
 import type { GatewayContext } from './context.js';
 import { openExchange, servingModel } from './exchange.js';
 import { callWithFailover, type UpstreamCall } from './failover.js';
@@ -33,9 +33,20 @@ export async function handleEmbeddings(req: IncomingMessage, res: ServerResponse
     const upstreamRequest = (endpoint: UpstreamCall['endpoint']) => ({ path: '/embeddings', bodies: [endpoint.dialect.embeddingsBody(request, endpoint.upstreamModel)] });
     call = await callWithFailover(ctx, span, { model, upstreamRequest, plan, account: caller.account, cancellation: upstreamCall });
     const { endpoint } = call;
-    const reply = await readWhole(call.bodies[0], (json) => endpoint.dialect.embeddings(json));
-    sendJson(res, 200, renderEmbeddings(request.model, reply, request.encoding_format ?? 'float'), Object.assign({ 'x-request-id': id }, meter.rateLimitHeaders));
-    const usage = { prompt_tokens: reply.promptTokens, completion_tokens: 0, cached_tokens: 0 };
+    const encoding = request.encoding_format ?? 'float';
+    const headers = Object.assign({ 'x-request-id': id }, meter.rateLimitHeaders);
+    const bytes = await readBytes(call.bodies[0]);
+    const inPlace = endpoint.dialect.embeddingsInPlace(bytes, request.model, encoding);
+    let promptTokens: number;
+    if (inPlace) {
+      sendJsonParts(res, inPlace.parts, headers);
+      promptTokens = inPlace.promptTokens;
+    } else {
+      const reply = await readWhole(bytes.toString('utf8'), (json) => endpoint.dialect.embeddings(json));
+      sendJson(res, 200, renderEmbeddings(request.model, reply, encoding), headers);
+      promptTokens = reply.promptTokens;
+    }
+    const usage = { prompt_tokens: promptTokens, completion_tokens: 0, cached_tokens: 0 };
     ctx.telemetry.recordUsage(model.config.id, usage);
     meter.settle('complete', endpoint.name, usage);
   } catch (err) {

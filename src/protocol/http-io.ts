@@ -48,6 +48,14 @@ export function sendJson(res: ServerResponse, status: number, body: unknown, hea
   res.end(text);
 }
 
+/** A JSON reply already written, in parts (text around bytes passed on as they came). */
+export function sendJsonParts(res: ServerResponse, parts: (string | Buffer)[], headers: Record<string, string> = {}): void {
+  const length = parts.reduce((sum, p) => sum + (typeof p === 'string' ? Buffer.byteLength(p) : p.length), 0);
+  res.writeHead(200, Object.assign({ 'content-type': 'application/json', 'content-length': length }, headers));
+  for (const part of parts) res.write(part);
+  res.end();
+}
+
 export function sendError(res: ServerResponse, err: ApiError): void {
   if (res.headersSent) {
     res.destroy();

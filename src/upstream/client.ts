@@ -96,8 +96,21 @@ export class UpstreamBody implements Dispatcher.DispatchHandler {
     return text;
   }
 
+  /** The whole body as bytes, as they came: for a reply passed on mostly unread. */
+  async bytes(): Promise<Buffer> {
+    const chunks: Buffer[] = [];
+    for await (const read of this.byteReads()) chunks.push(read);
+    return chunks.length === 1 ? chunks[0] : Buffer.concat(chunks);
+  }
+
   /** The body as it arrives: everything received since the last read. */
   async *reads(): AsyncGenerator<string> {
+    for await (const bytes of this.byteReads()) yield this.decoder.write(bytes);
+    const rest = this.decoder.end();
+    if (rest) yield rest;
+  }
+
+  private async *byteReads(): AsyncGenerator<Buffer> {
     try {
       for (;;) {
         if (this.pending.length > 0) {
@@ -105,13 +118,10 @@ export class UpstreamBody implements Dispatcher.DispatchHandler {
           this.pending = [];
           this.pendingBytes = 0;
           this.controller?.resume();
-          yield this.decoder.write(bytes);
+          yield bytes;
         } else if (this.failure) throw this.failure;
-        else if (this.ended) {
-          const rest = this.decoder.end();
-          if (rest) yield rest;
-          return;
-        } else await new Promise<void>((resolve) => (this.wake = resolve));
+        else if (this.ended) return;
+        else await new Promise<void>((resolve) => (this.wake = resolve));
       }
     } finally {
       // A reader that stops early no longer wants the rest.
@@ -203,11 +213,20 @@ export async function postUpstream(
   throw endpoint.dialect.error(res.statusCode, text);
 }
 
-/** A whole reply, read through `read` (one of the dialect's readers). */
-export async function readWhole<T>(body: UpstreamBody, read: (json: unknown) => T): Promise<T> {
+/** A whole reply's bytes, as they came. */
+export async function readBytes(body: UpstreamBody): Promise<Buffer> {
+  try {
+    return await body.bytes();
+  } catch (err) {
+    throw upstreamFailed(describeFailure(err));
+  }
+}
+
+/** A whole reply (its body, or its text already read), read through `read` (one of the dialect's readers). */
+export async function readWhole<T>(body: UpstreamBody | string, read: (json: unknown) => T): Promise<T> {
   let json: unknown;
   try {
-    json = JSON.parse(await body.text());
+    json = JSON.parse(typeof body === 'string' ? body : await body.text());
   } catch (err) {
     throw upstreamFailed(err instanceof SyntaxError ? 'the reply was not JSON' : describeFailure(err));
   }

@@ -6,6 +6,7 @@ import type { CompletionRequest } from '../protocol/completions.js';
 import type { EmbeddingsReply, EmbeddingsRequest } from '../protocol/embeddings.js';
 import type { AssistantMessage, Choice, ChoiceDelta, Completion, StreamEvent, ToolCallFragment, Usage } from '../protocol/chat-response.js';
 import { ApiError, contextLengthExceeded, upstreamFailed, upstreamRejected } from '../protocol/errors.js';
+import { embeddingsInPlace, type EmbeddingsInPlace } from './embeddings-in-place.js';
 import { quickEvents, type ChunkFraming } from './quick-events.js';
 import { SseParser, type SseEvent } from './sse-parser.js';
 
@@ -43,6 +44,8 @@ export interface Dialect {
   embeddingsBody(req: EmbeddingsRequest, upstreamModel: string): Record<string, unknown>;
   /** An embeddings reply. Throws UpstreamBrokeOff when it is not one. */
   embeddings(body: unknown): EmbeddingsReply;
+  /** An embeddings reply passed on with its vectors unread, where its shape allows; undefined sends it to `embeddings`. */
+  embeddingsInPlace(body: Buffer, model: string, encoding: 'float' | 'base64'): EmbeddingsInPlace | undefined;
 }
 
 export interface DialectQuirks {
@@ -275,6 +278,8 @@ export function openAiCompatible(quirks: DialectQuirks): Dialect {
       if (!body.usage || typeof body.usage !== 'object') throw new UpstreamBrokeOff('the upstream reply has no usage');
       return { data, promptTokens: asInt(body.usage.prompt_tokens) };
     },
+
+    embeddingsInPlace,
 
     error(status, bodyText) {
       let body: Json | undefined;

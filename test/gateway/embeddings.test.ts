@@ -38,6 +38,26 @@ describe('POST /v1/embeddings', () => {
     });
   });
 
+  it("passes the vectors on as they came, under the client's model id, and converts them where the upstream ignored the encoding asked for", async () => {
+    // As some servers do: floats whatever encoding_format says, and OpenAI's own order of fields.
+    const floatsOnly: Script = (req, res) =>
+      replyJson(res, { object: 'list', data: [{ object: 'embedding', index: 0, embedding: [0.25, -1, 3] }], model: req.body.model, usage: { prompt_tokens: 7, total_tokens: 7 } });
+    await withGatewayOn([embedder, floatsOnly], (urls) => ({ models: [embeddingsModel([urls[0]]), modelEntry('floats', [{ kind: 'vllm', url: urls[1], upstreamModel: 'upstream-floats' }], { api: ['embeddings'] })] }), async (gw) => {
+      const inPlace = await (await post(gw, { model: 'embed', input: ['a', 'b'], encoding_format: 'base64' })).text();
+      expect(inPlace).not.toContain('BAAI');
+      expect(JSON.parse(inPlace)).toEqual({
+        object: 'list', model: 'embed', usage: { prompt_tokens: 200, total_tokens: 200 },
+        data: [0, 1].map((i) => ({ object: 'embedding', index: i, embedding: Buffer.from(new Float32Array([i, 0.5, -0.25]).buffer).toString('base64') })),
+      });
+      const converted = await (await post(gw, { model: 'floats', input: 'a', encoding_format: 'base64' })).json();
+      expect(converted).toMatchObject({ model: 'floats', usage: { prompt_tokens: 7 } });
+      const bytes = Buffer.from(converted.data[0].embedding, 'base64');
+      expect([0, 4, 8].map((at) => bytes.readFloatLE(at))).toEqual([0.25, -1, 3]);
+      const asFloats = await (await post(gw, { model: 'floats', input: 'a' })).json();
+      expect(asFloats).toEqual({ object: 'list', model: 'floats', data: [{ object: 'embedding', index: 0, embedding: [0.25, -1, 3] }], usage: { prompt_tokens: 7, total_tokens: 7 } });
+    });
+  });
+
   it('charges the tokens the upstream counted at the input price, exactly', async () => {
     await withGatewayOn([embedder], (urls) => ({ models: [embeddingsModel(urls, { pricesPerMillion: { inputCacheMiss: 0.27, inputCacheHit: 0.07, output: 5 } })] }), async (gw) => {
       const before = (await readBalance(gw.redis.client, gw.account))!;
