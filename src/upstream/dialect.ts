@@ -146,6 +146,26 @@ export function openAiCompatible(quirks: DialectQuirks): Dialect {
     return typeof e === 'string' ? e : typeof e?.message === 'string' ? e.message : undefined;
   };
 
+  /** One streamed event, its choices read by `choiceOf`: chat's deltas, or a text completion's text. */
+  const eventWith = (event: SseEvent, choiceOf: (c: Json) => Pick<ChoiceDelta, 'delta' | 'logprobs'>): StreamEvent => {
+    if (event.data === '[DONE]') return { done: true };
+    const body = parse(event.data);
+    if (event.event === 'error' || body.error !== undefined || body.object === 'error') {
+      throw new UpstreamBrokeOff(`the upstream sent an error event: ${errorMessage(body) ?? 'no message'}`);
+    }
+    const out: StreamEvent = {};
+    if (Array.isArray(body.choices) && body.choices.length > 0) {
+      out.choices = body.choices.map((c: Json, i: number): ChoiceDelta => ({
+        index: typeof c.index === 'number' ? c.index : i,
+        ...choiceOf(c),
+        finish_reason: c.finish_reason ?? null,
+      }));
+    }
+    const usage = readUsage(body);
+    if (usage) out.usage = usage;
+    return out;
+  };
+
   return {
     multipleChoices: quirks.multipleChoices ?? true,
 
@@ -192,25 +212,7 @@ export function openAiCompatible(quirks: DialectQuirks): Dialect {
       return new SseParser(quick);
     },
 
-    streamEvent(event) {
-      if (event.data === '[DONE]') return { done: true };
-      const body = parse(event.data);
-      if (event.event === 'error' || body.error !== undefined || body.object === 'error') {
-        throw new UpstreamBrokeOff(`the upstream sent an error event: ${errorMessage(body) ?? 'no message'}`);
-      }
-      const out: StreamEvent = {};
-      if (Array.isArray(body.choices) && body.choices.length > 0) {
-        out.choices = body.choices.map((c: Json, i: number): ChoiceDelta => ({
-          index: typeof c.index === 'number' ? c.index : i,
-          delta: normalizedDelta(c.delta ?? {}),
-          logprobs: logprobsOf(c.logprobs),
-          finish_reason: c.finish_reason ?? null,
-        }));
-      }
-      const usage = readUsage(body);
-      if (usage) out.usage = usage;
-      return out;
-    },
+    streamEvent: (event) => eventWith(event, (c) => ({ delta: normalizedDelta(c.delta ?? {}), logprobs: logprobsOf(c.logprobs) })),
 
     completionsBody(req, target) {
       const body: Record<string, unknown> = { model: target.upstreamModel, prompt: req.prompt };
@@ -240,25 +242,7 @@ export function openAiCompatible(quirks: DialectQuirks): Dialect {
       return { choices, usage };
     },
 
-    textStreamEvent(event) {
-      if (event.data === '[DONE]') return { done: true };
-      const body = parse(event.data);
-      if (event.event === 'error' || body.error !== undefined || body.object === 'error') {
-        throw new UpstreamBrokeOff(`the upstream sent an error event: ${errorMessage(body) ?? 'no message'}`);
-      }
-      const out: StreamEvent = {};
-      if (Array.isArray(body.choices) && body.choices.length > 0) {
-        out.choices = body.choices.map((c: Json, i: number): ChoiceDelta => ({
-          index: typeof c.index === 'number' ? c.index : i,
-          delta: { content: typeof c.text === 'string' ? c.text : '' },
-          logprobs: c.logprobs ?? null,
-          finish_reason: c.finish_reason ?? null,
-        }));
-      }
-      const usage = readUsage(body);
-      if (usage) out.usage = usage;
-      return out;
-    },
+    textStreamEvent: (event) => eventWith(event, (c) => ({ delta: { content: typeof c.text === 'string' ? c.text : '' }, logprobs: c.logprobs ?? null })),
 
     embeddingsBody(req, upstreamModel) {
       const body: Record<string, unknown> = { model: upstreamModel, input: req.input };
