@@ -12,24 +12,25 @@ export const MAX_KNOWN_PREFIXES = 4096;
 export class KnownPrefixes {
   private order: string[] = [];
   private readonly firstSeen = new Map<string, number>();
+  /** In the order last seen, least recent first: a prefix seen again is moved to the end. */
   private readonly lastSeen = new Map<string, number>();
   private unshared = new Set<string>();
   /** The last first-seen time given: two prefixes first seen in one millisecond still get their order. */
   private lastFirstSeen = 0;
-  /** Changes whenever the order does, so that placements computed from it can be kept until then. */
-  version = 0;
+  /** Changes whenever the order changes other than by a prefix added at its end, so that placements can grow in place until then. */
+  epoch = 0;
 
   constructor(private readonly now: () => number = Date.now) {}
 
+  /** On the request path: cheap, and never reorders; trim() forgets, in the background. */
   saw(key: string): void {
-    if (!this.lastSeen.has(key)) {
+    if (this.lastSeen.delete(key)) this.lastSeen.set(key, this.now());
+    else {
       this.order.push(key);
       this.lastFirstSeen = Math.max(this.now(), this.lastFirstSeen + 0.001);
       this.firstSeen.set(key, this.lastFirstSeen);
-      this.version++;
-      if (this.order.length > MAX_KNOWN_PREFIXES) this.forget(this.leastRecent(this.order.length - MAX_KNOWN_PREFIXES));
+      this.lastSeen.set(key, this.now());
     }
-    this.lastSeen.set(key, this.now());
     this.unshared.add(key);
   }
 
@@ -61,17 +62,19 @@ export class KnownPrefixes {
       this.firstSeen.set(k, this.now());
     }
     this.order = next;
-    this.version++;
+    this.epoch++;
   }
 
-  /** Forgets what has not been seen for PREFIX_IDLE_MS. */
-  forgetIdle(): void {
+  /** Forgets what has not been seen for PREFIX_IDLE_MS, and the least recently seen beyond MAX_KNOWN_PREFIXES. */
+  trim(): void {
     const since = this.now() - PREFIX_IDLE_MS;
-    this.forget(this.order.filter((k) => (this.lastSeen.get(k) ?? 0) < since));
-  }
-
-  private leastRecent(count: number): string[] {
-    return [...this.lastSeen.entries()].sort((a, b) => a[1] - b[1]).slice(0, count).map(([k]) => k);
+    const over = this.lastSeen.size - MAX_KNOWN_PREFIXES;
+    const gone: string[] = [];
+    for (const [key, seen] of this.lastSeen) {
+      if (seen >= since && gone.length >= over) break;
+      gone.push(key);
+    }
+    this.forget(gone);
   }
 
   private forget(keys: string[]): void {
@@ -82,6 +85,6 @@ export class KnownPrefixes {
       this.lastSeen.delete(k);
       this.firstSeen.delete(k);
     }
-    this.version++;
+    this.epoch++;
   }
 }

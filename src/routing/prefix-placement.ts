@@ -63,14 +63,23 @@ export class PrefixPlacement<E extends PlacementEndpoint> {
   /** `prefixes` in the order they were first seen. */
   constructor(prefixes: readonly string[], private readonly endpoints: E[], private readonly slack: number) {
     this.totalWeight = endpoints.reduce((sum, e) => sum + e.weight, 0);
-    // Each prefix is bounded by the count placed so far, itself included: one that arrives later never moves
-    // those placed before it.
-    for (const key of prefixes) {
-      const home = this.next(key);
-      if (!home) break;
-      this.homes.set(key, home);
-      this.counts.set(home.name, (this.counts.get(home.name) ?? 0) + 1);
-    }
+    for (const key of prefixes) this.add(key);
+  }
+
+  /** How many prefixes have homes. */
+  get size(): number {
+    return this.homes.size;
+  }
+
+  /**
+   * Places a prefix first seen after all those placed. Each prefix is bounded by the count placed so far,
+   * itself included: one that arrives later never moves those placed before it, so a placement grows in place.
+   */
+  add(key: string): void {
+    const home = this.next(key);
+    if (!home) return;
+    this.homes.set(key, home);
+    this.counts.set(home.name, (this.counts.get(home.name) ?? 0) + 1);
   }
 
   /** The home of `key`: its place among the known prefixes, or for a new one, where it would go next. */

@@ -75,8 +75,8 @@ export class PrefixSharing {
         } catch {
           // Redis is away: keep what this replica knows, and send what it saw next time.
           for (const [key] of seen) known.saw(key);
-          known.forgetIdle();
         }
+        known.trim();
       }
     } finally {
       this.sharing = false;

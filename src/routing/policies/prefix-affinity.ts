@@ -31,7 +31,7 @@ export interface PrefixAffinitySettings {
 
 export class PrefixAffinityPolicy implements RoutingPolicy {
   readonly needsPrefix = true;
-  private placement: { version: number; endpoints: string; placement: PrefixPlacement<PlacementEndpoint> } | undefined;
+  private placement: { epoch: number; endpoints: string; placement: PrefixPlacement<PlacementEndpoint> } | undefined;
 
   constructor(private readonly settings: PrefixAffinitySettings, private readonly known: KnownPrefixes = new KnownPrefixes()) {}
 
@@ -56,14 +56,20 @@ export class PrefixAffinityPolicy implements RoutingPolicy {
     if (key) this.known.saw(key);
   }
 
-  /** Placements change only with the known prefixes or the endpoints available: computed once per change. */
+  /**
+   * Computed anew only when the known prefixes are reordered or forgotten (the background sharing, at most
+   * every 200 ms) or the endpoints available change; a prefix seen for the first time is placed onto it.
+   */
   private placementFor(candidates: Candidate[]): PrefixPlacement<PlacementEndpoint> {
     const endpoints = candidates.map((c) => `${c.name}\t${c.weight}`).join('\n');
-    if (this.placement?.version !== this.known.version || this.placement.endpoints !== endpoints) {
+    const keys = this.known.keys();
+    if (this.placement?.epoch !== this.known.epoch || this.placement.endpoints !== endpoints) {
       const fleet = candidates.map(({ name, weight }) => ({ name, weight }));
-      this.placement = { version: this.known.version, endpoints, placement: new PrefixPlacement(this.known.keys(), fleet, this.settings.placementSlack) };
+      this.placement = { epoch: this.known.epoch, endpoints, placement: new PrefixPlacement(keys, fleet, this.settings.placementSlack) };
     }
-    return this.placement.placement;
+    const { placement } = this.placement;
+    for (let i = placement.size; i < keys.length; i++) placement.add(keys[i]);
+    return placement;
   }
 }
 
