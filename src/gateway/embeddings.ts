@@ -6,7 +6,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Span } from '@opentelemetry/api';
 import { embeddingInputs, parseEmbeddingsRequest, renderEmbeddings, type EmbeddingsRequest } from '../protocol/embeddings.js';
-import { ApiError, shuttingDown } from '../protocol/errors.js';
+import { ApiError } from '../protocol/errors.js';
 import { sendJson, sendJsonParts } from '../protocol/http-io.js';
 import { readBytes, readWhole } from '../upstream/client.js';
 import type { GatewayContext } from './context.js';
@@ -50,8 +50,7 @@ export async function handleEmbeddings(req: IncomingMessage, res: ServerResponse
     ctx.telemetry.recordUsage(model.config.id, usage);
     meter.settle('complete', endpoint.name, usage);
   } catch (err) {
-    meter.settle(clientGone() ? 'client_gone' : 'failed', call?.endpoint.name ?? '', undefined, (err as Error).message);
-    throw ctx.lifecycle.stopped && !(err instanceof ApiError) ? shuttingDown() : err;
+    throw meter.fail(err, call?.endpoint.name ?? '', clientGone());
   } finally {
     call?.release();
   }

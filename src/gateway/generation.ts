@@ -9,7 +9,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Span } from '@opentelemetry/api';
 import type { ApiName } from '../config.js';
 import type { Completion, ContentRun, ChoiceDelta, ReplyIdentity, StreamEvent, Usage } from '../protocol/chat-response.js';
-import { ApiError, checkContextWindow, shuttingDown } from '../protocol/errors.js';
+import { ApiError, checkContextWindow } from '../protocol/errors.js';
 import { sendJson } from '../protocol/http-io.js';
 import type { RoutedEndpoint, RoutedModel } from '../routing/routing-table.js';
 import type { UpstreamBody } from '../upstream/client.js';
@@ -117,8 +117,7 @@ export async function handleGeneration<R>(api: GenerationApi<R>, req: IncomingMe
       meter.settle('broke_off', endpoint.name, undefined, outcome.reason);
     }
   } catch (err) {
-    meter.settle(clientGone() ? 'client_gone' : 'failed', call?.endpoint.name ?? '', undefined, (err as Error).message);
-    const failure = ctx.lifecycle.stopped && !(err instanceof ApiError) ? shuttingDown() : err;
+    const failure = meter.fail(err, call?.endpoint.name ?? '', clientGone());
     if (failure instanceof ApiError && relay?.failBeforeStart(failure)) return;
     throw failure;
   } finally {

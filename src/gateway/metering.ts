@@ -7,7 +7,7 @@ import type { ApiName } from '../config.js';
 import { extendHold, type SettleOutcome } from '../billing/credit-ledger.js';
 import { replyCost } from '../billing/prices.js';
 import type { Usage } from '../protocol/chat-response.js';
-import { insufficientBalance } from '../protocol/errors.js';
+import { ApiError, insufficientBalance, shuttingDown } from '../protocol/errors.js';
 import { rateCheck } from '../ratelimit/rate-limiter.js';
 import { failClosed } from '../redis/connection.js';
 import type { RoutedModel } from '../routing/routing-table.js';
@@ -81,6 +81,16 @@ export class Meter {
     if (hold.kind !== 'held') throw insufficientBalance();
     ctx.telemetry.holdOpened();
     return new Meter(ctx, span, m, hold.maxReplyTokens, rateLimitHeaders(hold.rate));
+  }
+
+  /**
+   * Settles, unpaid, a request whose upstream call failed or whose client
+   * left; returns what to answer with (a replica shutting down says so,
+   * rather than passing on the cancellation its shutdown caused).
+   */
+  fail(err: unknown, endpoint: string, clientGone: boolean): unknown {
+    this.settle(clientGone ? 'client_gone' : 'failed', endpoint, undefined, (err as Error).message);
+    return this.ctx.lifecycle.stopped && !(err instanceof ApiError) ? shuttingDown() : err;
   }
 
   /** Settles once; later calls are ignored. Only a complete reply is charged. */
