@@ -9,7 +9,7 @@ import type { LlamaContextSequence, LlamaEmbeddingContext, Token } from 'node-ll
 import { parseChatCompletionRequest, requestedMaxTokens, type ChatCompletionRequest } from '../protocol/chat-request.js';
 import { base64Vector, embeddingInputs, parseEmbeddingsRequest, renderEmbeddings, type EmbeddingsRequest } from '../protocol/embeddings.js';
 import { ChunkRenderer, renderCompletion, type Choice, type ChoiceDelta, type Completion, type ReplyIdentity, type TokenLogprob, type Usage } from '../protocol/chat-response.js';
-import { parseCompletionRequest, promptOf, renderTextCompletion, TextChunkRenderer } from '../protocol/completions.js';
+import { parseCompletionRequest, promptsOf, renderTextCompletion, TextChunkRenderer } from '../protocol/completions.js';
 import { ApiError, Cancelled, checkContextWindow, internalError, invalidParameter, routeNotFound } from '../protocol/errors.js';
 import { listen } from '../listen.js';
 import { readJsonBody, sendError, sendJson, SSE_HEADERS } from '../protocol/http-io.js';
@@ -73,7 +73,10 @@ export async function startEngine(opts: EngineOptions): Promise<RunningEngine> {
     if (req.method === 'POST' && path === '/v1/completions') {
       const parsed = parseCompletionRequest(await readJsonBody(req, MAX_BODY_BYTES));
       if (parsed instanceof ApiError) throw parsed;
-      const text = promptOf(parsed);
+      const prompts = promptsOf(parsed);
+      // The gateway sends a batch's prompts as one call each; this engine serves one at a time.
+      if (prompts.length > 1) throw invalidParameter('prompt', 'This engine takes one prompt per request.');
+      const text = prompts[0];
       // Raw text, as llama.cpp's server reads a completion's prompt: no chat template, the model's BOS first.
       const tokens = typeof text === 'string' ? [...(model.tokens.bos !== null ? [model.tokens.bos] : []), ...model.tokenize(text)] : (text as Token[]);
       const echo = parsed.echo && typeof text === 'string' ? text : '';

@@ -27,10 +27,10 @@ const chat: GenerationApi<ChatCompletionRequest> = {
     user: r.user ?? undefined,
   }),
   promptTokens(model, request) {
-    if (model.countPromptTokens) return { tokens: model.countPromptTokens(request.messages), exact: true };
+    if (model.countPromptTokens) return { tokens: [model.countPromptTokens(request.messages)], exact: true };
     let bound = FRAMING_TOKENS_PER_MESSAGE;
     for (const m of request.messages) bound += Buffer.byteLength(messageText(m)) + FRAMING_TOKENS_PER_MESSAGE;
-    return { tokens: bound, exact: false };
+    return { tokens: [bound], exact: false };
   },
   leadingText: (r) => conversationText(r.messages),
   withMaxTokens: (r, maxTokens) => ({ ...r, max_tokens: maxTokens, max_completion_tokens: maxTokens }),

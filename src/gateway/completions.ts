@@ -4,7 +4,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Span } from '@opentelemetry/api';
 import { passThroughFields } from '../protocol/chat-request.js';
-import { parseCompletionRequest, promptOf, renderTextCompletion, TextChunkRenderer, type CompletionRequest } from '../protocol/completions.js';
+import { parseCompletionRequest, promptsOf, renderTextCompletion, TextChunkRenderer, type CompletionRequest } from '../protocol/completions.js';
 import { readTextCompletion, readTextStream } from '../upstream/client.js';
 import type { GatewayContext } from './context.js';
 import { handleGeneration, perChoiceBodies, type GenerationApi } from './generation.js';
@@ -23,25 +23,23 @@ const completions: GenerationApi<CompletionRequest> = {
     user: r.user ?? undefined,
   }),
   promptTokens(_model, request) {
-    const prompt = promptOf(request);
-    if (typeof prompt !== 'string') return { tokens: prompt.length, exact: true };
+    const prompts = promptsOf(request);
     // Without a tokenizer for raw text, its UTF-8 bytes bound its tokens (a byte-level tokenizer never makes more).
-    return { tokens: Buffer.byteLength(prompt) + Buffer.byteLength(request.suffix ?? '') + 2, exact: false };
+    const suffixBound = Buffer.byteLength(request.suffix ?? '') + 2;
+    const tokens = prompts.map((p) => (typeof p === 'string' ? Buffer.byteLength(p) + suffixBound : p.length));
+    return { tokens, exact: prompts.every((p) => typeof p !== 'string') };
   },
+  // A batch routes by its first prompt.
   leadingText: (r) => {
-    const prompt = promptOf(r);
+    const prompt = promptsOf(r)[0];
     return typeof prompt === 'string' ? prompt : prompt.join(' ');
   },
   withMaxTokens: (r, maxTokens) => ({ ...r, max_tokens: maxTokens }),
   passThrough: (body, model) => passThroughFields(body, model.config.passThrough),
   upstreamRequest(endpoint, model, request, passThrough) {
-    const body = endpoint.dialect.completionsBody(request, {
-      upstreamModel: endpoint.upstreamModel,
-      supportsTools: false,
-      supportsJsonOutput: model.config.supports.jsonOutput,
-      passThrough,
-    });
-    return { path: '/completions', bodies: perChoiceBodies(endpoint, body, request.n ?? 1, request.seed) };
+    const target = { upstreamModel: endpoint.upstreamModel, supportsTools: false, supportsJsonOutput: model.config.supports.jsonOutput, passThrough };
+    const bodies = promptsOf(request).flatMap((prompt) => perChoiceBodies(endpoint, endpoint.dialect.completionsBody({ ...request, prompt }, target), request.n ?? 1, request.seed));
+    return { path: '/completions', bodies };
   },
   readWhole: readTextCompletion,
   readStream: readTextStream,

@@ -36,12 +36,13 @@ export interface GenerationApi<R> {
   parse(body: unknown): R | ApiError;
   /** The fields every generation request has, under whatever names. */
   common(request: R): { model: string; n: number; stream: boolean; includeUsage: boolean; maxTokens: number | undefined; user: string | undefined };
-  /** Prompt tokens: counted exactly where the model has a tokenizer, else an upper bound from the text. */
-  promptTokens(model: RoutedModel, request: R): { tokens: number; exact: boolean };
+  /** Each prompt's tokens (one prompt, or a batch): counted exactly where the model has a tokenizer or the prompt is token ids, else an upper bound from the text. */
+  promptTokens(model: RoutedModel, request: R): { tokens: number[]; exact: boolean };
   /** The prompt from its start, for prefix routing. */
   leadingText(request: R): string;
   /** The request with its reply cap lowered to what the balance pays for. */
   withMaxTokens(request: R, maxTokens: number): R;
+  /** The upstream calls, prompt by prompt (see upstream/fan-out.ts). */
   upstreamRequest(endpoint: RoutedEndpoint, model: RoutedModel, request: R, passThrough: Record<string, unknown>): UpstreamRequest;
   /** Engine extras the model passes through, from the raw body; a 400 where one holds invalid text. */
   passThrough(body: unknown, model: RoutedModel): Record<string, unknown> | ApiError;
@@ -69,11 +70,14 @@ export async function handleGeneration<R>(api: GenerationApi<R>, req: IncomingMe
   const model = servingModel(table, asked.model, api.name, span, caller);
   const passThrough = api.passThrough(body, model);
   if (passThrough instanceof ApiError) throw passThrough;
-  const prompt = api.promptTokens(model, parsed);
-  if (prompt.exact) checkContextWindow(model.config.contextWindow, prompt.tokens, asked.maxTokens ?? 1);
-  const maxReplyTokens = asked.maxTokens ?? Math.max(1, model.config.contextWindow - (prompt.exact ? prompt.tokens : 0));
+  const prompts = api.promptTokens(model, parsed);
+  const longestPrompt = Math.max(...prompts.tokens);
+  const promptTokens = prompts.tokens.reduce((sum, t) => sum + t, 0);
+  if (prompts.exact) checkContextWindow(model.config.contextWindow, longestPrompt, asked.maxTokens ?? 1);
+  const maxReplyTokens = asked.maxTokens ?? Math.max(1, model.config.contextWindow - (prompts.exact ? longestPrompt : 0));
+  const replies = prompts.tokens.length * asked.n;
 
-  const meter = await Meter.open(ctx, span, { caller, model, settlementId: randomId(), promptTokens: prompt.tokens, n: asked.n, maxReplyTokens, user: asked.user, api: api.name });
+  const meter = await Meter.open(ctx, span, { caller, model, settlementId: randomId(), promptTokens, n: replies, maxReplyTokens, user: asked.user, api: api.name });
   // A balance that pays for fewer reply tokens than asked lowers the limit sent upstream.
   const request = meter.maxReplyTokens < maxReplyTokens ? api.withMaxTokens(parsed, meter.maxReplyTokens) : parsed;
 
@@ -85,7 +89,7 @@ export async function handleGeneration<R>(api: GenerationApi<R>, req: IncomingMe
         renderer: api.renderer(identity, asked.includeUsage),
         keepAliveMs: table.settings.keepAliveMs,
         headers,
-        countedPromptTokens: prompt.exact ? prompt.tokens : 0,
+        countedPromptTokens: prompts.exact ? promptTokens : 0,
         clientGone,
         onFirstChunk: () => ctx.telemetry.recordFirstToken(model.config.id, (performance.now() - started) / 1000),
       })
@@ -101,15 +105,16 @@ export async function handleGeneration<R>(api: GenerationApi<R>, req: IncomingMe
     const upstreamRequest = (endpoint: RoutedEndpoint) => api.upstreamRequest(endpoint, model, request, passThrough);
     call = await callWithFailover(ctx, span, { model, upstreamRequest, plan: ctx.router.plan(model, () => api.leadingText(request)), account: caller.account, cancellation: upstreamCall });
     const { endpoint } = call;
+    const fanOut = { choicesPerCall: replies / call.bodies.length, callsPerPrompt: call.bodies.length / prompts.tokens.length };
     if (!relay) {
       const parts = await Promise.all(call.bodies.map((b) => api.readWhole(endpoint, b)));
-      const completion = parts.length === 1 ? parts[0] : mergeCompletions(parts);
+      const completion = parts.length === 1 ? parts[0] : mergeCompletions(parts, fanOut);
       sendJson(res, 200, api.renderWhole(identity, completion), headers);
       complete(call, completion.usage);
       return;
     }
     const streams = call.bodies.map((b) => api.readStream(endpoint, b));
-    const outcome = await relay.run(streams.length === 1 ? streams[0] : mergeStreams(streams));
+    const outcome = await relay.run(streams.length === 1 ? streams[0] : mergeStreams(streams, fanOut));
     if (outcome.kind === 'complete') complete(call, outcome.usage);
     else if (outcome.kind === 'client_gone') meter.settle('client_gone', endpoint.name);
     else {

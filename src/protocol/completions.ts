@@ -12,10 +12,13 @@ import { parseRequest } from './request-parsing.js';
 const penalty = z.number().min(-2).max(2).nullish();
 const tokens = z.array(z.int().min(0)).min(1);
 
+/** The most prompts one request may carry: each becomes its own upstream call (or `n` of them). */
+export const MAX_PROMPTS = 32;
+
 export const completionRequest = z.object({
   model: z.string().min(1),
-  prompt: z.union([z.string(), z.array(z.string()).length(1), tokens, z.array(tokens).length(1)], {
-    error: 'expected a string or token ids (one prompt per request here; send several prompts as several requests)',
+  prompt: z.union([z.string(), z.array(z.string()).min(1).max(MAX_PROMPTS), tokens, z.array(tokens).min(1).max(MAX_PROMPTS)], {
+    error: `expected a string, an array of strings, token ids or an array of token id arrays (at most ${MAX_PROMPTS} prompts)`,
   }),
   suffix: z.string().nullish(),
   echo: z.boolean().nullish(),
@@ -40,12 +43,14 @@ export function parseCompletionRequest(body: unknown): CompletionRequest | ApiEr
   return parseRequest(completionRequest, body);
 }
 
-/** The prompt: its text, or its token ids. */
-export function promptOf(request: CompletionRequest): string | number[] {
+export type Prompt = string | number[];
+
+/** The request's prompts, each its text or its token ids: one, or a batch. */
+export function promptsOf(request: CompletionRequest): Prompt[] {
   const p = request.prompt;
-  if (typeof p === 'string') return p;
-  if (typeof p[0] === 'string') return p[0];
-  return (Array.isArray(p[0]) ? p[0] : p) as number[];
+  if (typeof p === 'string') return [p];
+  if (typeof p[0] === 'number') return [p as number[]];
+  return p as Prompt[];
 }
 
 export function renderTextCompletion(identity: ReplyIdentity, completion: Completion) {

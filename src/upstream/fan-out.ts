@@ -1,25 +1,40 @@
-// For upstreams that return one choice per call (llama.cpp, DeepSeek), a
-// request for `n` replies becomes `n` calls; these merge their answers back
-// into one reply whose choices are numbered 0..n-1.
+// One reply from several upstream calls: a batch of prompts is one call per
+// prompt, and for upstreams that return one choice per call (llama.cpp,
+// DeepSeek) a request for `n` replies is `n` calls per prompt. The calls are
+// made prompt by prompt, so call k's choice j is the reply's choice
+// k × choicesPerCall + j, as OpenAI numbers a batch's choices (prompt i's
+// j-th reply is choice i × n + j).
 import type { Completion, StreamEvent, Usage } from '../protocol/chat-response.js';
 
-/** The prompt is counted once, as OpenAI does for `n`; every reply's tokens are counted. */
-function combineUsage(parts: Usage[]): Usage {
+/** How a request's calls divide among its prompts and its choices. */
+export interface FanOut {
+  choicesPerCall: number;
+  callsPerPrompt: number;
+}
+
+/** Each prompt is counted once, as OpenAI does for `n`; every reply's tokens are counted. */
+function combineUsage(parts: Usage[], fanOut: FanOut): Usage {
+  const usage: Usage = { prompt_tokens: 0, completion_tokens: 0, cached_tokens: 0 };
+  for (let first = 0; first < parts.length; first += fanOut.callsPerPrompt) {
+    const prompt = parts.slice(first, first + fanOut.callsPerPrompt);
+    usage.prompt_tokens += prompt[0].prompt_tokens;
+    usage.cached_tokens += Math.min(...prompt.map((u) => u.cached_tokens));
+  }
+  for (const u of parts) usage.completion_tokens += u.completion_tokens;
+  return usage;
+}
+
+export function mergeCompletions(parts: Completion[], fanOut: FanOut): Completion {
   return {
-    prompt_tokens: parts[0].prompt_tokens,
-    completion_tokens: parts.reduce((sum, u) => sum + u.completion_tokens, 0),
-    cached_tokens: Math.min(...parts.map((u) => u.cached_tokens)),
+    choices: parts.flatMap((p, k) => p.choices.map((c) => ({ ...c, index: k * fanOut.choicesPerCall + c.index }))),
+    usage: combineUsage(
+      parts.map((p) => p.usage),
+      fanOut,
+    ),
   };
 }
 
-export function mergeCompletions(parts: Completion[]): Completion {
-  return {
-    choices: parts.map((p, i) => ({ ...p.choices[0], index: i })),
-    usage: combineUsage(parts.map((p) => p.usage)),
-  };
-}
-
-export async function* mergeStreams(streams: AsyncGenerator<StreamEvent[]>[]): AsyncGenerator<StreamEvent[]> {
+export async function* mergeStreams(streams: AsyncGenerator<StreamEvent[]>[], fanOut: FanOut): AsyncGenerator<StreamEvent[]> {
   const usage: (Usage | undefined)[] = streams.map(() => undefined);
   const pending = new Map(streams.map((s, i) => [i, s.next().then((r) => ({ i, r }))]));
   try {
@@ -30,11 +45,12 @@ export async function* mergeStreams(streams: AsyncGenerator<StreamEvent[]>[]): A
         continue;
       }
       pending.set(i, streams[i].next().then((next) => ({ i, r: next })));
+      const first = i * fanOut.choicesPerCall;
       const out: StreamEvent[] = [];
       for (const event of r.value) {
         if (event.usage) usage[i] = event.usage;
-        if (event.choices) out.push({ choices: event.choices.map((c) => ({ ...c, index: i })) });
-        if (event.content) out.push({ content: { ...event.content, index: i } });
+        if (event.choices) out.push({ choices: event.choices.map((c) => ({ ...c, index: first + c.index })) });
+        if (event.content) out.push({ content: { ...event.content, index: first + event.content.index } });
       }
       if (out.length > 0) yield out;
     }
@@ -42,5 +58,5 @@ export async function* mergeStreams(streams: AsyncGenerator<StreamEvent[]>[]): A
     await Promise.allSettled(streams.map((s) => s.return(undefined)));
   }
   const known = usage.filter((u): u is Usage => u !== undefined);
-  yield [known.length === usage.length ? { usage: combineUsage(known), done: true } : { done: true }];
+  yield [known.length === usage.length ? { usage: combineUsage(known, fanOut), done: true } : { done: true }];
 }

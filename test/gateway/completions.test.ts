@@ -84,15 +84,58 @@ describe('POST /v1/completions', () => {
     });
   });
 
-  it('refuses a model that does not serve completions, and a prompt list of several, before any upstream call', async () => {
+  it('refuses a model that does not serve completions, and a batch of more prompts than a request may carry, before any upstream call', async () => {
     await withGatewayOn([completer], ([url]) => ({ models: [modelEntry('chatty', [{ kind: 'vllm', url }]), model([url])] }), async (gw, [up]) => {
       const notServed = await post(gw, { model: 'chatty', prompt: 'def' });
       expect(notServed.status).toBe(400);
       expect((await notServed.json()).error.code).toBe('model_not_supported');
-      const several = await post(gw, { model: 'coder', prompt: ['a', 'b'] });
-      expect(several.status).toBe(400);
-      expect((await several.json()).error.param).toBe('prompt');
+      const tooMany = await post(gw, { model: 'coder', prompt: Array.from({ length: 33 }, (_, i) => `p${i}`) });
+      expect(tooMany.status).toBe(400);
+      expect((await tooMany.json()).error.param).toBe('prompt');
       expect(up.received).toHaveLength(0);
     });
   });
+
+  /** Answers each prompt with "<prompt>#<choice>", 3 prompt tokens per prompt, 2 cached, 1 reply token per choice. */
+  const batchAnswerer: Script = (req, res) => {
+    const n = req.body.n ?? 1;
+    const prompt = String(req.body.prompt);
+    const batchUsage = { prompt_tokens: 3, completion_tokens: n, total_tokens: 3 + n, prompt_tokens_details: { cached_tokens: 2 } };
+    if (req.body.stream) {
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      for (let i = 0; i < n; i++) res.write(textChunk(`${prompt}#${i}`, 'stop', i));
+      res.end(`data: ${JSON.stringify({ id: 'cmpl-up', object: 'text_completion', created: 1, model: 'up', choices: [], usage: batchUsage })}\n\ndata: [DONE]\n\n`);
+      return;
+    }
+    replyJson(res, { id: 'cmpl-up', object: 'text_completion', created: 1, model: 'up', choices: Array.from({ length: n }, (_, index) => ({ index, text: `${prompt}#${index}`, logprobs: null, finish_reason: 'stop' })), usage: batchUsage });
+  };
+
+  for (const kind of ['vllm', 'llamacpp']) {
+    it(`answers a batch of prompts with n each, choice i × n + j for prompt i's j-th reply, each prompt counted and charged once (${kind})`, async () => {
+      await withGatewayOn([batchAnswerer], (urls) => ({ models: [model(urls, kind)] }), async (gw, [up]) => {
+        const before = (await readBalance(gw.redis.client, gw.account))!;
+        const reply = await gw.client.completions.create({ model: 'coder', prompt: ['a', 'b', 'c'], n: 2, max_tokens: 1 });
+        // A one-choice server answers each of its calls as choice 0.
+        const reply_ = (p: string, j: number) => `${p}#${kind === 'vllm' ? j : 0}`;
+        expect(reply.choices.map((c) => [c.index, c.text])).toEqual([
+          [0, reply_('a', 0)], [1, reply_('a', 1)], [2, reply_('b', 0)], [3, reply_('b', 1)], [4, reply_('c', 0)], [5, reply_('c', 1)],
+        ]);
+        // Each prompt's 3 tokens once, however many calls served its n; every reply token.
+        expect(reply.usage).toMatchObject({ prompt_tokens: 9, completion_tokens: 6, prompt_tokens_details: { cached_tokens: 6 } });
+        expect(up.received.map((r) => r.body.prompt)).toEqual(kind === 'vllm' ? ['a', 'b', 'c'] : ['a', 'a', 'b', 'b', 'c', 'c']);
+        // 3 uncached × 1 + 6 cached × 0.1 + 6 completion × 2 micro-units, rounded up once.
+        await until(async () => (await readBalance(gw.redis.client, gw.account))!.granted === before.granted - 16);
+
+        const stream = await gw.client.completions.create({ model: 'coder', prompt: [[1, 2], [3]], n: 2, max_tokens: 1, stream: true, stream_options: { include_usage: true } });
+        const texts: string[] = [];
+        let streamedUsage;
+        for await (const chunk of stream) {
+          for (const c of chunk.choices) if (c.text) texts[c.index] = c.text;
+          if (chunk.usage) streamedUsage = chunk.usage;
+        }
+        expect(texts).toEqual([reply_('1,2', 0), reply_('1,2', 1), reply_('3', 0), reply_('3', 1)]);
+        expect(streamedUsage).toMatchObject({ prompt_tokens: 6, completion_tokens: 4 });
+      });
+    });
+  }
 });
