@@ -14,6 +14,7 @@ import { DEMO_EMAIL } from './accounts/demo-account.js';
 import { startGateway } from './gateway/start.js';
 import { isOperatorCommand, OPERATOR_USAGE, runOperatorCommand } from './operator/commands.js';
 import { CannotListen } from './listen.js';
+import { sharedRedisFromEnv } from './redis/connection.js';
 
 const PACKAGE_ROOT = fileURLToPath(new URL('..', import.meta.url));
 const USAGE = `usage: parley <command> [options]
@@ -22,8 +23,11 @@ const USAGE = `usage: parley <command> [options]
                --config FILE (PARLEY_CONFIG; default config/quickstart.yaml)
                --port N (PORT; 8080)  --host H (HOST; 0.0.0.0)
                --data-dir DIR (PARLEY_DATA_DIR; .parley)
-               REDIS_URL: the shared Redis (default: a private redis-server in the data folder)
-               PARLEY_KEY_SECRET: the API-key hashing secret (required with REDIS_URL)
+               the shared Redis (default: a private redis-server in the data folder), one of
+                 REDIS_URL (redis:// or rediss://; REDIS_CA_FILE for a private CA)
+                 REDIS_SENTINELS=host:port,... with REDIS_SENTINEL_MASTER=name
+                 REDIS_CLUSTER_NODES=host:port,...
+               PARLEY_KEY_SECRET: the API-key hashing secret (required with a shared Redis)
   engine       serve a GGUF model behind the OpenAI API
                --model FILE.gguf (default: Parley's own model, made on first start)
                --model-id ID  --port N (8081)  --host H (127.0.0.1)
@@ -60,7 +64,7 @@ async function serve(argv: string[]): Promise<void> {
     dataDir: dataDir(values['data-dir']),
     host: values.host ?? process.env.HOST ?? '0.0.0.0',
     port: wholeNumber(values.port ?? process.env.PORT ?? '8080', '--port (or PORT)', 0, 65_535),
-    redisUrl: process.env.REDIS_URL || undefined,
+    redis: sharedRedisFromEnv(),
   });
   console.log(`parley: gateway listening on ${gateway.url}/v1`);
   if (gateway.demoKey) {

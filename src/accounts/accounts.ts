@@ -7,12 +7,12 @@ import { luaScript } from '../redis/lua-script.js';
 import { hashPassword } from './passwords.js';
 
 // One script, so that two sign-ups with one email cannot both win and no half-made account is left.
-const CREATE_ACCOUNT = luaScript(`
+// Claims a member's email for an account. KEYS: the member. ARGV: account
+// id, created, password hash ('' for none). 0 when the email is taken.
+const CLAIM_MEMBER = luaScript(`
 if redis.call('EXISTS', KEYS[1]) == 1 then return {0} end
 redis.call('HSET', KEYS[1], 'account', ARGV[1], 'created', ARGV[2])
-if ARGV[5] ~= '' then redis.call('HSET', KEYS[1], 'password', ARGV[5]) end
-redis.call('HSET', KEYS[2], 'email', ARGV[3], 'name', ARGV[4], 'created', ARGV[2], 'granted', 0, 'topped_up', 0, 'held', 0)
-redis.call('ZADD', KEYS[3], ARGV[2], ARGV[1])
+if ARGV[3] ~= '' then redis.call('HSET', KEYS[1], 'password', ARGV[3]) end
 return {1}
 `);
 
@@ -50,10 +50,16 @@ export async function createAccount(redis: Redis, opts: { email: string; name?: 
   const created = Date.now();
   const password = opts.password ? await hashPassword(opts.password) : '';
   const name = opts.name ?? email.split('@')[0];
-  const [made] = (await CREATE_ACCOUNT.run(redis, [redisKeys.member(email), redisKeys.account(id), redisKeys.accounts], [
-    id, created, email, name, password,
-  ])) as number[];
-  if (!made) throw new EmailTaken(`an account for ${email} already exists`);
+  // The account, its place in the list, then its member, each a key of its own (slots apart on a
+  // cluster): the email is claimed last, so an account whose email was taken is taken back whole.
+  await redis.hset(redisKeys.account(id), { email, name, created, granted: 0, topped_up: 0, held: 0 });
+  await redis.zadd(redisKeys.accounts, created, id);
+  const [claimed] = (await CLAIM_MEMBER.run(redis, [redisKeys.member(email)], [id, created, password])) as number[];
+  if (!claimed) {
+    await redis.zrem(redisKeys.accounts, id);
+    await redis.del(redisKeys.account(id));
+    throw new EmailTaken(`an account for ${email} already exists`);
+  }
   return { id, email, name, created };
 }
 

@@ -74,12 +74,10 @@ export async function createApiKey(redis: Redis, secret: string, account: string
     models: limits.models ?? null,
     expiresAt: limits.expiresAt ?? null,
   };
-  await redis
-    .multi()
-    .hset(redisKeys.apiKey(hash), { id: record.id, account, name, created: record.created, suffix: record.suffix, revoked: '0', ...limitFields(limits) })
-    .set(redisKeys.apiKeyById(record.id), hash)
-    .zadd(redisKeys.accountKeys(account), record.created, record.id)
-    .exec();
+  // Three keys in three slots on a cluster; the key works from the last write on, once it can be found and listed.
+  await redis.set(redisKeys.apiKeyById(record.id), hash);
+  await redis.zadd(redisKeys.accountKeys(account), record.created, record.id);
+  await redis.hset(redisKeys.apiKey(hash), { id: record.id, account, name, created: record.created, suffix: record.suffix, revoked: '0', ...limitFields(limits) });
   return { key, record };
 }
 
@@ -91,11 +89,10 @@ export async function findApiKeyByHash(redis: Redis, hash: string): Promise<ApiK
 export async function listApiKeys(redis: Redis, account: string): Promise<ApiKeyRecord[]> {
   const ids = await redis.zrange(redisKeys.accountKeys(account), 0, -1);
   if (ids.length === 0) return [];
-  const hashes = (await redis.mget(ids.map(redisKeys.apiKeyById))).filter((h): h is string => h !== null);
-  const pipeline = redis.pipeline();
-  for (const hash of hashes) pipeline.hgetall(redisKeys.apiKey(hash));
-  const rows = (await pipeline.exec()) ?? [];
-  return rows.map(([, h]) => h as Record<string, string>).filter((h) => h.id).map(toRecord);
+  // One command per key, not MGET or a pipeline: on a cluster each key may be in a slot of its own.
+  const hashes = await Promise.all(ids.map((id) => redis.get(redisKeys.apiKeyById(id))));
+  const rows = await Promise.all(hashes.filter((h): h is string => h !== null).map((hash) => redis.hgetall(redisKeys.apiKey(hash))));
+  return rows.filter((h) => h.id).map(toRecord);
 }
 
 /**

@@ -12,7 +12,7 @@ export function resolveKeySecret(dataDir: string, sharedRedis: boolean): string 
     if (fromEnv.length < 32) throw new ConfigError('PARLEY_KEY_SECRET must be at least 32 characters');
     return fromEnv;
   }
-  if (sharedRedis) throw new ConfigError('with REDIS_URL set, PARLEY_KEY_SECRET must be set too (the same on every replica)');
+  if (sharedRedis) throw new ConfigError('with a shared Redis (REDIS_URL, REDIS_SENTINELS or REDIS_CLUSTER_NODES), PARLEY_KEY_SECRET must be set too (the same on every replica)');
   const file = join(dataDir, 'key-secret');
   if (!existsSync(file)) {
     mkdirSync(dataDir, { recursive: true });

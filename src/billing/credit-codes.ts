@@ -1,25 +1,28 @@
 // Credit codes an operator issues (`parley credit-codes create`) and a team
-// redeems on the platform's top-up page. A code is stored only as a hash;
-// redeeming it is one script, so it credits exactly once.
+// redeems on the platform's top-up page. A code is stored only as a hash,
+// and credits exactly once.
 import { createHash, randomBytes } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import { redisKeys } from '../redis/keys.js';
-import { LUA_INT, luaScript } from '../redis/lua-script.js';
+import { luaScript } from '../redis/lua-script.js';
+import { changeCredit } from './credit-ledger.js';
 
 const ALPHABET = 'ABCDEFGHJKLMNPQRSTUVWXYZ23456789'; // no 0/O or 1/I to misread
 const hashCode = (code: string) => createHash('sha256').update(code.trim().toUpperCase()).digest('hex');
 
-// KEYS: code, account, ledger. ARGV: account id, time.
-const REDEEM = luaScript(`
-${LUA_INT}
+// Claims a code for an account. KEYS: the code. ARGV: account id, time.
+// Answers the amount, -1 for no such code, -2 for a code another account
+// redeemed. The same account's claim again answers the amount again: the
+// credit itself is applied once (changeCredit with the code as its change
+// id), in the account's own slot, so a redemption cut short between the
+// two steps is completed by trying again.
+const CLAIM = luaScript(`
 local amount = redis.call('HGET', KEYS[1], 'amount')
-if not amount then return {-1, 0} end
-if redis.call('HEXISTS', KEYS[1], 'redeemed_by') == 1 then return {-2, 0} end
-if redis.call('EXISTS', KEYS[2]) == 0 then return {-3, 0} end
-redis.call('HSET', KEYS[1], 'redeemed_by', ARGV[1], 'redeemed_at', ARGV[2])
-redis.call('HINCRBY', KEYS[2], 'topped_up', int(tonumber(amount)))
-redis.call('XADD', KEYS[3], '*', 'account', ARGV[1], 'kind', 'top_up', 'amount', amount, 'note', 'credit code')
-return {1, tonumber(amount)}
+if not amount then return {-1} end
+local by = redis.call('HGET', KEYS[1], 'redeemed_by')
+if by and by ~= ARGV[1] then return {-2} end
+if not by then redis.call('HSET', KEYS[1], 'redeemed_by', ARGV[1], 'redeemed_at', ARGV[2]) end
+return {tonumber(amount)}
 `);
 
 export async function createCreditCode(redis: Redis, amountMicros: number): Promise<string> {
@@ -33,7 +36,12 @@ export async function createCreditCode(redis: Redis, amountMicros: number): Prom
 export type RedeemResult = { kind: 'credited'; amount: number } | { kind: 'unknown' } | { kind: 'already_redeemed' };
 
 export async function redeemCreditCode(redis: Redis, account: string, code: string): Promise<RedeemResult> {
-  const [status, amount] = (await REDEEM.run(redis, [redisKeys.creditCode(hashCode(code)), redisKeys.account(account), redisKeys.ledger], [account, Date.now()])) as number[];
-  if (status === 1) return { kind: 'credited', amount };
-  return status === -2 ? { kind: 'already_redeemed' } : { kind: 'unknown' };
+  const hash = hashCode(code);
+  // A code is never spent on an account that does not exist.
+  if (!(await redis.exists(redisKeys.account(account)))) return { kind: 'unknown' };
+  const [amount] = (await CLAIM.run(redis, [redisKeys.creditCode(hash)], [account, Date.now()])) as number[];
+  if (amount === -1) return { kind: 'unknown' };
+  if (amount === -2) return { kind: 'already_redeemed' };
+  const applied = await changeCredit(redis, account, 'top_up', amount, 'credit code', `code:${hash}`);
+  return applied.kind === 'applied' ? { kind: 'credited', amount } : applied.kind === 'applied_before' ? { kind: 'already_redeemed' } : { kind: 'unknown' };
 }

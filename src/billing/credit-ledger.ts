@@ -265,10 +265,17 @@ reclaim(KEYS[1], KEYS[2], KEYS[3], KEYS[4])
 return {1, balance_of(KEYS[1])}
 `);
 
-// ARGV: kind (grant | top_up | deduct), amount, note. Deductions take granted credit first and stop at zero.
+// KEYS: account, its ledger, its applied changes. ARGV: kind (grant | top_up
+// | deduct), amount, note, account id, change id ('' for none). Deductions
+// take granted credit first and stop at zero. A change whose id was applied
+// before changes nothing and answers the balance it left then (status 2).
 const ADJUST = luaScript(`
 ${LUA_INT}
-if redis.call('EXISTS', KEYS[1]) == 0 then return {0, 0} end
+if redis.call('EXISTS', KEYS[1]) == 0 then return {0, 0, 0} end
+if ARGV[5] ~= '' then
+  local before = redis.call('HGET', KEYS[3], ARGV[5])
+  if before then return {2, tonumber(before), 0} end
+end
 local amount = tonumber(ARGV[2])
 local granted = tonumber(redis.call('HGET', KEYS[1], 'granted') or '0')
 local topped_up = tonumber(redis.call('HGET', KEYS[1], 'topped_up') or '0')
@@ -281,8 +288,9 @@ else
   topped_up = topped_up - (amount - from_granted)
 end
 redis.call('HSET', KEYS[1], 'granted', int(granted), 'topped_up', int(topped_up))
-redis.call('XADD', KEYS[2], '*', 'account', ARGV[4], 'kind', ARGV[1], 'amount', int(amount), 'note', ARGV[3])
-return {1, granted + topped_up}
+redis.call('XADD', KEYS[2], '*', 'account', ARGV[4], 'kind', ARGV[1], 'amount', int(amount), 'note', ARGV[3], 'change', ARGV[5])
+if ARGV[5] ~= '' then redis.call('HSET', KEYS[3], ARGV[5], int(granted + topped_up)) end
+return {1, granted + topped_up, amount}
 `);
 
 const accountKeys = (account: string) => [redisKeys.account(account), redisKeys.holds(account), redisKeys.holdAmounts(account), redisKeys.reclaimedHolds(account)];
@@ -356,7 +364,7 @@ export async function holdCredits(redis: Redis, asks: HoldAsk[]): Promise<HoldRe
     const account = keys.account(h.account);
     return [account, rate ? keys.key(rate.key) : account, h.requestId, h.ttlMs, h.promptTokens * h.prices.missPico, h.n * h.prices.outputPico, h.maxReplyTokens, rate ? 1 : 0, ...(rate?.args ?? [0, 0, 0])];
   });
-  const reply = (await HOLD.run(redis, keys.list, [luaJson(items)])) as number[];
+  const reply = (await HOLD.runDurably(redis, keys.list, [luaJson(items)])) as number[];
   return asks.map(({ rate }, i): HoldResult => {
     const [status, amount, tokens, requests, tokensUsed] = reply.slice(5 * i, 5 * i + 5);
     if (status === -3) return { kind: 'no_account' };
@@ -424,7 +432,7 @@ export async function settleHolds(redis: Redis, batch: Settlement[], keepEventsM
       s.requestId, s.cost, s.outcome, s.model, u.prompt_tokens, u.cached_tokens, u.completion_tokens, s.account, s.keyId, s.endpoint, s.reason ?? '', s.user ?? '', s.api ?? 'chat',
     ];
   });
-  const reply = (await SETTLE.run(redis, keys.list, [keepEventsMs, luaJson(items)])) as number[];
+  const reply = (await SETTLE.runDurably(redis, keys.list, [keepEventsMs, luaJson(items)])) as number[];
   return batch.map((_, i) => (reply[2 * i] === 1 ? { charged: reply[2 * i + 1] } : reply[2 * i] === 0 ? 'already settled' : 'refused'));
 }
 
@@ -455,8 +463,17 @@ export async function balanceSummary(redis: Redis, account: string): Promise<Bal
 
 export type CreditChange = 'grant' | 'top_up' | 'deduct';
 
-/** Grants, tops up or deducts credit with a note in the ledger; returns the new balance, or undefined for no such account. */
-export async function changeCredit(redis: Redis, account: string, kind: CreditChange, amount: number, note: string): Promise<number | undefined> {
-  const [exists, balance] = (await ADJUST.run(redis, [redisKeys.account(account), redisKeys.ledger], [kind, amount, note, account])) as number[];
-  return exists ? balance : undefined;
+/** What a credit change came to: the balance after it and the amount moved (a deduction stops at zero), or, for a change id applied before, the balance it left then. */
+export type CreditChangeResult = { kind: 'applied'; balance: number; amount: number } | { kind: 'applied_before'; balance: number } | { kind: 'no_account' };
+
+/**
+ * Grants, tops up or deducts credit with a note in the account's ledger.
+ * With a `changeId` (an Idempotency-Key, a redeemed code) the change is
+ * applied once however often it is retried.
+ */
+export async function changeCredit(redis: Redis, account: string, kind: CreditChange, amount: number, note: string, changeId = ''): Promise<CreditChangeResult> {
+  const keys = [redisKeys.account(account), redisKeys.ledger(account), redisKeys.appliedChanges(account)];
+  const [status, balance, moved] = (await ADJUST.runDurably(redis, keys, [kind, amount, note, account, changeId])) as number[];
+  if (status === 0) return { kind: 'no_account' };
+  return status === 2 ? { kind: 'applied_before', balance } : { kind: 'applied', balance, amount: moved };
 }

@@ -2,6 +2,7 @@
 // one script call, applied in the order they were asked: the same outcome as
 // one call each, for the price of one round trip.
 import type { Redis } from 'ioredis';
+import { redisKeys } from '../redis/keys.js';
 import { TurnBatches } from '../redis/turn-batches.js';
 import { holdCredits, type HoldAsk, type HoldResult } from './credit-ledger.js';
 
@@ -15,7 +16,7 @@ export class HoldQueue {
   private readonly batches: TurnBatches<Waiting>;
 
   constructor(private readonly redis: Redis) {
-    this.batches = new TurnBatches(redis, (part) => void this.run(part));
+    this.batches = new TurnBatches(redis, (part) => void this.run(part), (w) => redisKeys.account(w.ask.hold.account));
   }
 
   /** The hold's result; rejects with the error that kept it from Redis. */

@@ -10,6 +10,7 @@
 // in one script call: under load that is several requests' worth for the
 // price of one round trip.
 import type { Redis } from 'ioredis';
+import { redisKeys } from '../redis/keys.js';
 import { TurnBatches } from '../redis/turn-batches.js';
 import { settleHolds, type Settlement } from './credit-ledger.js';
 import type { SettlementJournal } from './settlement-journal.js';
@@ -32,7 +33,7 @@ export class SettlementQueue {
     private readonly keepEventsMs: () => number = () => 0,
     private readonly journal?: SettlementJournal,
   ) {
-    this.batches = new TurnBatches(redis, (part) => void this.run(part));
+    this.batches = new TurnBatches(redis, (part) => void this.run(part), (p) => redisKeys.account(p.settlement.account));
     redis.on('ready', () => {
       for (const retry of this.backingOff.splice(0)) retry();
     });

@@ -62,7 +62,7 @@ export class Meter {
       requestsPerMinute: m.caller.limits.requestsPerMinute ?? table.rateLimits.requestsPerMinute,
       tokensPerMinute: m.caller.limits.tokensPerMinute ?? table.rateLimits.tokensPerMinute,
     };
-    const rate = rateCheck(m.caller.keyId, limits, m.promptTokens + m.n * m.maxReplyTokens);
+    const rate = rateCheck(m.caller.account, m.caller.keyId, limits, m.promptTokens + m.n * m.maxReplyTokens);
     const hold = await failClosed(
       ctx.holds.hold({
         hold: {

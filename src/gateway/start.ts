@@ -14,7 +14,8 @@ import { SettlementQueue } from '../billing/settlement-queue.js';
 import { loadRoutingFile, watchRoutingFile } from '../config.js';
 import { LocalEngines } from '../engine/supervisor.js';
 import { listen } from '../listen.js';
-import { connectRedis } from '../redis/connection.js';
+import { connectRedis, type SharedRedis } from '../redis/connection.js';
+import { checkKeyLayout } from '../redis/key-layout.js';
 import { startPrivateRedis } from '../redis/private-server.js';
 import { PrefixSharing } from '../routing/prefix-sharing.js';
 import { Router } from '../routing/router.js';
@@ -30,7 +31,8 @@ export interface GatewayOptions {
   host: string;
   port: number;
   /** The shared Redis; without it, a private redis-server in the data folder. */
-  redisUrl?: string;
+  /** The shared Redis; without it, a private redis-server in the data folder. */
+  redis?: SharedRedis;
   /** The API-key hashing secret; by default PARLEY_KEY_SECRET or the data folder's. */
   keySecret?: string;
 }
@@ -48,17 +50,18 @@ const SETTLE_ON_CLOSE_MS = 5_000;
 
 export async function startGateway(opts: GatewayOptions): Promise<RunningGateway> {
   const routingFile = loadRoutingFile(opts.configPath);
-  const secret = opts.keySecret ?? resolveKeySecret(opts.dataDir, opts.redisUrl !== undefined);
+  const secret = opts.keySecret ?? resolveKeySecret(opts.dataDir, opts.redis !== undefined);
   /** What has been started, stopped in reverse order: on close, or when the start fails part-way (a private Redis would outlive it). */
   const started: (() => unknown)[] = [];
   const stopStarted = async () => {
     for (const stop of started.splice(0).reverse()) await stop();
   };
   try {
-    const privateRedis = opts.redisUrl ? undefined : await startPrivateRedis(opts.dataDir);
+    const privateRedis = opts.redis ? undefined : await startPrivateRedis(opts.dataDir);
     if (privateRedis) started.push(() => privateRedis.stop());
-    const redis = await connectRedis(opts.redisUrl ?? privateRedis!.target);
+    const redis = await connectRedis(opts.redis ?? privateRedis!.target);
     started.push(() => redis.disconnect());
+    await checkKeyLayout(redis);
     const keys = await KeyAuthenticator.start(redis, secret);
     started.push(() => keys.close());
     const demoKey =

@@ -12,7 +12,8 @@ import { balanceSummary, changeCredit, type CreditChange } from '../billing/cred
 import { formatMicros, parseAmount } from '../billing/prices.js';
 import { readAllUsageEvents, readUsageEvents, usageCsv } from '../billing/usage-events.js';
 import { ConfigError } from '../config.js';
-import { connectRedis } from '../redis/connection.js';
+import { connectRedis, sharedRedisFromEnv } from '../redis/connection.js';
+import { checkKeyLayout, migrateKeyLayout } from '../redis/key-layout.js';
 import { startPrivateRedis } from '../redis/private-server.js';
 
 export const OPERATOR_USAGE = `
@@ -28,6 +29,7 @@ export const OPERATOR_USAGE = `
   keys list --account A       each key with its limits
   keys revoke KEY_ID
   credit-codes create --amount 5 [--count N]   codes a team redeems on the platform's top-up page
+  migrate                     move data written by an earlier Parley to the current key layout (safe to rerun)
   usage export [--account A] [--since YYYY-MM-DD] [--until YYYY-MM-DD] [--out FILE.csv]
                (A is an account id or a member's email; all take --data-dir DIR)
 `;
@@ -78,6 +80,10 @@ const describeLimits = (k: ApiKeyRecord) => [k.models ? k.models.join(',') : 'an
 type Values = ReturnType<typeof parseArgs<{ options: typeof OPTIONS; allowPositionals: true }>>['values'];
 
 const ACTIONS: Record<string, (op: Operator, v: Values, positionals: string[]) => Promise<void>> = {
+  async migrate(op) {
+    const moved = await migrateKeyLayout(op.redis);
+    console.log(`migrated: ${moved.movedKeys} account keys, ${moved.ledgerEntries} ledger entries, ${moved.redeemedCodes} redeemed codes`);
+  },
   async 'accounts create'(op, v) {
     if (!v.email) throw new ConfigError('--email is required');
     const created = await createAccount(op.redis, { email: v.email, name: v.name, password: v.password });
@@ -148,25 +154,26 @@ async function adjustCredit(op: Operator, v: Values, kind: CreditChange): Promis
   const a = await account(op, v.account);
   if (!v.amount) throw new ConfigError('--amount is required');
   if (!v.note) throw new ConfigError('--note is required: say why, for the ledger');
-  const balance = await changeCredit(op.redis, a.id, kind, parseAmount(v.amount), v.note);
-  console.log(`${a.id}: balance ${formatMicros(balance ?? 0)}`);
+  const changed = await changeCredit(op.redis, a.id, kind, parseAmount(v.amount), v.note);
+  console.log(`${a.id}: balance ${formatMicros(changed.kind === 'no_account' ? 0 : changed.balance)}`);
 }
 
 export function isOperatorCommand(group: string): boolean {
-  return Object.keys(ACTIONS).some((name) => name.startsWith(`${group} `));
+  return Object.keys(ACTIONS).some((name) => name === group || name.startsWith(`${group} `));
 }
 
 export async function runOperatorCommand(group: string, argv: string[], dataDir: (flag?: string) => string): Promise<void> {
   const { values, positionals } = parseArgs({ args: argv, options: OPTIONS, allowPositionals: true });
   const [verb, ...rest] = positionals;
-  const action = ACTIONS[`${group} ${verb}`];
+  const action = ACTIONS[`${group} ${verb}`] ?? ACTIONS[group];
   if (!action) throw new ConfigError(`unknown command: parley ${group} ${verb ?? ''}\n${OPERATOR_USAGE}`);
   const dir = dataDir(values['data-dir']);
-  const redisUrl = process.env.REDIS_URL || undefined;
-  const secret = resolveKeySecret(dir, redisUrl !== undefined);
-  const privateRedis = redisUrl ? undefined : await startPrivateRedis(dir);
-  const redis = await connectRedis(redisUrl ?? privateRedis!.target, 'parley-operator');
+  const shared = sharedRedisFromEnv();
+  const secret = resolveKeySecret(dir, shared !== undefined);
+  const privateRedis = shared ? undefined : await startPrivateRedis(dir);
+  const redis = await connectRedis(shared ?? privateRedis!.target, 'parley-operator');
   try {
+    if (action !== ACTIONS.migrate) await checkKeyLayout(redis);
     await action({ redis, secret }, values, rest);
   } catch (err) {
     // An operator needs the reason, not a stack trace.

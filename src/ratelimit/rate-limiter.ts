@@ -24,9 +24,9 @@ export interface RateCheck {
   now: number;
 }
 
-export function rateCheck(keyId: string, limits: RateLimits, tokens: number, now = Date.now()): RateCheck {
+export function rateCheck(account: string, keyId: string, limits: RateLimits, tokens: number, now = Date.now()): RateCheck {
   const minute = Math.floor(now / WINDOW_MS);
-  return { key: redisKeys.rateWindow(keyId, minute), args: [limits.requestsPerMinute, limits.tokensPerMinute, tokens], limits, now };
+  return { key: redisKeys.rateWindow(account, keyId, minute), args: [limits.requestsPerMinute, limits.tokensPerMinute, tokens], limits, now };
 }
 
 /**

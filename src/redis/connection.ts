@@ -1,54 +1,158 @@
-// The one connection to the shared state. Parley fails closed: a command that
-// cannot reach Redis fails at once (no offline queue, no silent retries), so
-// the request that needed it gets a 503 instead of free service or a hang.
+// The one connection to the shared state: one Redis server (redis:// or
+// rediss://), a primary found through Sentinel, or a Redis Cluster. Parley
+// fails closed: a command that cannot reach Redis fails at once (no offline
+// queue, no silent retries), so the request that needed it gets a 503
+// instead of free service or a hang.
 import { readFileSync } from 'node:fs';
 import type { ConnectionOptions } from 'node:tls';
-import { Redis } from 'ioredis';
+import { Cluster, Redis, type RedisOptions } from 'ioredis';
 import { ApiError, stateUnavailable } from '../protocol/errors.js';
+import { ConfigError } from '../config.js';
 
+// Every module types the connection as ioredis's Redis: a Cluster answers the same commands.
 export type { Redis };
 
+interface HostPort {
+  host: string;
+  port: number;
+}
+
+/** Where the shared state is, as REDIS_URL, REDIS_SENTINELS or REDIS_CLUSTER_NODES say. */
+export type SharedRedis =
+  | { kind: 'server'; url: string }
+  | { kind: 'sentinel'; sentinels: HostPort[]; master: string }
+  | { kind: 'cluster'; nodes: HostPort[] };
+
+function hostPorts(text: string, name: string): HostPort[] {
+  return text.split(',').map((part) => {
+    const m = /^\s*([^\s:]+|\[[^\]]+\]):(\d+)\s*$/.exec(part);
+    if (!m) throw new ConfigError(`${name}: "${part}" is not host:port`);
+    return { host: m[1].replace(/^\[|\]$/g, ''), port: Number(m[2]) };
+  });
+}
+
+/** The shared Redis the environment names, or undefined for the private one. One of the three may be set. */
+export function sharedRedisFromEnv(env: NodeJS.ProcessEnv = process.env): SharedRedis | undefined {
+  const set = (['REDIS_URL', 'REDIS_SENTINELS', 'REDIS_CLUSTER_NODES'] as const).filter((name) => env[name]);
+  if (set.length > 1) throw new ConfigError(`set one of REDIS_URL, REDIS_SENTINELS and REDIS_CLUSTER_NODES, not ${set.join(' and ')}`);
+  if (env.REDIS_URL) return { kind: 'server', url: env.REDIS_URL };
+  if (env.REDIS_SENTINELS) {
+    if (!env.REDIS_SENTINEL_MASTER) throw new ConfigError('REDIS_SENTINELS needs REDIS_SENTINEL_MASTER (the name the sentinels monitor)');
+    return { kind: 'sentinel', sentinels: hostPorts(env.REDIS_SENTINELS, 'REDIS_SENTINELS'), master: env.REDIS_SENTINEL_MASTER };
+  }
+  if (env.REDIS_CLUSTER_NODES) return { kind: 'cluster', nodes: hostPorts(env.REDIS_CLUSTER_NODES, 'REDIS_CLUSTER_NODES') };
+  return undefined;
+}
+
 /**
- * TLS for a rediss:// URL: the system's certificate authorities, or those in
- * REDIS_CA_FILE (a managed Redis whose certificate a private CA signed).
+ * TLS for a rediss:// URL, or for Sentinel and Cluster with REDIS_TLS=1: the
+ * system's certificate authorities, or those in REDIS_CA_FILE (a managed
+ * Redis whose certificate a private CA signed).
  */
-function tlsFor(target: string): ConnectionOptions | undefined {
-  if (!target.startsWith('rediss://')) return undefined;
+function tls(wanted: boolean): ConnectionOptions | undefined {
+  if (!wanted) return undefined;
   const caFile = process.env.REDIS_CA_FILE;
   return caFile ? { ca: readFileSync(caFile) } : {};
 }
 
-/** A redis:// or rediss:// URL, or the path of a private server's unix socket. */
-export async function connectRedis(target: string, name = 'parley'): Promise<Redis> {
-  const redis = new Redis(target, {
-    tls: tlsFor(target),
+/**
+ * How many replicas must have a hold or a settlement before it counts
+ * (WAIT): Redis replicates asynchronously, and a primary that fails over
+ * loses what its replicas had not yet taken. REDIS_WAIT_REPLICAS, by default
+ * 1 behind Sentinel or on a cluster, 0 on one server.
+ */
+export interface Durability {
+  replicas: number;
+  timeoutMs: number;
+}
+
+const durabilities = new WeakMap<Redis, Durability>();
+
+export function durabilityOf(redis: Redis): Durability {
+  return durabilities.get(redis) ?? { replicas: 0, timeoutMs: 0 };
+}
+
+function durabilityFor(shared: SharedRedis): Durability {
+  const replicas = process.env.REDIS_WAIT_REPLICAS ?? (shared.kind === 'server' ? '0' : '1');
+  const timeoutMs = process.env.REDIS_WAIT_TIMEOUT_MS ?? '250';
+  if (!/^\d+$/.test(replicas) || !/^\d+$/.test(timeoutMs)) throw new ConfigError('REDIS_WAIT_REPLICAS and REDIS_WAIT_TIMEOUT_MS are whole numbers');
+  return { replicas: Number(replicas), timeoutMs: Math.max(1, Number(timeoutMs)) };
+}
+
+// A write refused by a primary that was demoted under it: reconnect, and find the new one.
+const reconnectOnError = (err: Error) => err.message.startsWith('READONLY');
+
+function commonOptions(name: string): RedisOptions {
+  return {
     connectionName: name,
+    password: process.env.REDIS_PASSWORD || undefined,
     enableOfflineQueue: false,
     maxRetriesPerRequest: 0,
     connectTimeout: 2_000,
     lazyConnect: true,
     // At most half a second between tries: settlements owed land soon after Redis is back.
     retryStrategy: (attempt) => Math.min(attempt * 100, 500),
+    reconnectOnError,
     // The request path batches its own scripts per turn of the event loop
     // (billing/hold-queue.ts, settlement-queue.ts); ioredis's automatic
     // pipelining on top of that cost Parley 5-10% more CPU per request.
     enableAutoPipelining: false,
+  };
+}
+
+function client(shared: SharedRedis, name: string): Redis {
+  if (shared.kind === 'server') return new Redis(shared.url, { ...commonOptions(name), tls: tls(shared.url.startsWith('rediss://')) });
+  const useTls = process.env.REDIS_TLS === '1';
+  if (shared.kind === 'sentinel') {
+    return new Redis({
+      ...commonOptions(name),
+      sentinels: shared.sentinels,
+      name: shared.master,
+      tls: tls(useTls),
+      enableTLSForSentinelMode: useTls,
+      sentinelRetryStrategy: (attempt) => Math.min(attempt * 100, 500),
+      // Told of a promotion by the sentinels at once, rather than at the next failed command.
+      failoverDetector: true,
+    });
+  }
+  const cluster = new Cluster(shared.nodes, {
+    redisOptions: { ...commonOptions(name), tls: tls(useTls) },
+    enableOfflineQueue: false,
+    lazyConnect: true,
+    clusterRetryStrategy: (attempt) => Math.min(attempt * 100, 500),
+    // A slot whose primary failed over moves: look again soon rather than wait out the default.
+    slotsRefreshInterval: 1_000,
+    enableAutoPipelining: false,
   });
+  return cluster as unknown as Redis;
+}
+
+/** A connection to the shared Redis, or to the private server's unix socket (a path). */
+export async function connectRedis(target: SharedRedis | string, name = 'parley'): Promise<Redis> {
+  const shared: SharedRedis = typeof target === 'string' ? { kind: 'server', url: target } : target;
+  const redis = client(shared, name);
+  durabilities.set(redis, durabilityFor(shared));
   // Reconnection is ioredis's job; an error event without a listener would crash the process.
   redis.on('error', () => {});
   await redis.connect();
   return redis;
 }
 
+export const isCluster = (redis: Redis): boolean => redis instanceof Cluster;
+
 /**
  * A second connection for pub/sub, which cannot share a connection with
  * commands. It does not renew its subscriptions when it reconnects: its user
  * subscribes again at each 'ready' and handles a failure, where ioredis's own
  * renewal has no handler for one, and a renewal cut short (by a replica
- * stopping meanwhile) was an unhandled rejection.
+ * stopping meanwhile) was an unhandled rejection. On a cluster, a message
+ * published on any node reaches subscribers on every node.
  */
 export function subscriberFor(redis: Redis): Redis {
-  const sub = redis.duplicate({ enableOfflineQueue: true, maxRetriesPerRequest: null, autoResubscribe: false });
+  const options = { enableOfflineQueue: true, maxRetriesPerRequest: null, autoResubscribe: false };
+  const sub = isCluster(redis)
+    ? ((redis as unknown as Cluster).duplicate([], { enableOfflineQueue: true, redisOptions: { ...(redis as unknown as Cluster).options.redisOptions, ...options } }) as unknown as Redis)
+    : redis.duplicate(options);
   sub.on('error', () => {});
   return sub;
 }

@@ -1,24 +1,36 @@
 // Every Redis key Parley uses, in one place, so that the layout can be read
 // (and changed) without hunting through the modules that use it.
+//
+// Laid out for Redis Cluster: everything an account's scripts touch together
+// (its balance, holds, usage, rate windows, ledger) carries the account's hash
+// tag, `{a:ID}`, so each admission and each settlement runs within one slot,
+// on one primary. Keys that are looked up on their own (an API key by its
+// hash, a member by email, a session, a credit code) have their own slots;
+// nothing writes two of those in one command.
 const P = 'parley:';
+
+/** The prefix of every key of one account: the part in braces is the hash tag that places them in one slot. */
+export const accountTag = (id: string) => `${P}{a:${id}}:`;
 
 export const redisKeys = {
   /** Hash: email, name, created, granted, topped_up, held (micro-units), rpm, tpm overrides. */
-  account: (id: string) => `${P}account:${id}`,
+  account: (id: string) => `${accountTag(id)}account`,
   /** Sorted set of all account ids by creation time. */
   accounts: `${P}accounts`,
   /** Sorted set: request id → expiry (ms) of each open hold. */
-  holds: (account: string) => `${P}account:${account}:holds`,
+  holds: (account: string) => `${accountTag(account)}holds`,
   /** Hash: request id → amount held, or 'reclaimed'; taken away when the request is settled, so that it never is twice. */
-  holdAmounts: (account: string) => `${P}account:${account}:hold-amounts`,
+  holdAmounts: (account: string) => `${accountTag(account)}hold-amounts`,
   /** Sorted set: request id → when its hold was reclaimed, for forgetting it in time. */
-  reclaimedHolds: (account: string) => `${P}account:${account}:holds-reclaimed`,
+  reclaimedHolds: (account: string) => `${accountTag(account)}holds-reclaimed`,
   /** Hash per account and UTC day: "<model>\t<metric>" → total. */
-  dailyUsage: (account: string, day: string) => `${P}account:${account}:usage:${day}`,
+  dailyUsage: (account: string, day: string) => `${accountTag(account)}usage:${day}`,
   /** Stream of an account's usage events, one per request that reached an upstream. */
-  usageEvents: (account: string) => `${P}account:${account}:usage-events`,
-  /** Stream of credit movements: grants, deductions, redeemed codes. */
-  ledger: `${P}ledger`,
+  usageEvents: (account: string) => `${accountTag(account)}usage-events`,
+  /** Stream of an account's credit movements: grants, deductions, redeemed codes. */
+  ledger: (account: string) => `${accountTag(account)}ledger`,
+  /** Hash: a credit change's id (an Idempotency-Key, a redeemed code) → the balance it left, so that it is applied once. */
+  appliedChanges: (account: string) => `${accountTag(account)}applied-changes`,
   /** Member login: email → hash (account, password hash). */
   member: (email: string) => `${P}member:${email.toLowerCase()}`,
   /** Hash of an API key, by the key's keyed hash: id, account, name, created, suffix, revoked. */
@@ -26,11 +38,11 @@ export const redisKeys = {
   /** String: key id → the key's keyed hash. */
   apiKeyById: (id: string) => `${P}apikey-id:${id}`,
   /** Sorted set of an account's key ids by creation time. */
-  accountKeys: (account: string) => `${P}account:${account}:keys`,
+  accountKeys: (account: string) => `${accountTag(account)}keys`,
   /** Pub/sub channel: the hash of each revoked key, so every replica drops it from its cache. */
   keyRevocations: `${P}keys:revoked`,
-  /** Hash per key and minute window: requests, tokens. */
-  rateWindow: (keyId: string, minute: number) => `${P}ratelimit:${keyId}:${minute}`,
+  /** Hash per key and minute window: requests, tokens; in its account's slot, for the hold script. */
+  rateWindow: (account: string, keyId: string, minute: number) => `${accountTag(account)}ratelimit:${keyId}:${minute}`,
   /** Hash: a credit code's amount and who redeemed it. */
   creditCode: (hash: string) => `${P}credit-code:${hash}`,
   /** Hash: a platform login session's account and member email; expires. */
@@ -41,4 +53,6 @@ export const redisKeys = {
   prefixes: (model: string) => ({ firstSeen: `${P}{prefixes:${model}}:first-seen`, lastSeen: `${P}{prefixes:${model}}:last-seen` }),
   /** Set when the demo account was made, so it is made once per Redis. */
   demoAccount: `${P}demo-account`,
+  /** The key layout's version, set by `parley migrate`. */
+  layoutVersion: `${P}layout-version`,
 } as const;

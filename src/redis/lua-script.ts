@@ -2,12 +2,21 @@
 // a Redis restart empties the script cache. Each change of money is one of
 // these: atomic, so concurrent replicas never interleave inside it.
 import { createHash } from 'node:crypto';
-import type { Redis } from 'ioredis';
+import { durabilityOf, type Redis } from './connection.js';
 
 export type ScriptReply = (string | number | null)[];
 
+/** A durable script's writes reached fewer replicas than the connection asks for (durabilityOf) in time: they may yet be lost. */
+export class NotReplicated extends Error {}
+
 export interface LuaScript {
   run(redis: Redis, keys: string[], args: (string | number)[]): Promise<ScriptReply>;
+  /**
+   * Runs it, then WAITs on the same connection (on a cluster: the same node)
+   * for its writes to reach the replicas the connection asks for; throws
+   * NotReplicated, after the script ran, when they did not in time.
+   */
+  runDurably(redis: Redis, keys: string[], args: (string | number)[]): Promise<ScriptReply>;
 }
 
 /**
@@ -34,16 +43,37 @@ export function luaJson(value: unknown): string {
   return JSON.stringify(value).replace(LONE_SURROGATE_ESCAPE, '$1\\ufffd');
 }
 
+const isNoScript = (err: unknown) => String((err as Error | null)?.message).startsWith('NOSCRIPT');
+
 export function luaScript(source: string): LuaScript {
   const sha = createHash('sha1').update(source).digest('hex');
-  return {
+  const script: LuaScript = {
     async run(redis, keys, args) {
       try {
         return (await redis.evalsha(sha, keys.length, ...keys, ...args)) as ScriptReply;
       } catch (err) {
-        if (!String((err as Error).message).startsWith('NOSCRIPT')) throw err;
+        if (!isNoScript(err)) throw err;
         return (await redis.eval(source, keys.length, ...keys, ...args)) as ScriptReply;
       }
     },
+    async runDurably(redis, keys, args) {
+      const { replicas, timeoutMs } = durabilityOf(redis);
+      if (replicas === 0) return script.run(redis, keys, args);
+      // One pipeline, so that WAIT follows the script on its connection: WAIT counts that connection's writes.
+      const attempt = (first: 'evalsha' | 'eval') =>
+        redis
+          .pipeline()
+          [first](first === 'evalsha' ? sha : source, keys.length, ...keys, ...args)
+          .wait(replicas, timeoutMs)
+          .exec();
+      let results = (await attempt('evalsha'))!;
+      if (isNoScript(results[0][0])) results = (await attempt('eval'))!;
+      const [[scriptErr, reply], [waitErr, acked]] = results;
+      if (scriptErr) throw scriptErr;
+      if (waitErr) throw waitErr;
+      if ((acked as number) < replicas) throw new NotReplicated(`${acked} of ${replicas} replicas took the write within ${timeoutMs} ms`);
+      return reply as ScriptReply;
+    },
   };
+  return script;
 }

@@ -2,8 +2,11 @@
 // under load, several requests' Redis scripts become one script call, for
 // the price of one round trip and one script run. And every batch due on one
 // connection in a turn (the holds and the settlements) is handed over at
-// once, its commands written to the socket in one system call.
-import type { Redis } from 'ioredis';
+// once, its commands written to the socket in one system call. On a Redis
+// Cluster, a script may only touch keys of one slot: there a turn's work
+// becomes one call per slot.
+import calculateSlot from 'cluster-key-slot';
+import { isCluster, type Redis } from './connection.js';
 
 // A script's KEYS and ARGV grow with its batch; past this many items a turn's work goes in several calls.
 const MAX_BATCH = 64;
@@ -53,10 +56,16 @@ function turnOf(redis: Redis): ConnectionTurn {
 export class TurnBatches<T> implements Flushable {
   private batch: T[] = [];
   private readonly turn: ConnectionTurn;
+  private readonly slotKeyOf: ((item: T) => string) | undefined;
 
-  /** `handOver` sends a part's commands on `redis` before it returns (before any await). */
-  constructor(redis: Redis, private readonly handOver: (part: T[]) => void) {
+  /**
+   * `handOver` sends a part's commands on `redis` before it returns (before
+   * any await). `slotKeyOf` names a key of the item's slot: on a cluster, each
+   * part holds items of one slot, in the order added.
+   */
+  constructor(redis: Redis, private readonly handOver: (part: T[]) => void, slotKeyOf: (item: T) => string) {
     this.turn = turnOf(redis);
+    this.slotKeyOf = isCluster(redis) ? slotKeyOf : undefined;
   }
 
   add(item: T): void {
@@ -67,6 +76,20 @@ export class TurnBatches<T> implements Flushable {
   flush(): void {
     const taken = this.batch;
     this.batch = [];
-    for (let i = 0; i < taken.length; i += MAX_BATCH) this.handOver(taken.slice(i, i + MAX_BATCH));
+    for (const group of this.bySlot(taken)) {
+      for (let i = 0; i < group.length; i += MAX_BATCH) this.handOver(group.slice(i, i + MAX_BATCH));
+    }
+  }
+
+  private bySlot(items: T[]): T[][] {
+    if (!this.slotKeyOf) return [items];
+    const groups = new Map<number, T[]>();
+    for (const item of items) {
+      const slot = calculateSlot(this.slotKeyOf(item));
+      const group = groups.get(slot);
+      if (group) group.push(item);
+      else groups.set(slot, [item]);
+    }
+    return [...groups.values()];
   }
 }

@@ -1,6 +1,7 @@
 // Prepaid credit through Parley with the real `openai` client and a real
 // redis-server: exact charges, holds, the 402, concurrency, interrupted
 // replies, failover, settlement across a Redis restart.
+import { redisKeys } from '../../src/redis/keys.js';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { readBalance } from '../../src/billing/credit-ledger.js';
 import { readUsageEvents, type UsageEvent } from '../../src/billing/usage-events.js';
@@ -95,7 +96,7 @@ describe('charges', () => {
 describe('usage event retention', () => {
   it('follows the routing file: events older than billing.usageRetentionDays go as new ones are settled', async () => {
     await withGatewayOn([answering({ prompt_tokens: 10, completion_tokens: 5 })], ([url]) => ({ billing: { usageRetentionDays: 30 }, models: [modelEntry('m', [{ kind: 'vllm', url }], { pricesPerMillion: PRICES })] }), async (gw) => {
-      await gw.redis.client.xadd(`parley:account:${gw.account}:usage-events`, '1000-0', 'request_id', 'from-1970');
+      await gw.redis.client.xadd(redisKeys.usageEvents(gw.account), '1000-0', 'request_id', 'from-1970');
       await gw.client.chat.completions.create({ model: 'm', messages });
       await until(async () => (await events(gw.redis, gw.account)).some((e) => e.outcome === 'complete'));
       expect((await events(gw.redis, gw.account)).map((e) => e.outcome)).toEqual(['complete']);

@@ -180,9 +180,19 @@ describe('holds and settlement', () => {
   it('deducts granted credit first and never below zero', async () => {
     const { account } = await makeAccount(redis, 1);
     await changeCredit(redis.client, account, 'top_up', 2_000_000, 'code');
-    expect(await changeCredit(redis.client, account, 'deduct', 1_500_000, 'refund')).toBe(1_500_000);
+    expect(await changeCredit(redis.client, account, 'deduct', 1_500_000, 'refund')).toEqual({ kind: 'applied', balance: 1_500_000, amount: 1_500_000 });
     expect(await readBalance(redis.client, account)).toEqual({ granted: 0, toppedUp: 1_500_000, held: 0 });
-    expect(await changeCredit(redis.client, account, 'deduct', 9_000_000, 'all')).toBe(0);
+    expect(await changeCredit(redis.client, account, 'deduct', 9_000_000, 'all')).toEqual({ kind: 'applied', balance: 0, amount: 1_500_000 });
+  });
+
+  it('applies a change with an id once, however often it is retried, and says so', async () => {
+    const { account } = await makeAccount(redis, 1);
+    const grants = await Promise.all(Array.from({ length: 5 }, () => changeCredit(redis.client, account, 'grant', 2_000_000, 'retried', 'idem-1')));
+    expect(grants.filter((g) => g.kind === 'applied')).toEqual([{ kind: 'applied', balance: 3_000_000, amount: 2_000_000 }]);
+    expect(grants.filter((g) => g.kind === 'applied_before')).toHaveLength(4);
+    expect((await readBalance(redis.client, account))!.granted).toBe(3_000_000);
+    expect(await redis.client.xlen(redisKeys.ledger(account))).toBe(2);
+    expect(await changeCredit(redis.client, 'no-such', 'grant', 1, 'x', 'idem-2')).toEqual({ kind: 'no_account' });
   });
 });
 
@@ -193,7 +203,7 @@ describe('admission: the rate limit and the hold in one script', () => {
 
   it("counts a held request against its key and says where the key stands in its window", async () => {
     const { account } = await makeAccount(redis, 1);
-    const check = rateCheck('key-a', limits, 30, now);
+    const check = rateCheck(account, 'key-a', limits, 30, now);
     const hold = await holdCredit(redis.client, { account, requestId: 'r1', ttlMs: 60_000, prices, promptTokens: 10, n: 1, maxReplyTokens: 20 }, check);
     expect(hold).toMatchObject({ kind: 'held', rate: { limits, requests: 1, tokens: 30 } });
     // The window expires on its own, a little after its minute.
@@ -204,7 +214,7 @@ describe('admission: the rate limit and the hold in one script', () => {
 
   it('refuses past the budget, saying which limit, and holds nothing for the refused request', async () => {
     const { account } = await makeAccount(redis, 1);
-    const ask = (id: string) => holdCredit(redis.client, { account, requestId: id, ttlMs: 60_000, prices, promptTokens: 10, n: 1, maxReplyTokens: 20 }, rateCheck('key-b', limits, 30, now));
+    const ask = (id: string) => holdCredit(redis.client, { account, requestId: id, ttlMs: 60_000, prices, promptTokens: 10, n: 1, maxReplyTokens: 20 }, rateCheck(account, 'key-b', limits, 30, now));
     await ask('b1');
     await ask('b2');
     const held = (await readBalance(redis.client, account))!.held;
@@ -214,7 +224,7 @@ describe('admission: the rate limit and the hold in one script', () => {
 
   it('spends none of the key\'s budget on a request refused for want of credit', async () => {
     const { account } = await makeAccount(redis, 0);
-    const ask = () => holdCredit(redis.client, { account, requestId: 'c', ttlMs: 60_000, prices, promptTokens: 10, n: 1, maxReplyTokens: 20 }, rateCheck('key-c', limits, 30, now));
+    const ask = () => holdCredit(redis.client, { account, requestId: 'c', ttlMs: 60_000, prices, promptTokens: 10, n: 1, maxReplyTokens: 20 }, rateCheck(account, 'key-c', limits, 30, now));
     for (let i = 0; i < 3; i++) expect((await ask()).kind).toBe('no_credit');
     expect(await ask()).toMatchObject({ kind: 'no_credit', rate: { requests: 0 } });
   });
@@ -253,7 +263,7 @@ describe('batches: what one turn asks for goes to Redis in one script call, appl
   it('counts each held request against its key in order and refuses the one past the budget', async () => {
     const { account } = await makeAccount(redis, 1);
     const holds = new HoldQueue(redis.client);
-    const check = rateCheck('key-batch', { requestsPerMinute: 2, tokensPerMinute: 1_000 }, 30);
+    const check = rateCheck(account, 'key-batch', { requestsPerMinute: 2, tokensPerMinute: 1_000 }, 30);
     const results = await Promise.all(['r1', 'r2', 'r3'].map((id) => holds.hold({ hold: ask(account, id), rate: check })));
     expect(results.map((r) => (r.kind === 'rate_limited' ? 'refused' : r.kind === 'held' ? r.rate!.requests : r.kind))).toEqual([1, 2, 'refused']);
     expect(await redis.client.hgetall(check.key)).toEqual({ requests: '2', tokens: '60' });
@@ -320,7 +330,7 @@ describe('batches: what one turn asks for goes to Redis in one script call, appl
     const b = await makeAccount(redis, 1);
     const items: [string, string, number][] = [[a.account, 'ia1', 30], [b.account, 'ib1', 40], [b.account, 'ib2', 20], [a.account, 'ia2', 50]];
     const holds = new HoldQueue(redis.client);
-    const held = await Promise.all(items.map(([account, id]) => holds.hold({ hold: ask(account, id), rate: rateCheck(`key-${account}`, { requestsPerMinute: 10, tokensPerMinute: 1_000 }, 30) })));
+    const held = await Promise.all(items.map(([account, id]) => holds.hold({ hold: ask(account, id), rate: rateCheck(account, `key-${account}`, { requestsPerMinute: 10, tokensPerMinute: 1_000 }, 30) })));
     expect(held.map((h) => h.kind)).toEqual(['held', 'held', 'held', 'held']);
     expect(await redis.client.hgetall(redisKeys.holdAmounts(a.account))).toEqual({ ia1: '50', ia2: '50' });
     expect(await redis.client.hgetall(redisKeys.holdAmounts(b.account))).toEqual({ ib1: '50', ib2: '50' });

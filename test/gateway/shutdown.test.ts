@@ -2,6 +2,7 @@
 // flight finish within the grace period and are charged; streams still running
 // after it end with the error event and cost nothing; a request whose client
 // left while its hold was on the way is settled before Redis is let go.
+import { redisKeys } from '../../src/redis/keys.js';
 import { describe, expect, it } from 'vitest';
 import { readBalance } from '../../src/billing/credit-ledger.js';
 import { chunk, sleep, startFakeUpstream } from '../support/fake-upstream.js';
@@ -36,7 +37,7 @@ async function streamInFlight(count: number, everyMs: number) {
   const body = (await postChat(gw, { model: 'm', messages, stream: true })).text();
   await sleep(100);
   const after = async () => {
-    const h = await redis.client.hgetall(`parley:account:${gw.account}`);
+    const h = await redis.client.hgetall(redisKeys.account(gw.account));
     return { granted: Number(h.granted), held: Number(h.held) };
   };
   return { gw, before, body, after, cleanup: () => Promise.all([redis.stop(), upstream.close()]) };

@@ -1,6 +1,7 @@
 // A Redis that requires TLS, as managed ones do: REDIS_URL=rediss://... with
 // REDIS_CA_FILE naming the private CA that signed the server's certificate.
 // The CA, the certificate and the server are made here by the test.
+import { redisKeys } from '../../src/redis/keys.js';
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -60,7 +61,7 @@ afterEach(() => {
 const startOnTls = () => {
   const configPath = join(dir, 'routing.yaml');
   writeFileSync(configPath, stringify({ models: [modelEntry('m', [{ kind: 'vllm', url: upstream.url }])] }));
-  return startGateway({ configPath, dataDir: join(dir, 'data'), host: '127.0.0.1', port: 0, redisUrl: url, keySecret: TEST_KEY_SECRET });
+  return startGateway({ configPath, dataDir: join(dir, 'data'), host: '127.0.0.1', port: 0, redis: { kind: 'server', url }, keySecret: TEST_KEY_SECRET });
 };
 
 describe('a Redis that requires TLS', () => {
@@ -72,7 +73,7 @@ describe('a Redis that requires TLS', () => {
       const { key, account } = await makeAccount({ client } as TestRedis, 1);
       const reply = await new OpenAI({ baseURL: `${gateway.url}/v1`, apiKey: key, maxRetries: 0 }).chat.completions.create({ model: 'm', messages: [{ role: 'user', content: 'hi' }] });
       expect(reply.choices[0].message.content).toBe('over tls');
-      await expect.poll(async () => Number(await client.hget(`parley:account:${account}`, 'granted'))).toBeLessThan(1_000_000);
+      await expect.poll(async () => Number(await client.hget(redisKeys.account(account), 'granted'))).toBeLessThan(1_000_000);
     } finally {
       await gateway.close(0);
       client.disconnect();

@@ -57,7 +57,7 @@ export async function startTestGateway(config: unknown, opts: TestGatewayOptions
   writeConfig(config);
   const data = opts.dataDir ?? join(dir, 'data');
   const redis = opts.redis ?? (await startTestRedis());
-  const gateway = await startGateway({ configPath, dataDir: data, host: '127.0.0.1', port: 0, redisUrl: redis.url, keySecret: TEST_KEY_SECRET });
+  const gateway = await startGateway({ configPath, dataDir: data, host: '127.0.0.1', port: 0, redis: { kind: 'server', url: redis.url }, keySecret: TEST_KEY_SECRET });
   const { account, key } = await makeAccount(redis, opts.credit ?? 100);
   const client = new OpenAI({ baseURL: `${gateway.url}/v1`, apiKey: key, maxRetries: 0 });
   return {
