@@ -4,12 +4,13 @@
 import type { Span } from '@opentelemetry/api';
 import type { Caller } from '../accounts/key-authenticator.js';
 import type { ApiName } from '../config.js';
-import { extendHold, type SettleOutcome } from '../billing/credit-ledger.js';
+import { extendHold, type SettleOutcome, type Settlement } from '../billing/credit-ledger.js';
 import { replyCost } from '../billing/prices.js';
 import type { Usage } from '../protocol/chat-response.js';
 import { ApiError, insufficientBalance, shuttingDown } from '../protocol/errors.js';
 import { rateCheck } from '../ratelimit/rate-limiter.js';
 import { failClosed } from '../redis/connection.js';
+import { NotReplicated } from '../redis/lua-script.js';
 import type { RoutedModel } from '../routing/routing-table.js';
 import type { GatewayContext } from './context.js';
 import { rateLimitHeaders, rateLimitRefusal } from './rate-limit-headers.js';
@@ -29,6 +30,23 @@ export interface MeterRequest {
 }
 
 const NO_USAGE: Usage = { prompt_tokens: 0, completion_tokens: 0, cached_tokens: 0 };
+
+/** The settlement of a metered request: only a complete reply is charged. */
+function settlementOf(m: MeterRequest, outcome: SettleOutcome, endpoint: string, usage: Usage, reason: string | undefined): Settlement {
+  return {
+    account: m.caller.account,
+    keyId: m.caller.keyId,
+    requestId: m.settlementId,
+    model: m.model.config.id,
+    endpoint,
+    outcome,
+    reason,
+    user: m.user,
+    api: m.api,
+    usage,
+    cost: outcome === 'complete' ? replyCost(m.model.prices, usage) : 0,
+  };
+}
 
 export class Meter {
   private readonly heartbeat: NodeJS.Timeout;
@@ -63,20 +81,21 @@ export class Meter {
       tokensPerMinute: m.caller.limits.tokensPerMinute ?? table.rateLimits.tokensPerMinute,
     };
     const rate = rateCheck(m.caller.account, m.caller.keyId, limits, m.promptTokens + m.n * m.maxReplyTokens);
-    const hold = await failClosed(
-      ctx.holds.hold({
-        hold: {
-          account: m.caller.account,
-          requestId: m.settlementId,
-          ttlMs: ctx.routing().billing.holdTtlMs,
-          prices: m.model.prices,
-          promptTokens: m.promptTokens,
-          n: m.n,
-          maxReplyTokens: m.maxReplyTokens,
-        },
-        rate,
-      }),
-    );
+    const asked = ctx.holds.hold({
+      hold: {
+        account: m.caller.account,
+        requestId: m.settlementId,
+        ttlMs: ctx.routing().billing.holdTtlMs,
+        prices: m.model.prices,
+        promptTokens: m.promptTokens,
+        n: m.n,
+        maxReplyTokens: m.maxReplyTokens,
+      },
+      rate,
+    });
+    // A hold that its replicas did not take in time may yet be lost: the request is refused (503), and the hold released.
+    asked.catch((err) => err instanceof NotReplicated && void ctx.settlements.settle(settlementOf(m, 'failed', '', NO_USAGE, err.message)));
+    const hold = await failClosed(asked);
     if (hold.kind === 'rate_limited') throw rateLimitRefusal(hold.over, hold.rate);
     if (hold.kind !== 'held') throw insufficientBalance();
     ctx.telemetry.holdOpened();
@@ -105,19 +124,7 @@ export class Meter {
       'parley.cached_tokens': usage.cached_tokens,
       'parley.completion_tokens': usage.completion_tokens,
     });
-    const landed = this.ctx.settlements.settle({
-      account: this.m.caller.account,
-      keyId: this.m.caller.keyId,
-      requestId: this.m.settlementId,
-      model: this.m.model.config.id,
-      endpoint,
-      outcome,
-      reason,
-      user: this.m.user,
-      api: this.m.api,
-      usage,
-      cost: outcome === 'complete' ? replyCost(this.m.model.prices, usage) : 0,
-    });
+    const landed = this.ctx.settlements.settle(settlementOf(this.m, outcome, endpoint, usage, reason));
     // The span lasts until the settlement has landed in Redis, retries included.
     void landed.then(() => settleSpan.end());
   }

@@ -59,24 +59,28 @@ function tls(wanted: boolean): ConnectionOptions | undefined {
  * How many replicas must have a hold or a settlement before it counts
  * (WAIT): Redis replicates asynchronously, and a primary that fails over
  * loses what its replicas had not yet taken. REDIS_WAIT_REPLICAS, by default
- * 1 behind Sentinel or on a cluster, 0 on one server.
+ * 1 behind Sentinel or on a cluster, 0 on one server; no more are waited for
+ * than the primary has (a primary without replicas has nothing to fail over
+ * to, and one just promoted has none until its old primary rejoins).
  */
 export interface Durability {
   replicas: number;
   timeoutMs: number;
+  /** The replicas each primary last said it has (ROLE), by a slot it serves (0 off a cluster). */
+  replicasSeen: Map<number, number>;
 }
 
 const durabilities = new WeakMap<Redis, Durability>();
 
 export function durabilityOf(redis: Redis): Durability {
-  return durabilities.get(redis) ?? { replicas: 0, timeoutMs: 0 };
+  return durabilities.get(redis) ?? { replicas: 0, timeoutMs: 0, replicasSeen: new Map() };
 }
 
 function durabilityFor(shared: SharedRedis): Durability {
   const replicas = process.env.REDIS_WAIT_REPLICAS ?? (shared.kind === 'server' ? '0' : '1');
   const timeoutMs = process.env.REDIS_WAIT_TIMEOUT_MS ?? '250';
   if (!/^\d+$/.test(replicas) || !/^\d+$/.test(timeoutMs)) throw new ConfigError('REDIS_WAIT_REPLICAS and REDIS_WAIT_TIMEOUT_MS are whole numbers');
-  return { replicas: Number(replicas), timeoutMs: Math.max(1, Number(timeoutMs)) };
+  return { replicas: Number(replicas), timeoutMs: Math.max(1, Number(timeoutMs)), replicasSeen: new Map() };
 }
 
 // A write refused by a primary that was demoted under it: reconnect, and find the new one.

@@ -2,7 +2,8 @@
 // a Redis restart empties the script cache. Each change of money is one of
 // these: atomic, so concurrent replicas never interleave inside it.
 import { createHash } from 'node:crypto';
-import { durabilityOf, type Redis } from './connection.js';
+import calculateSlot from 'cluster-key-slot';
+import { durabilityOf, isCluster, type Redis } from './connection.js';
 
 export type ScriptReply = (string | number | null)[];
 
@@ -57,21 +58,27 @@ export function luaScript(source: string): LuaScript {
       }
     },
     async runDurably(redis, keys, args) {
-      const { replicas, timeoutMs } = durabilityOf(redis);
-      if (replicas === 0) return script.run(redis, keys, args);
-      // One pipeline, so that WAIT follows the script on its connection: WAIT counts that connection's writes.
-      const attempt = (first: 'evalsha' | 'eval') =>
-        redis
-          .pipeline()
-          [first](first === 'evalsha' ? sha : source, keys.length, ...keys, ...args)
-          .wait(replicas, timeoutMs)
-          .exec();
+      const durability = durabilityOf(redis);
+      if (durability.replicas === 0) return script.run(redis, keys, args);
+      const slot = isCluster(redis) ? calculateSlot(keys[0]) : 0;
+      const { replicasSeen, timeoutMs } = durability;
+      const wanted = Math.min(durability.replicas, replicasSeen.get(slot) ?? durability.replicas);
+      // One pipeline, so that WAIT follows the script on its connection (WAIT counts that connection's
+      // writes; on a cluster, keyless commands go where the keyed ones do); ROLE says how many replicas there are now.
+      const attempt = (first: 'evalsha' | 'eval') => {
+        const pipeline = redis.pipeline()[first](first === 'evalsha' ? sha : source, keys.length, ...keys, ...args).role();
+        return (wanted > 0 ? pipeline.wait(wanted, timeoutMs) : pipeline).exec();
+      };
       let results = (await attempt('evalsha'))!;
       if (isNoScript(results[0][0])) results = (await attempt('eval'))!;
-      const [[scriptErr, reply], [waitErr, acked]] = results;
+      const [[scriptErr, reply], [roleErr, role], waited] = results;
       if (scriptErr) throw scriptErr;
-      if (waitErr) throw waitErr;
-      if ((acked as number) < replicas) throw new NotReplicated(`${acked} of ${replicas} replicas took the write within ${timeoutMs} ms`);
+      if (roleErr) throw roleErr;
+      const replicasNow = (role as [string, number, unknown[]])[2]?.length ?? 0;
+      replicasSeen.set(slot, replicasNow);
+      if (waited?.[0]) throw waited[0];
+      const acked = (waited?.[1] as number | undefined) ?? 0;
+      if (acked < Math.min(wanted, replicasNow)) throw new NotReplicated(`${acked} of ${wanted} replicas took the write within ${timeoutMs} ms`);
       return reply as ScriptReply;
     },
   };

@@ -1,0 +1,163 @@
+// Real multi-server Redis set-ups for tests, started from redis-server and
+// redis-cli as an operator would: a Redis Cluster (made with `redis-cli
+// --cluster create`) and a primary with a replica watched by three
+// sentinels (`redis-server --sentinel`, which is what redis-sentinel is).
+// Each server has its own port and folder, so a test can kill -9 one.
+import { execFile, spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { Redis } from 'ioredis';
+import { freePort } from './redis.js';
+import { sleep, until } from './fake-upstream.js';
+
+const run = promisify(execFile);
+
+interface Server {
+  port: number;
+  child: ChildProcess;
+}
+
+function startServer(dir: string, port: number, args: string[]): Server {
+  const child = spawn('redis-server', [...args, '--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--save', '', '--appendonly', 'yes'], { stdio: 'ignore' });
+  return { port, child };
+}
+
+function kill(server: Server): Promise<void> {
+  return new Promise((resolve) => {
+    if (server.child.exitCode !== null || server.child.signalCode !== null) return resolve();
+    server.child.once('exit', () => resolve());
+    server.child.kill('SIGKILL');
+  });
+}
+
+async function cli(port: number, ...args: string[]): Promise<string> {
+  return (await run('redis-cli', ['-p', String(port), ...args])).stdout.trim();
+}
+
+async function answers(port: number): Promise<boolean> {
+  try {
+    return (await cli(port, 'ping')) === 'PONG';
+  } catch {
+    return false;
+  }
+}
+
+export interface TestCluster {
+  /** host:port of every node, as REDIS_CLUSTER_NODES takes them. */
+  nodes: string;
+  /** A client of the cluster, for the test's own reads. */
+  client: InstanceType<typeof Redis.Cluster>;
+  /** The port of the primary that serves a key now. */
+  primaryOf(key: string): Promise<number>;
+  /** kill -9 of a node, then waits until its replica serves its slots. */
+  killPrimary(port: number): Promise<void>;
+  stop(): Promise<void>;
+}
+
+/** `primaries` primaries, each with `replicas` replicas, failing over after 1 s without its primary. */
+export async function startTestCluster(primaries = 3, replicas = 1): Promise<TestCluster> {
+  const dir = mkdtempSync(join(tmpdir(), 'parley-cluster-'));
+  const servers: Server[] = [];
+  for (let i = 0; i < primaries * (1 + replicas); i++) {
+    const port = await freePort();
+    const nodeDir = join(dir, String(port));
+    rmSync(nodeDir, { recursive: true, force: true });
+    await run('mkdir', ['-p', nodeDir]);
+    servers.push(startServer(nodeDir, port, ['--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf', '--cluster-node-timeout', '1000']));
+  }
+  await until(async () => (await Promise.all(servers.map((s) => answers(s.port)))).every(Boolean), 10_000);
+  await run('redis-cli', ['--cluster', 'create', ...servers.map((s) => `127.0.0.1:${s.port}`), '--cluster-replicas', String(replicas), '--cluster-yes']);
+  const ok = async () => (await Promise.all(servers.filter((s) => s.child.exitCode === null && s.child.signalCode === null).map((s) => cli(s.port, 'cluster', 'info')))).every((info) => info.includes('cluster_state:ok'));
+  await until(ok, 20_000);
+  const nodes = servers.map((s) => `127.0.0.1:${s.port}`).join(',');
+  const client = new Redis.Cluster(servers.map((s) => ({ host: '127.0.0.1', port: s.port })), { slotsRefreshInterval: 500 });
+  client.on('error', () => {});
+  await client.ping();
+
+  const primaryOf = async (key: string) => {
+    const slot = Number(await cli(servers[0].port, 'cluster', 'keyslot', key));
+    const slots = await client.cluster('SLOTS');
+    return slots.find(([from, to]) => slot >= from && slot <= to)![2][1];
+  };
+  return {
+    nodes,
+    client,
+    primaryOf,
+    async killPrimary(port) {
+      await kill(servers.find((s) => s.port === port)!);
+      const others = servers.filter((s) => s.port !== port);
+      // Promoted once every slot is served again by a live primary.
+      await until(async () => {
+        const info = await cli(others[0].port, 'cluster', 'info');
+        const primaryPorts = (await cli(others[0].port, 'cluster', 'nodes')).split('\n').filter((l) => l.includes('master') && !l.includes('fail')).map((l) => Number(l.split(' ')[1].split(':')[1].split('@')[0]));
+        return info.includes('cluster_state:ok') && !primaryPorts.includes(port);
+      }, 20_000);
+    },
+    async stop() {
+      client.disconnect();
+      await Promise.all(servers.map(kill));
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+export interface TestSentinels {
+  /** host:port of the three sentinels, as REDIS_SENTINELS takes them. */
+  sentinels: string;
+  master: string;
+  primaryPort(): Promise<number>;
+  /** Stops the replica for `ms` (SIGSTOP, then SIGCONT), as a slow disk or a full network would stall it. */
+  stallReplica(ms: number): Promise<void>;
+  /** kill -9 of the primary; resolves when the sentinels have promoted its replica, with the time they did. */
+  killPrimary(): Promise<number>;
+  stop(): Promise<void>;
+}
+
+/** A primary, one replica and three sentinels (quorum 2) that fail over after 1 s of silence. */
+export async function startTestSentinels(master = 'parley'): Promise<TestSentinels> {
+  const dir = mkdtempSync(join(tmpdir(), 'parley-sentinel-'));
+  const [primaryPortNumber, replicaPort] = [await freePort(), await freePort()];
+  await run('mkdir', ['-p', join(dir, 'primary'), join(dir, 'replica')]);
+  const servers = [startServer(join(dir, 'primary'), primaryPortNumber, []), startServer(join(dir, 'replica'), replicaPort, ['--replicaof', '127.0.0.1', String(primaryPortNumber)])];
+  await until(async () => (await answers(primaryPortNumber)) && (await cli(replicaPort, 'info', 'replication')).includes('master_link_status:up'), 10_000);
+  const sentinels: Server[] = [];
+  for (let i = 0; i < 3; i++) {
+    const port = await freePort();
+    const file = join(dir, `sentinel-${i}.conf`);
+    writeFileSync(
+      file,
+      [`port ${port}`, 'bind 127.0.0.1', `dir ${dir}`, `sentinel monitor ${master} 127.0.0.1 ${primaryPortNumber} 2`, `sentinel down-after-milliseconds ${master} 1000`, `sentinel failover-timeout ${master} 5000`, ''].join('\n'),
+    );
+    sentinels.push({ port, child: spawn('redis-server', [file, '--sentinel'], { stdio: 'ignore' }) });
+  }
+  const primaryPort = async () => Number((await cli(sentinels[0].port, 'sentinel', 'get-master-addr-by-name', master)).split('\n')[1]);
+  // Ready once every sentinel knows the replica and the others.
+  await until(async () => {
+    const views = await Promise.all(sentinels.map((s) => cli(s.port, 'sentinel', 'master', master).catch(() => '')));
+    return views.every((v) => /num-slaves\n1\b/.test(v) && /num-other-sentinels\n2\b/.test(v));
+  }, 20_000);
+  return {
+    sentinels: sentinels.map((s) => `127.0.0.1:${s.port}`).join(','),
+    master,
+    primaryPort,
+    async stallReplica(ms) {
+      const primary = await primaryPort();
+      const replica = servers.find((s) => s.port !== primary)!;
+      replica.child.kill('SIGSTOP');
+      setTimeout(() => replica.child.kill('SIGCONT'), ms).unref();
+    },
+    async killPrimary() {
+      const old = await primaryPort();
+      await kill(servers.find((s) => s.port === old)!);
+      await until(async () => (await primaryPort()) !== old, 20_000);
+      return Date.now();
+    },
+    async stop() {
+      await Promise.all([...servers, ...sentinels].map(kill));
+      await sleep(10);
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
