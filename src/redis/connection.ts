@@ -66,8 +66,8 @@ function tls(wanted: boolean): ConnectionOptions | undefined {
 export interface Durability {
   replicas: number;
   timeoutMs: number;
-  /** The replicas each primary last said it has (ROLE), by a slot it serves (0 off a cluster). */
-  replicasSeen: Map<number, number>;
+  /** The replicas each primary last said it has (ROLE) and when, by its host:port on a cluster ('' off one); forgotten at each reconnection. */
+  replicasSeen: Map<string, { count: Promise<number>; at: number }>;
 }
 
 const durabilities = new WeakMap<Redis, Durability>();
@@ -135,7 +135,10 @@ function client(shared: SharedRedis, name: string): Redis {
 export async function connectRedis(target: SharedRedis | string, name = 'parley'): Promise<Redis> {
   const shared: SharedRedis = typeof target === 'string' ? { kind: 'server', url: target } : target;
   const redis = client(shared, name);
-  durabilities.set(redis, durabilityFor(shared));
+  const durability = durabilityFor(shared);
+  durabilities.set(redis, durability);
+  // Behind Sentinel a reconnection may be to a new primary, with replicas of its own.
+  redis.on('ready', () => durability.replicasSeen.clear());
   // Reconnection is ioredis's job; an error event without a listener would crash the process.
   redis.on('error', () => {});
   await redis.connect();

@@ -3,6 +3,7 @@
 // these: atomic, so concurrent replicas never interleave inside it.
 import { createHash } from 'node:crypto';
 import calculateSlot from 'cluster-key-slot';
+import type { Cluster } from 'ioredis';
 import { durabilityOf, isCluster, type Redis } from './connection.js';
 
 export type ScriptReply = (string | number | null)[];
@@ -44,6 +45,41 @@ export function luaJson(value: unknown): string {
   return JSON.stringify(value).replace(LONE_SURROGATE_ESCAPE, '$1\\ufffd');
 }
 
+/** How many replicas a ROLE reply lists: a primary's third element (a replica's is its primary's port). */
+const replicasIn = (role: unknown) => {
+  const listed = (role as unknown[])[2];
+  return Array.isArray(listed) ? listed.length : 0;
+};
+
+/** Asks the primary that serves `key` how many replicas it has. */
+async function replicasOn(redis: Redis, key: string): Promise<number> {
+  const [[existsErr], [roleErr, role]] = (await redis.pipeline().exists(key).role().exec())!;
+  if (existsErr || roleErr) throw existsErr ?? roleErr;
+  return replicasIn(role);
+}
+
+// How long a primary's replica count is taken as it was told; then asked again, in the background.
+const REPLICAS_RECHECK_MS = 1_000;
+
+/**
+ * The replicas of the primary that serves `key`, as it last said (ROLE):
+ * asked before the first write to it (WAIT for a replica it lacks would hold
+ * its connection for the whole timeout), again in the background once a
+ * second, and at once with `now`.
+ */
+function replicasKnown(redis: Redis, key: string, now = false): Promise<number> {
+  const { replicasSeen } = durabilityOf(redis);
+  const primary = isCluster(redis) ? ((redis as unknown as Cluster).slots[calculateSlot(key)]?.[0] ?? '') : '';
+  const seen = replicasSeen.get(primary);
+  if (seen && !now && Date.now() - seen.at < REPLICAS_RECHECK_MS) return seen.count;
+  const asked = replicasOn(redis, key);
+  const entry = { count: asked, at: Date.now() };
+  replicasSeen.set(primary, entry);
+  asked.catch(() => replicasSeen.get(primary) === entry && replicasSeen.delete(primary));
+  // A stale count serves while a background recheck is out; the first answer is awaited.
+  return seen && !now ? seen.count : asked;
+}
+
 const isNoScript = (err: unknown) => String((err as Error | null)?.message).startsWith('NOSCRIPT');
 
 export function luaScript(source: string): LuaScript {
@@ -60,25 +96,25 @@ export function luaScript(source: string): LuaScript {
     async runDurably(redis, keys, args) {
       const durability = durabilityOf(redis);
       if (durability.replicas === 0) return script.run(redis, keys, args);
-      const slot = isCluster(redis) ? calculateSlot(keys[0]) : 0;
-      const { replicasSeen, timeoutMs } = durability;
-      const wanted = Math.min(durability.replicas, replicasSeen.get(slot) ?? durability.replicas);
-      // One pipeline, so that WAIT follows the script on its connection (WAIT counts that connection's
-      // writes; on a cluster, keyless commands go where the keyed ones do); ROLE says how many replicas there are now.
-      const attempt = (first: 'evalsha' | 'eval') => {
-        const pipeline = redis.pipeline()[first](first === 'evalsha' ? sha : source, keys.length, ...keys, ...args).role();
-        return (wanted > 0 ? pipeline.wait(wanted, timeoutMs) : pipeline).exec();
-      };
+      const wanted = Math.min(durability.replicas, await replicasKnown(redis, keys[0]));
+      if (wanted === 0) return script.run(redis, keys, args);
+      // One pipeline, so that WAIT follows the script on its connection (WAIT counts that
+      // connection's writes; on a cluster, keyless commands go where the keyed ones do).
+      const attempt = (first: 'evalsha' | 'eval') =>
+        redis
+          .pipeline()
+          [first](first === 'evalsha' ? sha : source, keys.length, ...keys, ...args)
+          .wait(wanted, durability.timeoutMs)
+          .exec();
       let results = (await attempt('evalsha'))!;
       if (isNoScript(results[0][0])) results = (await attempt('eval'))!;
-      const [[scriptErr, reply], [roleErr, role], waited] = results;
+      const [[scriptErr, reply], [waitErr, acked]] = results;
       if (scriptErr) throw scriptErr;
-      if (roleErr) throw roleErr;
-      const replicasNow = (role as [string, number, unknown[]])[2]?.length ?? 0;
-      replicasSeen.set(slot, replicasNow);
-      if (waited?.[0]) throw waited[0];
-      const acked = (waited?.[1] as number | undefined) ?? 0;
-      if (acked < Math.min(wanted, replicasNow)) throw new NotReplicated(`${acked} of ${wanted} replicas took the write within ${timeoutMs} ms`);
+      if (waitErr) throw waitErr;
+      // Fewer than asked: either a replica lags (the write may yet be lost), or one has gone (nothing to lose it to).
+      if ((acked as number) < wanted && (acked as number) < (await replicasKnown(redis, keys[0], true))) {
+        throw new NotReplicated(`${acked} of ${wanted} replicas took the write within ${durability.timeoutMs} ms`);
+      }
       return reply as ScriptReply;
     },
   };
