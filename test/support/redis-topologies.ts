@@ -56,7 +56,7 @@ export interface TestCluster {
   stop(): Promise<void>;
 }
 
-/** `primaries` primaries, each with `replicas` replicas, failing over after 1 s without its primary. */
+/** `primaries` primaries, each with `replicas` replicas, failing over after 2 s without its primary (1 s flapped on a loaded 2-core machine). */
 export async function startTestCluster(primaries = 3, replicas = 1): Promise<TestCluster> {
   const dir = mkdtempSync(join(tmpdir(), 'parley-cluster-'));
   const servers: Server[] = [];
@@ -65,12 +65,17 @@ export async function startTestCluster(primaries = 3, replicas = 1): Promise<Tes
     const nodeDir = join(dir, String(port));
     rmSync(nodeDir, { recursive: true, force: true });
     await run('mkdir', ['-p', nodeDir]);
-    servers.push(startServer(nodeDir, port, ['--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf', '--cluster-node-timeout', '1000']));
+    servers.push(startServer(nodeDir, port, ['--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf', '--cluster-node-timeout', '2000']));
   }
   await until(async () => (await Promise.all(servers.map((s) => answers(s.port)))).every(Boolean), 10_000);
   await run('redis-cli', ['--cluster', 'create', ...servers.map((s) => `127.0.0.1:${s.port}`), '--cluster-replicas', String(replicas), '--cluster-yes']);
-  const ok = async () => (await Promise.all(servers.filter((s) => s.child.exitCode === null && s.child.signalCode === null).map((s) => cli(s.port, 'cluster', 'info')))).every((info) => info.includes('cluster_state:ok'));
+  const live = () => servers.filter((s) => s.child.exitCode === null && s.child.signalCode === null);
+  const ok = async () => (await Promise.all(live().map((s) => cli(s.port, 'cluster', 'info')))).every((info) => info.includes('cluster_state:ok'));
   await until(ok, 20_000);
+  // A replica that has not finished its first sync cannot take over (its data is too old to count).
+  const replicasSynced = async () =>
+    (await Promise.all(live().map((s) => cli(s.port, 'info', 'replication')))).every((info) => !info.includes('role:slave') || info.includes('master_link_status:up'));
+  await until(replicasSynced, 20_000);
   const nodes = servers.map((s) => `127.0.0.1:${s.port}`).join(',');
   const client = new Redis.Cluster(servers.map((s) => ({ host: '127.0.0.1', port: s.port })), { slotsRefreshInterval: 500 });
   client.on('error', () => {});
@@ -87,13 +92,12 @@ export async function startTestCluster(primaries = 3, replicas = 1): Promise<Tes
     primaryOf,
     async killPrimary(port) {
       await kill(servers.find((s) => s.port === port)!);
-      const others = servers.filter((s) => s.port !== port);
-      // Promoted once every slot is served again by a live primary.
+      // Taken over once every live node agrees that the cluster is up and no slot is the dead node's.
       await until(async () => {
-        const info = await cli(others[0].port, 'cluster', 'info');
-        const primaryPorts = (await cli(others[0].port, 'cluster', 'nodes')).split('\n').filter((l) => l.includes('master') && !l.includes('fail')).map((l) => Number(l.split(' ')[1].split(':')[1].split('@')[0]));
-        return info.includes('cluster_state:ok') && !primaryPorts.includes(port);
-      }, 20_000);
+        if (!(await ok())) return false;
+        const slots = (await cli(live()[0].port, 'cluster', 'slots')).split('\n');
+        return !slots.includes(String(port));
+      }, 30_000);
     },
     async stop() {
       client.disconnect();
