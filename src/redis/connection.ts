@@ -32,15 +32,19 @@ function hostPorts(text: string, name: string): HostPort[] {
 }
 
 /** The shared Redis the environment names, or undefined for the private one. One of the three may be set. */
-export function sharedRedisFromEnv(env: NodeJS.ProcessEnv = process.env): SharedRedis | undefined {
-  const set = (['REDIS_URL', 'REDIS_SENTINELS', 'REDIS_CLUSTER_NODES'] as const).filter((name) => env[name]);
-  if (set.length > 1) throw new ConfigError(`set one of REDIS_URL, REDIS_SENTINELS and REDIS_CLUSTER_NODES, not ${set.join(' and ')}`);
-  if (env.REDIS_URL) return { kind: 'server', url: env.REDIS_URL };
-  if (env.REDIS_SENTINELS) {
-    if (!env.REDIS_SENTINEL_MASTER) throw new ConfigError('REDIS_SENTINELS needs REDIS_SENTINEL_MASTER (the name the sentinels monitor)');
-    return { kind: 'sentinel', sentinels: hostPorts(env.REDIS_SENTINELS, 'REDIS_SENTINELS'), master: env.REDIS_SENTINEL_MASTER };
+export function sharedRedisFromEnv(): SharedRedis | undefined {
+  const REDIS_URL = process.env.REDIS_URL;
+  const REDIS_SENTINELS = process.env.REDIS_SENTINELS;
+  const REDIS_SENTINEL_MASTER = process.env.REDIS_SENTINEL_MASTER;
+  const REDIS_CLUSTER_NODES = process.env.REDIS_CLUSTER_NODES;
+  const set = Object.entries({ REDIS_URL, REDIS_SENTINELS, REDIS_CLUSTER_NODES }).filter(([, value]) => value);
+  if (set.length > 1) throw new ConfigError(`set one of REDIS_URL, REDIS_SENTINELS and REDIS_CLUSTER_NODES, not ${set.map(([name]) => name).join(' and ')}`);
+  if (REDIS_URL) return { kind: 'server', url: REDIS_URL };
+  if (REDIS_SENTINELS) {
+    if (!REDIS_SENTINEL_MASTER) throw new ConfigError('REDIS_SENTINELS needs REDIS_SENTINEL_MASTER (the name the sentinels monitor)');
+    return { kind: 'sentinel', sentinels: hostPorts(REDIS_SENTINELS, 'REDIS_SENTINELS'), master: REDIS_SENTINEL_MASTER };
   }
-  if (env.REDIS_CLUSTER_NODES) return { kind: 'cluster', nodes: hostPorts(env.REDIS_CLUSTER_NODES, 'REDIS_CLUSTER_NODES') };
+  if (REDIS_CLUSTER_NODES) return { kind: 'cluster', nodes: hostPorts(REDIS_CLUSTER_NODES, 'REDIS_CLUSTER_NODES') };
   return undefined;
 }
 
