@@ -22,12 +22,45 @@ export interface ApiKeyRecord {
   models: string[] | null;
   /** When the key stops working (ms); null for never. */
   expiresAt: number | null;
+  /** The most the key may spend per period, in micro-units; null for no budget. */
+  budget: KeyBudget | null;
+}
+
+export const BUDGET_PERIODS = ['day', 'month', 'total'] as const;
+export type BudgetPeriod = (typeof BUDGET_PERIODS)[number];
+
+export interface KeyBudget {
+  limit: number;
+  period: BudgetPeriod;
 }
 
 /** What an operator or member limits a key to; null clears a limit. */
 export interface KeyLimits {
   models?: string[] | null;
   expiresAt?: number | null;
+  budget?: KeyBudget | null;
+}
+
+/** The field of a key's budget hash its spending in the period that holds `now` (UTC) is counted in. */
+export function budgetPeriodField(period: BudgetPeriod, now: number): string {
+  if (period === 'total') return 'spent:total';
+  const iso = new Date(now).toISOString();
+  return period === 'day' ? `spent:d:${iso.slice(0, 10)}` : `spent:m:${iso.slice(0, 7)}`;
+}
+
+/** When the budget's current period ends (ms), or null for a total budget. */
+export function budgetRenewsAt(period: BudgetPeriod, now: number): number | null {
+  const d = new Date(now);
+  if (period === 'day') return Date.UTC(d.getUTCFullYear(), d.getUTCMonth(), d.getUTCDate() + 1);
+  if (period === 'month') return Date.UTC(d.getUTCFullYear(), d.getUTCMonth() + 1, 1);
+  return null;
+}
+
+/** What a key has spent in its budget's current period, and holds now (micro-units). */
+export async function keySpend(redis: Redis, record: ApiKeyRecord, now = Date.now()): Promise<{ spent: number; held: number }> {
+  if (!record.budget) return { spent: 0, held: 0 };
+  const [held, spent] = await redis.hmget(redisKeys.keyBudget(record.account, record.id), 'held', budgetPeriodField(record.budget.period, now));
+  return { spent: Number(spent ?? 0), held: Number(held ?? 0) };
 }
 
 export const isWellFormedKey = (key: string) => API_KEY_FORMAT.test(key);
@@ -48,6 +81,7 @@ function toRecord(h: Record<string, string>): ApiKeyRecord {
     revoked: h.revoked === '1',
     models: h.models ? (JSON.parse(h.models) as string[]) : null,
     expiresAt: h.expires_at ? Number(h.expires_at) : null,
+    budget: h.budget ? { limit: Number(h.budget), period: (h.budget_period || 'total') as BudgetPeriod } : null,
   };
 }
 
@@ -56,6 +90,10 @@ function limitFields(limits: KeyLimits): Record<string, string> {
   const fields: Record<string, string> = {};
   if (limits.models !== undefined) fields.models = limits.models === null ? '' : JSON.stringify(limits.models);
   if (limits.expiresAt !== undefined) fields.expires_at = limits.expiresAt === null ? '' : String(limits.expiresAt);
+  if (limits.budget !== undefined) {
+    fields.budget = limits.budget === null ? '' : String(limits.budget.limit);
+    fields.budget_period = limits.budget === null ? '' : limits.budget.period;
+  }
   return fields;
 }
 
@@ -73,6 +111,7 @@ export async function createApiKey(redis: Redis, secret: string, account: string
     revoked: false,
     models: limits.models ?? null,
     expiresAt: limits.expiresAt ?? null,
+    budget: limits.budget ?? null,
   };
   // Three keys in three slots on a cluster; the key works from the last write on, once it can be found and listed.
   await redis.set(redisKeys.apiKeyById(record.id), hash);
@@ -84,6 +123,11 @@ export async function createApiKey(redis: Redis, secret: string, account: string
 export async function findApiKeyByHash(redis: Redis, hash: string): Promise<ApiKeyRecord | undefined> {
   const h = await redis.hgetall(redisKeys.apiKey(hash));
   return h.id ? toRecord(h) : undefined;
+}
+
+export async function findApiKeyById(redis: Redis, id: string): Promise<ApiKeyRecord | undefined> {
+  const hash = await redis.get(redisKeys.apiKeyById(id));
+  return hash ? findApiKeyByHash(redis, hash) : undefined;
 }
 
 export async function listApiKeys(redis: Redis, account: string): Promise<ApiKeyRecord[]> {

@@ -10,7 +10,7 @@ import { invalidApiKey } from '../protocol/errors.js';
 import { failClosed, subscriberFor } from '../redis/connection.js';
 import { redisKeys } from '../redis/keys.js';
 import { getAccount } from './accounts.js';
-import { findApiKeyByHash, hashApiKey, isWellFormedKey, maskedKey, touchApiKey, type ApiKeyRecord } from './api-keys.js';
+import { findApiKeyByHash, hashApiKey, isWellFormedKey, maskedKey, touchApiKey, type ApiKeyRecord, type KeyBudget } from './api-keys.js';
 
 export interface Caller {
   account: string;
@@ -19,6 +19,8 @@ export interface Caller {
   limits: Partial<RateLimits>;
   /** The models the key may call; null for every one. */
   models: string[] | null;
+  /** The key's spending budget; null for none. */
+  budget: KeyBudget | null;
 }
 
 interface KnownKey {
@@ -82,7 +84,7 @@ export class KeyAuthenticator {
       throw invalidApiKey(`The API key ${maskedKey(record.suffix)} expired at ${new Date(record.expiresAt).toISOString()}. Create a new key on the platform's API keys page.`);
     }
     this.noteUse(hash, known);
-    return { account: record.account, keyId: record.id, limits, models: record.models };
+    return { account: record.account, keyId: record.id, limits, models: record.models, budget: record.budget };
   }
 
   async close(): Promise<void> {

@@ -22,11 +22,13 @@ import type { TokenPrices } from './prices.js';
 /** How long a reclaimed hold is remembered: longer than a settlement is retried, however long Redis was away. */
 const RECLAIMED_KEPT_MS = 2 * 86_400_000;
 
-// Defines reclaim(account, holds, amounts, reclaimed), which releases the
-// account's holds whose replica stopped extending them (every script that
-// reads a balance calls it first), marking each 'reclaimed' in the amounts
-// and filing it by when in the reclaimed set, whence it goes after
-// RECLAIMED_KEPT_MS; and balance_of(account): granted, topped up, held.
+// Defines reclaim(account, holds, amounts, reclaimed, budgets), which
+// releases the account's holds whose replica stopped extending them (every
+// script that reads a balance calls it first), marking each 'reclaimed' in
+// the amounts and filing it by when in the reclaimed set, whence it goes
+// after RECLAIMED_KEPT_MS, and releasing what each held of its key's budget;
+// release_budget(budgets, id), which does the last for one hold and says
+// where its charge is counted; and balance_of(account): granted, topped up, held.
 const RECLAIM_EXPIRED_HOLDS = `
 ${LUA_NOW_MS}
 ${LUA_INT}
@@ -34,9 +36,19 @@ ${LUA_INT}
 local function in_parts(command, key, list)
   for i = 1, #list, 1000 do redis.call(command, key, unpack(list, i, math.min(i + 999, #list))) end
 end
-local function reclaim(account_key, holds_key, amounts_key, reclaimed_key)
+-- Releases what a hold took of its key's budget; returns the budget's key and period field, or nil for a hold without one.
+local function release_budget(budgets_key, id)
+  local entry = redis.call('HGET', budgets_key, id)
+  if not entry then return nil end
+  local budget_key, field, amount = string.match(entry, '^(.-)\t(.-)\t(.-)$')
+  redis.call('HINCRBY', budget_key, 'held', int(0 - tonumber(amount)))
+  redis.call('HDEL', budgets_key, id)
+  return budget_key, field
+end
+local function reclaim(account_key, holds_key, amounts_key, reclaimed_key, budgets_key)
   local expired = redis.call('ZRANGEBYSCORE', holds_key, '-inf', now_ms)
   if #expired == 0 then return end
+  for _, id in ipairs(expired) do release_budget(budgets_key, id) end
   local released, marks, filed = 0, {}, {}
   for _, id in ipairs(expired) do
     released = released + tonumber(redis.call('HGET', amounts_key, id) or '0')
@@ -72,12 +84,12 @@ end
 const BATCHED_ACCOUNTS = `
 ${RECLAIM_EXPIRED_HOLDS}
 -- Calls f(K, A) for each item of the JSON array in ARGV[items_arg]. An item is where its account's
--- four keys start in KEYS, the places of its more_keys other keys, then its arguments (A).
+-- five keys start in KEYS, the places of its more_keys other keys, then its arguments (A).
 local function each_item(items_arg, more_keys, f)
   for _, item in ipairs(cjson.decode(ARGV[items_arg])) do
     local at = item[1]
-    local K = { KEYS[at], KEYS[at + 1], KEYS[at + 2], KEYS[at + 3] }
-    for i = 1, more_keys do K[4 + i] = KEYS[item[1 + i]] end
+    local K = { KEYS[at], KEYS[at + 1], KEYS[at + 2], KEYS[at + 3], KEYS[at + 4] }
+    for i = 1, more_keys do K[5 + i] = KEYS[item[1 + i]] end
     f(K, { unpack(item, 2 + more_keys) })
   end
 end
@@ -87,9 +99,9 @@ local function account(K)
   if a == nil then
     a = false
     if redis.call('EXISTS', K[1]) == 1 then
-      reclaim(K[1], K[2], K[3], K[4])
+      reclaim(K[1], K[2], K[3], K[4], K[5])
       local granted, topped_up, held = balance_of(K[1])
-      a = { key = K[1], holds = K[2], amounts = K[3], reclaimed = K[4], granted = granted, topped_up = topped_up, held = held,
+      a = { key = K[1], holds = K[2], amounts = K[3], reclaimed = K[4], budgets = K[5], granted = granted, topped_up = topped_up, held = held,
             changed = false, opened_expiries = {}, opened_amounts = {}, closed = {}, forgotten = {} }
       accounts_read[#accounts_read + 1] = a
     end
@@ -104,8 +116,9 @@ local function open_hold(a, id, expiry, amount)
   a.opened_amounts[#a.opened_amounts + 1] = id
   a.opened_amounts[#a.opened_amounts + 1] = int(amount)
 end
--- Takes a hold's ticket: false when there is none (settled before). A hold
--- still open is released; one that expired was released when reclaimed.
+-- Takes a hold's ticket: false when there is none (settled before), else
+-- true and, for a hold under a key's budget, where its charge is counted. A
+-- hold still open is released; one that expired was released when reclaimed.
 local function close_hold(a, id)
   if a.closed[id] then return false end
   local amount = redis.call('HGET', a.amounts, id)
@@ -113,10 +126,10 @@ local function close_hold(a, id)
   a.closed[id] = true
   if amount == 'reclaimed' then
     a.forgotten[#a.forgotten + 1] = id
-  else
-    a.held, a.changed = a.held - tonumber(amount), true
+    return true
   end
-  return true
+  a.held, a.changed = a.held - tonumber(amount), true
+  return true, release_budget(a.budgets, id)
 end
 local function write_accounts()
   for _, a in ipairs(accounts_read) do
@@ -137,13 +150,15 @@ end
 `;
 
 // Holds a batch, in order, as if one script ran per hold. ARGV[1]: the holds
-// (each_item), each with one more key, its rate window (any key when it has
-// no rate check), and 9 arguments: request id, ttl ms, prompt pico, output
-// pico for all n replies per token, max reply tokens, 1 with a rate check or
-// 0, then the check's requests limit, tokens limit and this request's tokens.
-// Replies 5 per hold: status (1 held, -1 no credit, -3 no account, -4 rate
-// limited), the amount held or available or which limit refused it, reply
-// tokens, then the rate window's counts.
+// (each_item), each with two more keys, its rate window and its key's budget
+// (any key where it has no rate check or no budget), and 11 arguments:
+// request id, ttl ms, prompt pico, output pico for all n replies per token,
+// max reply tokens, 1 with a rate check or 0, then the check's requests
+// limit, tokens limit and this request's tokens, then the key's budget (-1
+// for none) and the field its period's spending is counted in. Replies 5 per
+// hold: status (1 held, -1 no credit, -3 no account, -4 rate limited, -5 the
+// key's budget spent), the amount held or available or which limit refused
+// it, reply tokens, then the rate window's counts.
 const HOLD = luaScript(`
 ${BATCHED_ACCOUNTS}
 ${RATE_LIMIT_LUA}
@@ -156,27 +171,40 @@ local function hold(K, A)
   if not a then return {-3, 0, 0, 0, 0} end
   local w
   if A[6] == 1 then
-    w = rate_window(K[5])
+    w = rate_window(K[6])
     local refused = rate_refusal(w, tonumber(A[7]), tonumber(A[8]), tonumber(A[9]))
     if refused > 0 then return {-4, refused, 0, w.requests, w.tokens} end
   end
   local available = a.granted + a.topped_up - a.held
   if available <= 0 then return {-1, available, 0, window_counts(w)} end
+  -- A key's budget is spent like the balance: what its open holds take and its period's charges count against it.
+  local budget = tonumber(A[10])
+  local short, short_status = available, -1
+  if budget >= 0 then
+    local used = redis.call('HMGET', K[7], 'held', A[11])
+    local left = budget - tonumber(used[1] or '0') - tonumber(used[2] or '0')
+    if left <= 0 then return {-5, left, 0, window_counts(w)} end
+    if left < available then short, short_status = left, -5 end
+  end
   local prompt_pico, output_pico = tonumber(A[3]), tonumber(A[4])
   local tokens = tonumber(A[5])
   local amount = math.ceil((prompt_pico + output_pico * tokens) / 1000000)
-  if amount > available then
-    if output_pico == 0 then return {-1, available, 0, window_counts(w)} end
-    tokens = math.floor((available * 1000000 - prompt_pico) / output_pico)
-    if tokens < 1 then return {-1, available, 0, window_counts(w)} end
+  if amount > short then
+    if output_pico == 0 then return {short_status, short, 0, window_counts(w)} end
+    tokens = math.floor((short * 1000000 - prompt_pico) / output_pico)
+    if tokens < 1 then return {short_status, short, 0, window_counts(w)} end
     amount = math.ceil((prompt_pico + output_pico * tokens) / 1000000)
   end
   if w then count_request(w, tonumber(A[9])) end
   open_hold(a, A[1], int(now_ms + tonumber(A[2])), amount)
+  if budget >= 0 then
+    redis.call('HINCRBY', K[7], 'held', int(amount))
+    redis.call('HSET', a.budgets, A[1], K[7] .. '\\t' .. A[11] .. '\\t' .. int(amount))
+  end
   return {1, amount, tokens, window_counts(w)}
 end
 local reply = {}
-each_item(1, 1, function(K, A)
+each_item(1, 2, function(K, A)
   for _, v in ipairs(hold(K, A)) do reply[#reply + 1] = v end
 end)
 write_accounts()
@@ -229,16 +257,19 @@ local function settle(K, A)
   if not (whole(A[2]) and whole(A[5]) and whole(A[6]) and whole(A[7])) then return -1, 0 end
   local a = account(K)
   local id = A[1]
-  if not (a and close_hold(a, id)) then return 0, 0 end
+  if not a then return 0, 0 end
+  local open, budget_key, budget_field = close_hold(a, id)
+  if not open then return 0, 0 end
   local charge = 0
   if A[3] == 'complete' then
     -- Never below zero: a hold that expired (or an upstream that overshot) is charged at most what is left.
     charge = math.min(tonumber(A[2]), math.max(a.granted + a.topped_up - a.held, 0))
     local from_granted = math.min(charge, math.max(a.granted, 0))
     a.granted, a.topped_up, a.changed = a.granted - from_granted, a.topped_up - (charge - from_granted), true
-    add_to_totals(K[6], A[4], tonumber(A[5]), tonumber(A[6]), tonumber(A[7]), charge)
+    add_to_totals(K[7], A[4], tonumber(A[5]), tonumber(A[6]), tonumber(A[7]), charge)
+    if budget_key then redis.call('HINCRBY', budget_key, budget_field, int(charge)) end
   end
-  redis.call('XADD', K[5], 'MINID', '=', keep_after, '*', 'request_id', id, 'account', A[8], 'key', A[9], 'model', A[4], 'endpoint', A[10],
+  redis.call('XADD', K[6], 'MINID', '=', keep_after, '*', 'request_id', id, 'account', A[8], 'key', A[9], 'model', A[4], 'endpoint', A[10],
     'outcome', A[3], 'reason', A[11], 'prompt_tokens', int(A[5]), 'cached_tokens', int(A[6]), 'completion_tokens', int(A[7]),
     'cost', int(A[2]), 'charged', int(charge), 'user', A[12], 'api', A[13])
   return 1, charge
@@ -261,7 +292,7 @@ return reply
 const BALANCE = luaScript(`
 if redis.call('EXISTS', KEYS[1]) == 0 then return {0, 0, 0, 0} end
 ${RECLAIM_EXPIRED_HOLDS}
-reclaim(KEYS[1], KEYS[2], KEYS[3], KEYS[4])
+reclaim(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5])
 return {1, balance_of(KEYS[1])}
 `);
 
@@ -293,7 +324,9 @@ if ARGV[5] ~= '' then redis.call('HSET', KEYS[3], ARGV[5], int(granted + topped_
 return {1, granted + topped_up, amount}
 `);
 
-const accountKeys = (account: string) => [redisKeys.account(account), redisKeys.holds(account), redisKeys.holdAmounts(account), redisKeys.reclaimedHolds(account)];
+const accountKeys = (account: string) => [
+  redisKeys.account(account), redisKeys.holds(account), redisKeys.holdAmounts(account), redisKeys.reclaimedHolds(account), redisKeys.holdBudgets(account),
+];
 
 /**
  * The KEYS of one batch script, each key once, and where each is (counted
@@ -306,7 +339,7 @@ class BatchKeys {
   readonly list: string[] = [];
   private readonly places = new Map<string, number>();
 
-  /** Where the account's four keys start: they are always together, in accountKeys' order. */
+  /** Where the account's five keys start: they are always together, in accountKeys' order. */
   account(account: string): number {
     const first = redisKeys.account(account);
     const known = this.places.get(first);
@@ -337,6 +370,15 @@ export interface HoldRequest {
   n: number;
   /** The most reply tokens per choice the request allows. */
   maxReplyTokens: number;
+  /** The calling key's budget, where it has one. */
+  budget?: KeyBudgetCheck;
+}
+
+/** A key's budget as a hold checks it: the limit in micro-units, and the key and field its current period is counted in. */
+export interface KeyBudgetCheck {
+  key: string;
+  limit: number;
+  periodField: string;
 }
 
 /** What a hold came to; `rate`, with a rate check: where the key stands in its window. */
@@ -344,6 +386,7 @@ export type HoldResult =
   | { kind: 'held'; amount: number; maxReplyTokens: number; rate?: RateUse }
   | { kind: 'no_credit'; available: number; rate?: RateUse }
   | { kind: 'rate_limited'; over: 'requests' | 'tokens'; rate: RateUse }
+  | { kind: 'over_budget'; left: number; rate?: RateUse }
   | { kind: 'no_account' };
 
 export interface HoldAsk {
@@ -362,7 +405,12 @@ export async function holdCredits(redis: Redis, asks: HoldAsk[]): Promise<HoldRe
   const keys = new BatchKeys();
   const items = asks.map(({ hold: h, rate }) => {
     const account = keys.account(h.account);
-    return [account, rate ? keys.key(rate.key) : account, h.requestId, h.ttlMs, h.promptTokens * h.prices.missPico, h.n * h.prices.outputPico, h.maxReplyTokens, rate ? 1 : 0, ...(rate?.args ?? [0, 0, 0])];
+    const budget = h.budget;
+    return [
+      account, rate ? keys.key(rate.key) : account, budget ? keys.key(budget.key) : account,
+      h.requestId, h.ttlMs, h.promptTokens * h.prices.missPico, h.n * h.prices.outputPico, h.maxReplyTokens, rate ? 1 : 0, ...(rate?.args ?? [0, 0, 0]),
+      budget ? budget.limit : -1, budget ? budget.periodField : '',
+    ];
   });
   const reply = (await HOLD.runDurably(redis, keys.list, [luaJson(items)])) as number[];
   return asks.map(({ rate }, i): HoldResult => {
@@ -371,6 +419,7 @@ export async function holdCredits(redis: Redis, asks: HoldAsk[]): Promise<HoldRe
     const use = rate && rateUse(rate, requests, tokensUsed);
     if (status === -4) return { kind: 'rate_limited', over: amount === 1 ? 'requests' : 'tokens', rate: use! };
     if (status === -1) return { kind: 'no_credit', available: amount, rate: use };
+    if (status === -5) return { kind: 'over_budget', left: amount, rate: use };
     return { kind: 'held', amount, maxReplyTokens: tokens, rate: use };
   });
 }

@@ -5,9 +5,11 @@ import type { Span } from '@opentelemetry/api';
 import type { Caller } from '../accounts/key-authenticator.js';
 import type { ApiName } from '../config.js';
 import { extendHold, type SettleOutcome, type Settlement } from '../billing/credit-ledger.js';
-import { replyCost } from '../billing/prices.js';
+import { formatMicros, replyCost } from '../billing/prices.js';
 import type { Usage } from '../protocol/chat-response.js';
-import { ApiError, insufficientBalance, shuttingDown } from '../protocol/errors.js';
+import { ApiError, insufficientBalance, keyBudgetSpent, shuttingDown } from '../protocol/errors.js';
+import { budgetPeriodField, budgetRenewsAt } from '../accounts/api-keys.js';
+import { redisKeys } from '../redis/keys.js';
 import { rateCheck } from '../ratelimit/rate-limiter.js';
 import { failClosed } from '../redis/connection.js';
 import { NotReplicated } from '../redis/lua-script.js';
@@ -81,6 +83,8 @@ export class Meter {
       tokensPerMinute: m.caller.limits.tokensPerMinute ?? table.rateLimits.tokensPerMinute,
     };
     const rate = rateCheck(m.caller.account, m.caller.keyId, limits, m.promptTokens + m.n * m.maxReplyTokens);
+    const { budget } = m.caller;
+    const now = Date.now();
     const asked = ctx.holds.hold({
       hold: {
         account: m.caller.account,
@@ -90,6 +94,7 @@ export class Meter {
         promptTokens: m.promptTokens,
         n: m.n,
         maxReplyTokens: m.maxReplyTokens,
+        budget: budget ? { key: redisKeys.keyBudget(m.caller.account, m.caller.keyId), limit: budget.limit, periodField: budgetPeriodField(budget.period, now) } : undefined,
       },
       rate,
     });
@@ -97,6 +102,7 @@ export class Meter {
     asked.catch((err) => err instanceof NotReplicated && void ctx.settlements.settle(settlementOf(m, 'failed', '', NO_USAGE, err.message)));
     const hold = await failClosed(asked);
     if (hold.kind === 'rate_limited') throw rateLimitRefusal(hold.over, hold.rate);
+    if (hold.kind === 'over_budget') throw keyBudgetSpent(formatMicros(budget!.limit), budget!.period, budgetRenewsAt(budget!.period, now));
     if (hold.kind !== 'held') throw insufficientBalance();
     ctx.telemetry.holdOpened();
     return new Meter(ctx, span, m, hold.maxReplyTokens, rateLimitHeaders(hold.rate));

@@ -5,7 +5,7 @@ import { createWriteStream } from 'node:fs';
 import { parseArgs } from 'node:util';
 import type { Redis } from 'ioredis';
 import { createAccount, listAccounts, resolveAccount, setAccountLimits, type Account } from '../accounts/accounts.js';
-import { createApiKey, listApiKeys, maskedKey, revokeApiKey, setKeyLimits, type ApiKeyRecord, type KeyLimits } from '../accounts/api-keys.js';
+import { BUDGET_PERIODS, createApiKey, findApiKeyById, keySpend, listApiKeys, maskedKey, revokeApiKey, setKeyLimits, type ApiKeyRecord, type BudgetPeriod, type KeyLimits } from '../accounts/api-keys.js';
 import { resolveKeySecret } from '../accounts/server-secret.js';
 import { createCreditCode } from '../billing/credit-codes.js';
 import { balanceSummary, changeCredit, type CreditChange } from '../billing/credit-ledger.js';
@@ -23,10 +23,10 @@ export const OPERATOR_USAGE = `
   accounts limits --account A [--rpm N] [--tpm N]   set (or, without both, clear) its rate limits
   credit grant  --account A --amount 5 --note TEXT
   credit deduct --account A --amount 5 --note TEXT
-  keys create --account A --name N [--models m1,m2] [--expires 2026-12-31T00:00:00Z]
-                              print a new key (shown this once), limited to those models, until then
-  keys limits KEY_ID [--models ...] [--expires ...]   change a key's limits (an empty value clears one)
-  keys list --account A       each key with its limits
+  keys create --account A --name N [--models m1,m2] [--budget 5] [--budget-period day|month|total] [--expires 2026-12-31T00:00:00Z]
+                              print a new key (shown this once), limited to those models, that spend, until then
+  keys limits KEY_ID [--models ...] [--budget ...] [--budget-period ...] [--expires ...]   change a key's limits (an empty value clears one)
+  keys list --account A       each key with its limits and what it spent in its budget's period
   keys revoke KEY_ID
   credit-codes create --amount 5 [--count N]   codes a team redeems on the platform's top-up page
   migrate                     move data written by an earlier Parley to the current key layout (safe to rerun)
@@ -57,11 +57,11 @@ const OPTIONS = {
   email: { type: 'string' }, name: { type: 'string' }, password: { type: 'string' }, credit: { type: 'string' },
   account: { type: 'string' }, amount: { type: 'string' }, note: { type: 'string' }, rpm: { type: 'string' }, tpm: { type: 'string' },
   since: { type: 'string' }, count: { type: 'string' }, until: { type: 'string' }, out: { type: 'string' }, 'data-dir': { type: 'string' },
-  models: { type: 'string' }, expires: { type: 'string' },
+  models: { type: 'string' }, expires: { type: 'string' }, budget: { type: 'string' }, 'budget-period': { type: 'string' },
 } as const;
 
-/** A key's limits from --models and --expires: absent where not given, null where given empty (cleared). */
-function keyLimits(v: Values): KeyLimits {
+/** A key's limits from --models, --expires, --budget and --budget-period: absent where not given, null where given empty (cleared). */
+function keyLimits(v: Values, current?: ApiKeyRecord): KeyLimits {
   const limits: KeyLimits = {};
   if (v.models !== undefined) {
     const models = v.models.split(',').map((m) => m.trim()).filter(Boolean);
@@ -72,10 +72,22 @@ function keyLimits(v: Values): KeyLimits {
     if (v.expires !== '' && (Number.isNaN(at) || !/^\d{4}-\d{2}-\d{2}T/.test(v.expires))) throw new ConfigError(`--expires "${v.expires}" is not a time (2026-12-31T00:00:00Z)`);
     limits.expiresAt = v.expires === '' ? null : at;
   }
+  const period = v['budget-period'];
+  if (period !== undefined && !(BUDGET_PERIODS as readonly string[]).includes(period)) throw new ConfigError(`--budget-period is one of ${BUDGET_PERIODS.join(', ')}`);
+  if (v.budget === '') limits.budget = null;
+  else if (v.budget !== undefined || period !== undefined) {
+    const limit = v.budget !== undefined ? parseAmount(v.budget) : current?.budget?.limit;
+    if (limit === undefined) throw new ConfigError('--budget-period needs a --budget (the key has none)');
+    limits.budget = { limit, period: (period ?? current?.budget?.period ?? 'total') as BudgetPeriod };
+  }
   return limits;
 }
 
-const describeLimits = (k: ApiKeyRecord) => [k.models ? k.models.join(',') : 'any model', k.expiresAt ? `until ${new Date(k.expiresAt).toISOString()}` : 'no expiry'];
+const describeLimits = (k: ApiKeyRecord) => [
+  k.models ? k.models.join(',') : 'any model',
+  k.expiresAt ? `until ${new Date(k.expiresAt).toISOString()}` : 'no expiry',
+  k.budget ? `budget ${formatMicros(k.budget.limit)} per ${k.budget.period}` : 'no budget',
+];
 
 type Values = ReturnType<typeof parseArgs<{ options: typeof OPTIONS; allowPositionals: true }>>['values'];
 
@@ -116,16 +128,17 @@ const ACTIONS: Record<string, (op: Operator, v: Values, positionals: string[]) =
   async 'keys limits'(op, v, positionals) {
     const id = positionals[0];
     if (!id) throw new ConfigError('keys limits needs a key id (see keys list)');
-    const record = await setKeyLimits(op.redis, id, keyLimits(v));
+    const record = await setKeyLimits(op.redis, id, keyLimits(v, await findApiKeyById(op.redis, id)));
     if (!record) throw new ConfigError(`no key ${id}`);
     console.log(`key ${id}: ${describeLimits(record).join(', ')}`);
   },
   async 'keys list'(op, v) {
     const a = await account(op, v.account);
-    console.log(['id', 'name', 'key', 'created', 'last used', 'revoked', 'models', 'expiry'].join('\t'));
+    console.log(['id', 'name', 'key', 'created', 'last used', 'revoked', 'models', 'expiry', 'budget', 'spent this period'].join('\t'));
     for (const k of await listApiKeys(op.redis, a.id)) {
       const when = (ms: number | null) => (ms ? new Date(ms).toISOString() : '-');
-      console.log([k.id, k.name, maskedKey(k.suffix), when(k.created), when(k.lastUsed), k.revoked ? 'yes' : 'no', ...describeLimits(k)].join('\t'));
+      const spent = k.budget ? formatMicros((await keySpend(op.redis, k)).spent) : '-';
+      console.log([k.id, k.name, maskedKey(k.suffix), when(k.created), when(k.lastUsed), k.revoked ? 'yes' : 'no', ...describeLimits(k), spent].join('\t'));
     }
   },
   async 'keys revoke'(op, _v, positionals) {

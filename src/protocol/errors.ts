@@ -132,6 +132,15 @@ export const insufficientBalance = () =>
     'insufficient_balance',
   );
 
+/** A key's own budget is spent: 429 insufficient_quota, as OpenAI answers an exhausted quota, naming the key's budget rather than the balance. */
+export const keyBudgetSpent = (budget: string, period: 'day' | 'month' | 'total', renewsAt: number | null) =>
+  new ApiError(
+    429,
+    'insufficient_quota',
+    `This API key's budget of ${budget}${period === 'total' ? '' : ` per ${period}`} is spent${renewsAt === null ? '' : `; it renews at ${new Date(renewsAt).toISOString()}`}. Ask your platform team to raise it, or use another key.`,
+    'insufficient_quota',
+  );
+
 export const rateLimitExceeded = (what: 'requests' | 'tokens', limit: number, retryAfterSeconds: number, headers: Record<string, string>) =>
   new ApiError(
     429,

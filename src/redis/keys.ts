@@ -31,6 +31,10 @@ export const redisKeys = {
   ledger: (account: string) => `${accountTag(account)}ledger`,
   /** Hash: a credit change's id (an Idempotency-Key, a redeemed code) → the balance it left, so that it is applied once. */
   appliedChanges: (account: string) => `${accountTag(account)}applied-changes`,
+  /** Hash: a key's budget use: held (its open holds), and spent:total, spent:d:YYYY-MM-DD or spent:m:YYYY-MM per period. */
+  keyBudget: (account: string, keyId: string) => `${accountTag(account)}key-budget:${keyId}`,
+  /** Hash: request id → "<key budget>\t<period field>\t<amount>" for each open hold made under a key's budget. */
+  holdBudgets: (account: string) => `${accountTag(account)}hold-budgets`,
   /** Member login: email → hash (account, password hash). */
   member: (email: string) => `${P}member:${email.toLowerCase()}`,
   /** Hash of an API key, by the key's keyed hash: id, account, name, created, suffix, revoked. */
