@@ -57,6 +57,8 @@ export const redisKeys = {
   prefixes: (model: string) => ({ firstSeen: `${P}{prefixes:${model}}:first-seen`, lastSeen: `${P}{prefixes:${model}}:last-seen` }),
   /** Set when the demo account was made, so it is made once per Redis. */
   demoAccount: `${P}demo-account`,
+  /** Stream of every operator action (CLI or admin API): actor, action, target, before, after. */
+  audit: `${P}audit`,
   /** The key layout's version, set by `parley migrate`. */
   layoutVersion: `${P}layout-version`,
 } as const;
