@@ -4,7 +4,7 @@ import type { Span } from '@opentelemetry/api';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { ApiError, internalError, routeNotFound, shuttingDown } from '../protocol/errors.js';
 import { sendError, sendJson } from '../protocol/http-io.js';
-import { getEndpoints } from './admin-routes.js';
+import { ADMIN_PREFIX, handleAdmin } from './admin-api.js';
 import { getBalance } from './balance-route.js';
 import { handleChatCompletion } from './chat-completions.js';
 import { handleCompletion } from './completions.js';
@@ -38,7 +38,7 @@ export function createGatewayServer(ctx: GatewayContext): Server {
     if (method === 'POST' && path === '/v1/chat/completions') return handleChatCompletion(req, res, ctx, span);
     if (method === 'POST' && path === '/v1/completions') return handleCompletion(req, res, ctx, span);
     if (method === 'POST' && path === '/v1/embeddings') return handleEmbeddings(req, res, ctx, span);
-    if (method === 'GET' && path === '/admin/endpoints') return getEndpoints(req, res, ctx);
+    if (path === '/admin/endpoints' || path.startsWith(ADMIN_PREFIX)) return handleAdmin(req, res, ctx, method, path, search);
     if (await handlePlatform(req, res, ctx, path, new URLSearchParams(search))) return;
     const authenticated = method === 'GET' && (path === '/v1/models' || path.startsWith('/v1/models/') || path === '/user/balance');
     if (!authenticated) throw routeNotFound(method, path);

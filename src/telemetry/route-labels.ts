@@ -32,6 +32,7 @@ const PATH_TEMPLATES: [prefix: string, template: string][] = [
   ['/v1/models/', '/v1/models/{id}'],
   ['/platform/models/', '/platform/models/{id}'],
   ['/platform/api-keys/', '/platform/api-keys/{id}/revoke'],
+  ['/admin/v1/', '/admin/v1/{operation}'],
 ];
 
 const METHODS = new Set(['GET', 'POST', 'HEAD', 'PUT', 'PATCH', 'DELETE', 'OPTIONS']);

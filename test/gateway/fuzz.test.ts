@@ -7,7 +7,7 @@ import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readBalance } from '../../src/billing/credit-ledger.js';
 import { completionBody, replyJson, type FakeUpstream, type Script } from '../support/fake-upstream.js';
-import { modelEntry, startGatewayOn, withGatewayOn, type GatewayOnUpstreams, type TestGateway } from '../support/gateway.js';
+import { asAdmin, type GatewayOnUpstreams, modelEntry, startGatewayOn, type TestGateway, withGatewayOn } from '../support/gateway.js';
 
 let running: GatewayOnUpstreams;
 let upstream: FakeUpstream;
@@ -118,7 +118,7 @@ describe('hostile input', () => {
         }),
         { numRuns: 200 },
       );
-      const view = await (await fetch(`${strictGw.url}/admin/endpoints`)).json();
+      const view = await (await fetch(`${strictGw.url}/admin/endpoints`, { headers: asAdmin })).json();
       expect(view.data[0].endpoints[0].circuit).toBe('closed');
     });
   });

@@ -7,7 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readBalance } from '../../src/billing/credit-ledger.js';
 import { DEFAULT_MODEL_FILE } from '../../src/engine/model-maker.js';
 import { fixtureModelPaths } from '../support/fixture-models.js';
-import { makeAccount, modelEntry, postChat, startTestGateway, type TestGateway } from '../support/gateway.js';
+import { asAdmin, makeAccount, modelEntry, postChat, startTestGateway, type TestGateway } from '../support/gateway.js';
 
 const MODELS: { name: string; local: Record<string, unknown> }[] = [
   { name: 'parley-tiny (generated)', local: { contextSize: 4096, parallel: 4 } },
@@ -145,7 +145,7 @@ describe.each(MODELS)('local engine: $name', ({ local }) => {
     expect(await readBalance(gw.redis.client, gw.account)).toEqual(before);
     const res = await postChat({ url: gw.url, apiKey: other.key }, { model, messages: user('hello'), max_tokens: 4 });
     expect(res.status).toBe(200);
-    const view = await (await fetch(`${gw.url}/admin/endpoints`)).json();
+    const view = await (await fetch(`${gw.url}/admin/endpoints`, { headers: asAdmin })).json();
     expect(view.data[0].endpoints[0]).toMatchObject({ circuit: 'closed', failures: 0 });
   });
 

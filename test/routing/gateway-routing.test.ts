@@ -5,7 +5,7 @@
 import OpenAI from 'openai';
 import { describe, expect, it } from 'vitest';
 import { chunk, completionBody, replyJson, sleep, startFakeUpstream, writeEvents, type Script } from '../support/fake-upstream.js';
-import { makeAccount, modelEntry, postChat, withGatewayOn } from '../support/gateway.js';
+import { asAdmin, makeAccount, modelEntry, postChat, withGatewayOn } from '../support/gateway.js';
 
 const messages = [{ role: 'user' as const, content: 'hello' }];
 
@@ -146,7 +146,7 @@ describe('health', () => {
         content = (await gw.client.chat.completions.create({ model: 'm', messages })).choices[0].message.content!;
       }
       expect(content).toBe('two');
-      const view = await (await fetch(`${gw.url}/admin/endpoints`)).json();
+      const view = await (await fetch(`${gw.url}/admin/endpoints`, { headers: asAdmin })).json();
       expect(view.data[0].endpoints.map((e: { url: string }) => e.url)).toEqual([two.url]);
     });
   });
@@ -175,7 +175,7 @@ describe('the operators\' view', () => {
   it('shows per endpoint health, circuit, in flight, queue, cached-token share and latency', async () => {
     await withGatewayOn([answer('x')], ([a]) => ({ gateway: noProbe, models: [modelEntry('m', [vllm(a)])] }), async (gw) => {
       await gw.client.chat.completions.create({ model: 'm', messages });
-      const res = await fetch(`${gw.url}/admin/endpoints`);
+      const res = await fetch(`${gw.url}/admin/v1/endpoints`, { headers: asAdmin });
       expect(res.status).toBe(200);
       const [model] = (await res.json()).data;
       expect(model).toMatchObject({ model: 'm', policy: 'prefix-affinity' });
@@ -184,15 +184,18 @@ describe('the operators\' view', () => {
     });
   });
 
-  it('needs the admin token when one is set', async () => {
-    process.env.PARLEY_ADMIN_TOKEN = 'operator-token';
-    try {
-      await withGatewayOn([answer('x')], ([a]) => ({ models: [modelEntry('m', [vllm(a)])] }), async (gw) => {
-        expect((await fetch(`${gw.url}/admin/endpoints`)).status).toBe(403);
-        expect((await fetch(`${gw.url}/admin/endpoints`, { headers: { authorization: 'Bearer operator-token' } })).status).toBe(200);
-      });
-    } finally {
+  it('is on only with the admin token: a wrong or missing one is a 401, and with none set it answers 404 to everyone, this machine too', async () => {
+    await withGatewayOn([answer('x')], ([a]) => ({ models: [modelEntry('m', [vllm(a)])] }), async (gw) => {
+      expect((await fetch(`${gw.url}/admin/endpoints`)).status).toBe(401);
+      expect((await fetch(`${gw.url}/admin/endpoints`, { headers: { authorization: 'Bearer wrong' } })).status).toBe(401);
+      expect((await fetch(`${gw.url}/admin/endpoints`, { headers: asAdmin })).status).toBe(200);
+      const token = process.env.PARLEY_ADMIN_TOKEN;
       delete process.env.PARLEY_ADMIN_TOKEN;
-    }
+      try {
+        for (const path of ['/admin/endpoints', '/admin/v1/endpoints', '/admin/v1/accounts']) expect((await fetch(`${gw.url}${path}`, { headers: asAdmin })).status).toBe(404);
+      } finally {
+        process.env.PARLEY_ADMIN_TOKEN = token;
+      }
+    });
   });
 });

@@ -5,7 +5,7 @@ import OpenAI from 'openai';
 import { describe, expect, it } from 'vitest';
 import { readBalance } from '../../src/billing/credit-ledger.js';
 import { completionBody, replyJson, type Script } from '../support/fake-upstream.js';
-import { makeAccount, modelEntry, postChat, withGatewayOn, type TestGateway } from '../support/gateway.js';
+import { asAdmin, makeAccount, modelEntry, postChat, withGatewayOn, type TestGateway } from '../support/gateway.js';
 
 const messages = [{ role: 'user' as const, content: 'hello' }];
 
@@ -18,7 +18,7 @@ const failsOnPoison: Script = (req, res) => {
 const health = { health: { failureThreshold: 2, openMs: 60_000, probe: { intervalMs: 0 } } };
 
 async function circuits(gw: TestGateway): Promise<string[]> {
-  const view = await (await fetch(`${gw.url}/admin/endpoints`)).json();
+  const view = await (await fetch(`${gw.url}/admin/endpoints`, { headers: asAdmin })).json();
   return view.data[0].endpoints.map((e: { circuit: string }) => e.circuit);
 }
 

@@ -15,6 +15,9 @@ import { startTestRedis, type TestRedis } from './redis.js';
 
 export const TEST_KEY_SECRET = 'test-secret-for-hashing-api-keys-0123456789';
 
+/** The admin token vitest.config.ts sets, as a request sends it. */
+export const asAdmin = { authorization: `Bearer ${process.env.PARLEY_ADMIN_TOKEN}` };
+
 export interface TestGateway extends RunningGateway {
   client: OpenAI;
   apiKey: string;
