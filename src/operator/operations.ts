@@ -169,10 +169,11 @@ export const operations = {
     return { apiKey: key, key: view };
   },
 
-  async setKeyLimits(op: Operator, keyId: string, body: unknown) {
+  /** Changes a key's limits; with `account`, only a key of that account. */
+  async setKeyLimits(op: Operator, keyId: string, body: unknown, account?: string) {
     const input = parse(inputs.keyLimits, body);
     const current = await findApiKeyById(op.redis, keyId);
-    if (!current) throw new OperationRefused(404, `no key ${keyId}`);
+    if (!current || (account && current.account !== account)) throw new OperationRefused(404, `no key ${keyId}`);
     const record = await setKeyLimits(op.redis, keyId, limitsOf(input, current));
     if (!record) throw new OperationRefused(404, `no key ${keyId}`);
     const [before, after] = [await keyView(op, current), await keyView(op, record)];

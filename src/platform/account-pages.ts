@@ -1,8 +1,11 @@
 // The signed-in pages about the account itself: the overview (balance,
-// held, this month's spend, the 30-day chart), API keys (created and shown
-// once, masked afterwards, revoked with a confirmation) and top-up.
+// held, this month's spend, the 30-day chart), API keys (created with their
+// limits and shown once, masked afterwards, limits changed, spend against
+// budget shown, revoked with a confirmation) and top-up. Key changes are the
+// operator's operations (operator/operations.ts), audited as the member.
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { createApiKey, listApiKeys, maskedKey, revokeApiKey } from '../accounts/api-keys.js';
+import { BUDGET_PERIODS, maskedKey, revokeApiKey } from '../accounts/api-keys.js';
+import { OperationRefused, operations, type Operator } from '../operator/operations.js';
 import { redeemCreditCode } from '../billing/credit-codes.js';
 import { balanceSummary } from '../billing/credit-ledger.js';
 import { formatMicros } from '../billing/prices.js';
@@ -35,6 +38,36 @@ export async function showOverview(req: IncomingMessage, res: ServerResponse, ct
   sendPage(res, 200, page({ title: 'Overview', email: session.email, csrf: csrfToken(req, res), active: 'overview' }, body));
 }
 
+/** The member acting, as the operations take it: their changes are audited under their email. */
+const memberOperator = (ctx: PlatformServices, session: Session, secret: string): Operator => ({ redis: ctx.redis, secret, actor: `member:${session.email}` });
+
+/** The limit fields of a key's form, for creating a key or changing one; `current` fills them in. */
+function limitFields(models: string[], currency: string, idPrefix: string, current?: KeyView): Html {
+  const allowed = new Set(current?.models ?? []);
+  const period = current?.budgetPeriod ?? 'month';
+  return html`<fieldset class="limits"><legend>Models (none ticked: every model)</legend>
+      ${models.map((m) => html`<label class="check"><input type="checkbox" name="models" value="${m}"${allowed.has(m) ? html` checked` : ''}> ${m}</label>`)}
+    </fieldset>
+    <div><label for="${idPrefix}budget">Budget (${currency}; empty: none)</label><input id="${idPrefix}budget" name="budget" type="text" inputmode="decimal" value="${current?.budget ?? ''}" placeholder="e.g. 25"></div>
+    <div><label for="${idPrefix}period">Per</label><select id="${idPrefix}period" name="budget_period">${BUDGET_PERIODS.map((p) => html`<option value="${p}"${p === period ? html` selected` : ''}>${p}</option>`)}</select></div>
+    <div><label for="${idPrefix}expires">Expires (UTC; empty: never)</label><input id="${idPrefix}expires" name="expires" type="date" value="${current?.expiresAt?.slice(0, 10) ?? ''}"></div>`;
+}
+
+/** The limits a key's form asks for, as the operations take them. */
+function limitsFromForm(form: URLSearchParams) {
+  const models = form.getAll('models').filter(Boolean);
+  const budget = (form.get('budget') ?? '').trim();
+  const expires = (form.get('expires') ?? '').trim();
+  return {
+    models: models.length > 0 ? models : null,
+    budget: budget === '' ? null : budget,
+    ...(budget === '' ? {} : { budgetPeriod: form.get('budget_period') ?? 'month' }),
+    expiresAt: expires === '' ? null : /^\d{4}-\d{2}-\d{2}$/.test(expires) ? `${expires}T00:00:00Z` : expires,
+  };
+}
+
+type KeyView = Awaited<ReturnType<typeof operations.listKeys>>[number];
+
 export async function showApiKeys(
   req: IncomingMessage,
   res: ServerResponse,
@@ -47,7 +80,9 @@ export async function showApiKeys(
   revokedId?: string,
 ): Promise<void> {
   const csrf = csrfToken(req, res);
-  const keys = await listApiKeys(ctx.redis, session.account);
+  const currency = ctx.routing().billing.currency;
+  const models = [...ctx.routing().models.keys()];
+  const keys = await operations.listKeys(memberOperator(ctx, session, ''), session.account);
   const revoked = revokedId && keys.find((k) => k.id === revokedId && k.revoked);
   const fresh: Html | '' = created
     ? html`<section class="notice warning" role="status">
@@ -55,11 +90,18 @@ export async function showApiKeys(
         <div class="secret"><code id="new-key" data-testid="new-key">${created.key}</code><button type="button" class="secondary" data-copy="new-key">Copy</button></div>
       </section>`
     : '';
+  const limitsOf = (k: KeyView) => [k.models ? k.models.join(', ') : 'every model', k.expiresAt ? `until ${k.expiresAt.slice(0, 10)}` : ''].filter(Boolean).join('; ');
   const rows = keys.map(
-    (k) => html`<tr>
-      <td>${k.name}</td><td><code>${maskedKey(k.suffix)}</code></td><td>${when(k.created)}</td><td>${when(k.lastUsed)}</td>
-      <td>${k.revoked ? html`<span class="tag off">revoked</span>` : html`<form method="post" action="/platform/api-keys/${k.id}/revoke" class="inline" data-confirm="Revoke the key ${k.name}? Requests with it fail at once.">
-        <input type="hidden" name="_csrf" value="${csrf}"><button type="submit" class="danger">Revoke</button></form>`}</td>
+    (k) => html`<tr data-key="${k.id}">
+      <td>${k.name}</td><td><code>${maskedKey(k.suffix)}</code></td><td>${when(Date.parse(k.created))}</td><td>${when(k.lastUsed ? Date.parse(k.lastUsed) : null)}</td>
+      <td>${limitsOf(k)}</td>
+      <td data-testid="spend">${k.budget ? `${k.spentThisPeriod} of ${k.budget} ${currency} ${{ day: 'today', month: 'this month', total: 'in total' }[k.budgetPeriod!]}` : '-'}</td>
+      <td>${k.revoked
+        ? html`<span class="tag off">revoked</span>`
+        : html`<details class="key-limits"><summary>Limits</summary><form method="post" action="/platform/api-keys/${k.id}/limits" class="filters">
+            <input type="hidden" name="_csrf" value="${csrf}">${limitFields(models, currency, `${k.id}-`, k)}<div><button type="submit">Save limits</button></div></form></details>
+          <form method="post" action="/platform/api-keys/${k.id}/revoke" class="inline" data-confirm="Revoke the key ${k.name}? Requests with it fail at once.">
+          <input type="hidden" name="_csrf" value="${csrf}"><button type="submit" class="danger">Revoke</button></form>`}</td>
     </tr>`,
   );
   const body = html`<h1>API keys</h1>
@@ -70,9 +112,10 @@ export async function showApiKeys(
       <input type="hidden" name="_csrf" value="${csrf}">
       <div><label for="name">Name</label><input id="name" name="name" type="text" maxlength="64" required placeholder="e.g. search-backend"></div>
       <div><button type="submit">Create key</button></div>
+      <details class="key-limits"><summary>Limits (optional): models, budget, expiry</summary><div class="filters">${limitFields(models, currency, 'new-')}</div></details>
     </form>
     ${keys.length
-      ? html`<table><thead><tr><th>Name</th><th>Key</th><th>Created</th><th>Last used</th><th></th></tr></thead><tbody>${rows}</tbody></table>`
+      ? html`<table><thead><tr><th>Name</th><th>Key</th><th>Created</th><th>Last used</th><th>Limits</th><th>Spent</th><th></th></tr></thead><tbody>${rows}</tbody></table>`
       : html`<p class="muted">No keys yet.</p>`}`;
   sendPage(res, status, page({ title: 'API keys', email: session.email, csrf, active: 'keys' }, body));
 }
@@ -80,8 +123,24 @@ export async function showApiKeys(
 export async function createKey(req: IncomingMessage, res: ServerResponse, ctx: PlatformServices, session: Session, form: URLSearchParams, secret: string): Promise<void> {
   const name = (form.get('name') ?? '').trim();
   if (!name || name.length > 64) return showApiKeys(req, res, ctx, session, undefined, 400, 'Give the key a name of 1 to 64 characters.');
-  const { key } = await createApiKey(ctx.redis, secret, session.account, name);
-  await showApiKeys(req, res, ctx, session, { key, name });
+  try {
+    const { apiKey } = await operations.createKey(memberOperator(ctx, session, secret), session.account, { name, ...limitsFromForm(form) });
+    await showApiKeys(req, res, ctx, session, { key: apiKey, name });
+  } catch (err) {
+    if (!(err instanceof OperationRefused)) throw err;
+    await showApiKeys(req, res, ctx, session, undefined, 400, `The key was not created: ${err.message}.`);
+  }
+}
+
+/** Changes the limits of one of the account's own keys. */
+export async function changeKeyLimits(req: IncomingMessage, res: ServerResponse, ctx: PlatformServices, session: Session, keyId: string, form: URLSearchParams): Promise<void> {
+  try {
+    await operations.setKeyLimits(memberOperator(ctx, session, ''), keyId, limitsFromForm(form), session.account);
+    redirect(res, '/platform/api-keys');
+  } catch (err) {
+    if (!(err instanceof OperationRefused)) throw err;
+    await showApiKeys(req, res, ctx, session, undefined, 400, `The limits were not changed: ${err.message}.`);
+  }
 }
 
 export async function revokeKey(res: ServerResponse, ctx: PlatformServices, session: Session, keyId: string): Promise<void> {

@@ -88,6 +88,9 @@ button.secondary{background:#e9ecf2;color:var(--ink)}button.danger{background:#b
 pre{background:#111827;color:#f3f4f6;padding:1rem;border-radius:8px;overflow-x:auto;font-size:.85rem}
 .muted{color:var(--muted)}.filters{display:flex;flex-wrap:wrap;gap:1rem;align-items:flex-end;margin-bottom:1rem}.filters label{margin:0 0 .25rem}
 .filters input,.filters select,.filters button{height:2.5rem}.filters button{white-space:nowrap}
+.filters details.key-limits{flex-basis:100%}details.key-limits summary{cursor:pointer;color:var(--muted);margin-bottom:.5rem}
+fieldset.limits{border:1px solid var(--line);border-radius:6px;padding:.25rem .75rem .5rem;margin:0}fieldset.limits legend{font-size:.875rem;color:var(--muted)}
+.filters .check{display:inline-flex;align-items:center;gap:.25rem;margin-right:1rem}.filters .check input{height:auto}
 .chart{background:var(--card);border:1px solid var(--line);border-radius:10px;padding:1rem}.chart svg{width:100%;height:auto}
 .legend{display:flex;gap:1rem;flex-wrap:wrap;font-size:.85rem;color:var(--muted);margin-top:.5rem}.legend i{display:inline-block;width:.8rem;height:.8rem;border-radius:2px;margin-right:.3rem;vertical-align:-1px}
 .legend .hit{background:#2f5bea}.legend .miss{background:#93a8f4}.legend .output{background:#f59e0b}.legend .cost{background:#b45309;height:3px;vertical-align:3px}

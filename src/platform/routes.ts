@@ -4,7 +4,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { PlatformServices } from './services.js';
 import { ApiError, routeNotFound } from '../protocol/errors.js';
-import { createKey, redeemCode, revokeKey, showApiKeys, showOverview, showTopUp } from './account-pages.js';
+import { changeKeyLimits, createKey, redeemCode, revokeKey, showApiKeys, showOverview, showTopUp } from './account-pages.js';
 import { logIn, logOut, showAuth, signUp } from './auth-pages.js';
 import { html } from './html.js';
 import { FAVICON_SVG, page, PLATFORM_JS, redirect, sendPage, STYLE_CSS } from './layout.js';
@@ -92,9 +92,11 @@ async function servePlatform(req: IncomingMessage, res: ServerResponse, ctx: Pla
   const session = await currentSession(ctx.redis, req);
   if (!session) return redirect(res, '/platform/login');
   const keyRevoke = /^\/platform\/api-keys\/(key_[0-9a-f]+)\/revoke$/.exec(path);
+  const keyLimits = /^\/platform\/api-keys\/(key_[0-9a-f]+)\/limits$/.exec(path);
   if (form && path === '/platform/logout') await logOut(req, res, ctx, session);
   else if (form && path === '/platform/api-keys') await createKey(req, res, ctx, session, form, ctx.keySecret);
   else if (form && keyRevoke) await revokeKey(res, ctx, session, keyRevoke[1]);
+  else if (form && keyLimits) await changeKeyLimits(req, res, ctx, session, keyLimits[1], form);
   else if (form && path === '/platform/top-up') await redeemCode(req, res, ctx, session, form);
   else if (form) throw routeNotFound(method, path);
   else if (path === '/platform') await showOverview(req, res, ctx, session);

@@ -31,7 +31,7 @@ const EXACT_PATHS = new Set([
 const PATH_TEMPLATES: [prefix: string, template: string][] = [
   ['/v1/models/', '/v1/models/{id}'],
   ['/platform/models/', '/platform/models/{id}'],
-  ['/platform/api-keys/', '/platform/api-keys/{id}/revoke'],
+  ['/platform/api-keys/', '/platform/api-keys/{id}/{revoke or limits}'],
   ['/admin/v1/', '/admin/v1/{operation}'],
 ];
 

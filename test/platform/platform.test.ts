@@ -8,6 +8,7 @@ import OpenAI from 'openai';
 import { chromium, type Browser, type Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createCreditCode } from '../../src/billing/credit-codes.js';
+import { redisKeys } from '../../src/redis/keys.js';
 import { completionBody, replyJson, startFakeUpstream, type FakeUpstream } from '../support/fake-upstream.js';
 import { modelEntry, startTestGateway, type TestGateway } from '../support/gateway.js';
 
@@ -190,6 +191,45 @@ describe('the platform in a browser', () => {
     await signUp(page, 'cookie@team.example');
     const session = (await context.cookies()).find((c) => c.name === 'parley_session')!;
     expect(session).toMatchObject({ httpOnly: true, sameSite: 'Lax' });
+    await context.close();
+  });
+
+  it("sets a key's models, budget and expiry when it is made, shows its spend against the budget, and changes them later", async () => {
+    const context = await browser.newContext({ viewport: { width: 1200, height: 900 } });
+    const page = await context.newPage();
+    await signUp(page, 'limits@team.example');
+    const code = await createCreditCode(gw.redis.client, 1_000_000);
+    await page.goto(`${gw.url}/platform/top-up`);
+    await page.fill('#code', code);
+    await page.click('button:has-text("Redeem")');
+    await page.goto(`${gw.url}/platform/api-keys`);
+    await page.fill('#name', 'budgeted');
+    await page.click('text=Limits (optional)');
+    await page.check('input[name=models][value=team-model]');
+    await page.fill('#new-budget', '0.01');
+    await page.selectOption('#new-period', 'day');
+    await page.fill('#new-expires', '2030-01-31');
+    await page.click('button:has-text("Create key")');
+    const key = (await page.textContent('[data-testid=new-key]'))!.trim();
+    const row = page.locator('tr', { hasText: 'budgeted' });
+    expect(await row.textContent()).toContain('team-model; until 2030-01-31');
+    expect(await row.locator('[data-testid=spend]').textContent()).toBe('0.00 of 0.01 USD today');
+    await shot(page, '07-key-limits');
+
+    const client = new OpenAI({ baseURL: `${gw.url}/v1`, apiKey: key, maxRetries: 0 });
+    await client.chat.completions.create({ model: 'team-model', messages: [{ role: 'user', content: 'hi' }] });
+    // 176 uncached prompt tokens at 0.5, 1,024 cached at 0.05 and 300 reply tokens at 1.5 per million: 0.00059.
+    // Fetched anew (a reload would post the creation form again).
+    await expect.poll(async () => (await page.goto(`${gw.url}/platform/api-keys`), row.locator('[data-testid=spend]').textContent())).toBe('0.00059 of 0.01 USD today');
+
+    await row.locator('summary:has-text("Limits")').click();
+    await row.locator('input[name=budget]').fill('0.0001');
+    await row.locator('button:has-text("Save limits")').click();
+    await expect.poll(() => page.url()).toBe(`${gw.url}/platform/api-keys`);
+    expect(await row.locator('[data-testid=spend]').textContent()).toBe('0.00059 of 0.0001 USD today');
+    await expect.poll(async () => client.chat.completions.create({ model: 'team-model', messages: [{ role: 'user', content: 'hi' }] }).then(() => 200, (e) => e.status)).toBe(429);
+    const audit = await gw.redis.client.xrevrange(redisKeys.audit, '+', '-', 'COUNT', 1);
+    expect(audit[0][1]).toEqual(expect.arrayContaining(['actor', 'member:limits@team.example', 'action', 'key.limits']));
     await context.close();
   });
 
