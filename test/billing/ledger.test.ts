@@ -1,5 +1,6 @@
-// The credit scripts alone, against a real redis-server: holds, their
-// expiry, settlement at most once, deductions.
+// The credit scripts alone, against a real redis-server and against a real
+// 3-primary Redis Cluster: holds, their expiry, settlement at most once,
+// deductions, batches.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { changeCredit, readBalance, settleHolds, utcDay, type HoldRequest, type Settlement } from '../../src/billing/credit-ledger.js';
 import { holdCredit, settleHold } from '../support/ledger.js';
@@ -12,340 +13,351 @@ import { rateCheck } from '../../src/ratelimit/rate-limiter.js';
 import { sleep } from '../support/fake-upstream.js';
 import { makeAccount } from '../support/gateway.js';
 import { startTestRedis, type TestRedis } from '../support/redis.js';
+import { startClusterAsTestRedis } from '../support/redis-topologies.js';
 
 const prices = tokenPrices({ inputCacheMiss: 1, inputCacheHit: 0.5, output: 2 });
-let redis: TestRedis;
-beforeAll(async () => {
-  redis = await startTestRedis();
-});
-afterAll(() => redis.stop());
 
-const scriptCalls = async () => Number(/cmdstat_evalsha:calls=(\d+)/.exec(await redis.client.info('commandstats'))?.[1] ?? 0);
+const TOPOLOGIES = [
+  { topology: 'one redis-server', oneServer: true, start: startTestRedis },
+  { topology: 'a 3-primary Redis Cluster', oneServer: false, start: startClusterAsTestRedis },
+];
 
-const settlement = (account: string, requestId: string, cost: number): Settlement => ({
-  account, keyId: 'k', requestId, model: 'm', endpoint: 'e', outcome: 'complete',
-  usage: { prompt_tokens: 10, completion_tokens: 10, cached_tokens: 0 }, cost,
-});
+describe.each(TOPOLOGIES)('on $topology', ({ oneServer, start }) => {
+  let redis: TestRedis;
+  beforeAll(async () => {
+    redis = await start();
+  }, 60_000);
+  afterAll(() => redis.stop());
+  // What counts script calls or keys of the one server, or sends one script across accounts' slots.
+  const onOneServer = oneServer ? it : it.skip;
 
-describe('holds and settlement', () => {
-  it('holds the most a request can cost: prompt at the miss price plus n full replies', async () => {
-    const { account } = await makeAccount(redis, 1);
-    const hold = await holdCredit(redis.client, { account, requestId: 'h1', ttlMs: 60_000, prices, promptTokens: 1000, n: 3, maxReplyTokens: 500 });
-    expect(hold).toEqual({ kind: 'held', amount: 1000 + 3 * 500 * 2, maxReplyTokens: 500 });
-    expect((await readBalance(redis.client, account))!.held).toBe(4000);
+  const scriptCalls = async () => Number(/cmdstat_evalsha:calls=(\d+)/.exec(await redis.client.info('commandstats'))?.[1] ?? 0);
+
+  const settlement = (account: string, requestId: string, cost: number): Settlement => ({
+    account, keyId: 'k', requestId, model: 'm', endpoint: 'e', outcome: 'complete',
+    usage: { prompt_tokens: 10, completion_tokens: 10, cached_tokens: 0 }, cost,
   });
 
-  it('settles a request id at most once', async () => {
-    const { account } = await makeAccount(redis, 1);
-    await holdCredit(redis.client, { account, requestId: 'once', ttlMs: 60_000, prices, promptTokens: 10, n: 1, maxReplyTokens: 10 });
-    expect(await settleHold(redis.client, settlement(account, 'once', 30))).toBe(30);
-    expect(await settleHold(redis.client, settlement(account, 'once', 30))).toBeUndefined();
-    expect(await readBalance(redis.client, account)).toEqual({ granted: 1_000_000 - 30, toppedUp: 0, held: 0 });
-  });
-
-  it('reclaims a hold whose replica stopped extending it', async () => {
-    const { account } = await makeAccount(redis, 1);
-    await holdCredit(redis.client, { account, requestId: 'orphan', ttlMs: 300, prices, promptTokens: 10, n: 1, maxReplyTokens: 10 });
-    expect((await readBalance(redis.client, account))!.held).toBe(30);
-    await sleep(400);
-    expect((await readBalance(redis.client, account))!.held).toBe(0);
-  });
-
-  it('never charges below zero, even for a reply whose hold expired', async () => {
-    const { account } = await makeAccount(redis, 0.00005); // 50 micro-units
-    await holdCredit(redis.client, { account, requestId: 'late', ttlMs: 100, prices, promptTokens: 10, n: 1, maxReplyTokens: 10 });
-    await sleep(200);
-    expect(await settleHold(redis.client, settlement(account, 'late', 80))).toBe(50);
-    expect(await readBalance(redis.client, account)).toEqual({ granted: 0, toppedUp: 0, held: 0 });
-  });
-
-  it('charges a reply that outlived its hold once, however often its settlement comes', async () => {
-    const { account } = await makeAccount(redis, 1);
-    await holdCredit(redis.client, { account, requestId: 'outlived', ttlMs: 100, prices, promptTokens: 10, n: 1, maxReplyTokens: 10 });
-    await sleep(200);
-    expect((await readBalance(redis.client, account))!.held).toBe(0);
-    expect(await settleHold(redis.client, settlement(account, 'outlived', 30))).toBe(30);
-    expect(await settleHold(redis.client, settlement(account, 'outlived', 30))).toBeUndefined();
-    expect(await readBalance(redis.client, account)).toEqual({ granted: 1_000_000 - 30, toppedUp: 0, held: 0 });
-    expect(await redis.client.hlen(redisKeys.holdAmounts(account))).toBe(0);
-    expect(await redis.client.zcard(redisKeys.reclaimedHolds(account))).toBe(0);
-  });
-
-  it('settles a request id once even when one batch carries it twice', async () => {
-    const { account } = await makeAccount(redis, 1);
-    await holdCredit(redis.client, { account, requestId: 'twice', ttlMs: 60_000, prices, promptTokens: 10, n: 1, maxReplyTokens: 10 });
-    expect(await settleHolds(redis.client, [settlement(account, 'twice', 30), settlement(account, 'twice', 30)])).toEqual([{ charged: 30 }, 'already settled']);
-    expect(await readBalance(redis.client, account)).toEqual({ granted: 1_000_000 - 30, toppedUp: 0, held: 0 });
-  });
-
-  it('leaves nothing in Redis per settled request but its usage event', async () => {
-    const { account } = await makeAccount(redis, 1);
-    const serve = async (requestId: string) => {
-      await holdCredit(redis.client, { account, requestId, ttlMs: 60_000, prices, promptTokens: 10, n: 1, maxReplyTokens: 10 });
-      await settleHold(redis.client, settlement(account, requestId, 30));
-    };
-    await serve('first');
-    const keys = await redis.client.dbsize();
-    for (const id of ['second', 'third', 'fourth']) await serve(id);
-    expect(await redis.client.dbsize()).toBe(keys);
-    expect(await redis.client.hlen(redisKeys.holdAmounts(account))).toBe(0);
-    expect(await redis.client.xlen(redisKeys.usageEvents(account))).toBe(4);
-  });
-
-  it('forgets a reclaimed hold two days after, when its settlement can no longer come', async () => {
-    const { account } = await makeAccount(redis, 1);
-    for (const requestId of ['long-gone', 'recent']) {
-      await holdCredit(redis.client, { account, requestId, ttlMs: 100, prices, promptTokens: 10, n: 1, maxReplyTokens: 10 });
-      await sleep(200);
-      await readBalance(redis.client, account);
-      // The first was reclaimed three days before the second.
-      if (requestId === 'long-gone') await redis.client.zadd(redisKeys.reclaimedHolds(account), 'XX', Date.now() - 3 * 86_400_000, requestId);
-    }
-    expect(await redis.client.hgetall(redisKeys.holdAmounts(account))).toEqual({ recent: 'reclaimed' });
-    expect(await redis.client.zrange(redisKeys.reclaimedHolds(account), 0, -1)).toEqual(['recent']);
-    expect(await settleHold(redis.client, settlement(account, 'recent', 30))).toBe(30);
-  });
-
-  it('refuses a hold when open holds already take the whole balance', async () => {
-    const { account } = await makeAccount(redis, 0.0001); // 100 micro-units
-    expect((await holdCredit(redis.client, { account, requestId: 'a', ttlMs: 60_000, prices, promptTokens: 10, n: 1, maxReplyTokens: 45 })).kind).toBe('held');
-    expect(await holdCredit(redis.client, { account, requestId: 'b', ttlMs: 60_000, prices, promptTokens: 10, n: 1, maxReplyTokens: 45 })).toEqual({ kind: 'no_credit', available: 0 });
-  });
-
-  it('files each account\'s usage events in a stream of its own', async () => {
-    const a = await makeAccount(redis, 1);
-    const b = await makeAccount(redis, 1);
-    for (const [account, id] of [[a.account, 'ua1'], [b.account, 'ub1'], [a.account, 'ua2']]) {
-      await holdCredit(redis.client, { account, requestId: id, ttlMs: 60_000, prices, promptTokens: 10, n: 1, maxReplyTokens: 10 });
-      await settleHold(redis.client, settlement(account, id, 30));
-    }
-    const read: string[] = [];
-    for await (const e of readUsageEvents(redis.client, a.account)) read.push(e.requestId);
-    expect(read).toEqual(['ua1', 'ua2']);
-    expect(await redis.client.xlen(redisKeys.usageEvents(a.account))).toBe(2);
-  });
-
-  it('sends the settlements of one event-loop turn to Redis in one script call', async () => {
-    const { account } = await makeAccount(redis, 1);
-    const ids = Array.from({ length: 20 }, (_, i) => `batch-${i}`);
-    for (const id of ids) await holdCredit(redis.client, { account, requestId: id, ttlMs: 60_000, prices, promptTokens: 10, n: 1, maxReplyTokens: 10 });
-    const before = await scriptCalls();
-    const queue = new SettlementQueue(redis.client);
-    await Promise.all(ids.map((id) => queue.settle(settlement(account, id, 30))));
-    expect((await scriptCalls()) - before).toBe(1);
-    expect(await readBalance(redis.client, account)).toEqual({ granted: 1_000_000 - 20 * 30, toppedUp: 0, held: 0 });
-  });
-
-  it('settles a request whose failure text holds a lone surrogate, as UTF-8 would have written it', async () => {
-    const { account } = await makeAccount(redis, 1);
-    await holdCredit(redis.client, { account, requestId: 'odd-text', ttlMs: 60_000, prices, promptTokens: 10, n: 1, maxReplyTokens: 10 });
-    const broke: Settlement = { ...settlement(account, 'odd-text', 30), outcome: 'broke_off', reason: 'upstream said \ud800 then \ud83d\ude00', model: 'm\udfff' };
-    expect(await settleHolds(redis.client, [broke])).toEqual([{ charged: 0 }]);
-    const [event] = await redis.client.xrange(redisKeys.usageEvents(account), '-', '+');
-    const fields = Object.fromEntries(event[1].flatMap((v, i, all) => (i % 2 ? [] : [[v, all[i + 1]]])));
-    expect([fields.reason, fields.model]).toEqual(['upstream said \ufffd then \ud83d\ude00', 'm\ufffd']);
-    expect((await readBalance(redis.client, account))!.held).toBe(0);
-  });
-
-  it('refuses a malformed settlement in a batch without writing anything for it, and lands the rest', async () => {
-    const { account } = await makeAccount(redis, 1);
-    for (const id of ['good-1', 'bad', 'good-2']) await holdCredit(redis.client, { account, requestId: id, ttlMs: 60_000, prices, promptTokens: 10, n: 1, maxReplyTokens: 10 });
-    const heldEach = (await readBalance(redis.client, account))!.held / 3;
-    const queue = new SettlementQueue(redis.client);
-    const bad = { ...settlement(account, 'bad', 30), usage: { prompt_tokens: Number.NaN, completion_tokens: 1, cached_tokens: 0 } };
-    await Promise.all([queue.settle(settlement(account, 'good-1', 30)), queue.settle(bad), queue.settle(settlement(account, 'good-2', 30))]);
-    // Charged for the two good ones only; the bad one's hold stays until it expires, and it has no usage event.
-    expect(await readBalance(redis.client, account)).toEqual({ granted: 1_000_000 - 2 * 30, toppedUp: 0, held: heldEach });
-    const settled: string[] = [];
-    for await (const e of readUsageEvents(redis.client, account)) settled.push(e.requestId);
-    expect(settled).toEqual(['good-1', 'good-2']);
-    await expect(settleHold(redis.client, bad)).rejects.toThrow(/refused/);
-  });
-
-  it('drops usage events older than the retention it is given as it appends a new one, and keeps them all without one', async () => {
-    const { account } = await makeAccount(redis, 1);
-    await redis.client.xadd(redisKeys.usageEvents(account), '1000-0', 'request_id', 'from-1970');
-    const requestIds = async () => {
-      const ids: string[] = [];
-      for await (const e of readUsageEvents(redis.client, account)) ids.push(e.requestId);
-      return ids;
-    };
-    for (const id of ['kept', 'trimming']) await holdCredit(redis.client, { account, requestId: id, ttlMs: 60_000, prices, promptTokens: 10, n: 1, maxReplyTokens: 10 });
-    await settleHold(redis.client, settlement(account, 'kept', 30));
-    expect(await requestIds()).toEqual(['from-1970', 'kept']);
-    await settleHold(redis.client, settlement(account, 'trimming', 30), 86_400_000);
-    expect(await requestIds()).toEqual(['kept', 'trimming']);
-  });
-
-  it('deducts granted credit first and never below zero', async () => {
-    const { account } = await makeAccount(redis, 1);
-    await changeCredit(redis.client, account, 'top_up', 2_000_000, 'code');
-    expect(await changeCredit(redis.client, account, 'deduct', 1_500_000, 'refund')).toEqual({ kind: 'applied', balance: 1_500_000, amount: 1_500_000 });
-    expect(await readBalance(redis.client, account)).toEqual({ granted: 0, toppedUp: 1_500_000, held: 0 });
-    expect(await changeCredit(redis.client, account, 'deduct', 9_000_000, 'all')).toEqual({ kind: 'applied', balance: 0, amount: 1_500_000 });
-  });
-
-  it('applies a change with an id once, however often it is retried, and says so', async () => {
-    const { account } = await makeAccount(redis, 1);
-    const grants = await Promise.all(Array.from({ length: 5 }, () => changeCredit(redis.client, account, 'grant', 2_000_000, 'retried', 'idem-1')));
-    expect(grants.filter((g) => g.kind === 'applied')).toEqual([{ kind: 'applied', balance: 3_000_000, amount: 2_000_000 }]);
-    expect(grants.filter((g) => g.kind === 'applied_before')).toHaveLength(4);
-    expect((await readBalance(redis.client, account))!.granted).toBe(3_000_000);
-    expect(await redis.client.xlen(redisKeys.ledger(account))).toBe(2);
-    expect(await changeCredit(redis.client, 'no-such', 'grant', 1, 'x', 'idem-2')).toEqual({ kind: 'no_account' });
-  });
-});
-
-describe('admission: the rate limit and the hold in one script', () => {
-  const limits = { requestsPerMinute: 2, tokensPerMinute: 1_000 };
-  // One instant for every check of a test, so that they share a window even across a minute's end.
-  const now = Date.now();
-
-  it("counts a held request against its key and says where the key stands in its window", async () => {
-    const { account } = await makeAccount(redis, 1);
-    const check = rateCheck(account, 'key-a', limits, 30, now);
-    const hold = await holdCredit(redis.client, { account, requestId: 'r1', ttlMs: 60_000, prices, promptTokens: 10, n: 1, maxReplyTokens: 20 }, check);
-    expect(hold).toMatchObject({ kind: 'held', rate: { limits, requests: 1, tokens: 30 } });
-    // The window expires on its own, a little after its minute.
-    const ttl = await redis.client.pttl(check.key);
-    expect(ttl).toBeGreaterThan(0);
-    expect(ttl).toBeLessThanOrEqual(65_000);
-  });
-
-  it('refuses past the budget, saying which limit, and holds nothing for the refused request', async () => {
-    const { account } = await makeAccount(redis, 1);
-    const ask = (id: string) => holdCredit(redis.client, { account, requestId: id, ttlMs: 60_000, prices, promptTokens: 10, n: 1, maxReplyTokens: 20 }, rateCheck(account, 'key-b', limits, 30, now));
-    await ask('b1');
-    await ask('b2');
-    const held = (await readBalance(redis.client, account))!.held;
-    expect(await ask('b3')).toMatchObject({ kind: 'rate_limited', over: 'requests', rate: { requests: 2 } });
-    expect((await readBalance(redis.client, account))!.held).toBe(held);
-  });
-
-  it('spends none of the key\'s budget on a request refused for want of credit', async () => {
-    const { account } = await makeAccount(redis, 0);
-    const ask = () => holdCredit(redis.client, { account, requestId: 'c', ttlMs: 60_000, prices, promptTokens: 10, n: 1, maxReplyTokens: 20 }, rateCheck(account, 'key-c', limits, 30, now));
-    for (let i = 0; i < 3; i++) expect((await ask()).kind).toBe('no_credit');
-    expect(await ask()).toMatchObject({ kind: 'no_credit', rate: { requests: 0 } });
-  });
-});
-
-describe('batches: what one turn asks for goes to Redis in one script call, applied in order', () => {
-  // Each: 10 prompt tokens at 1 micro-unit plus 20 reply tokens at 2, so 50 micro-units in full.
-  const ask = (account: string, requestId: string): HoldRequest => ({ account, requestId, ttlMs: 60_000, prices, promptTokens: 10, n: 1, maxReplyTokens: 20 });
-
-  it('holds in order until the balance runs out: in full, then lowered, then refused', async () => {
-    const { account } = await makeAccount(redis, 0.00012); // 120 micro-units
-    const holds = new HoldQueue(redis.client);
-    const before = await scriptCalls();
-    const results = await Promise.all(['h1', 'h2', 'h3', 'h4'].map((id) => holds.hold({ hold: ask(account, id) })));
-    expect((await scriptCalls()) - before).toBe(1);
-    expect(results).toEqual([
-      { kind: 'held', amount: 50, maxReplyTokens: 20 },
-      { kind: 'held', amount: 50, maxReplyTokens: 20 },
-      { kind: 'held', amount: 20, maxReplyTokens: 5 },
-      { kind: 'no_credit', available: 0 },
-    ]);
-    expect(await readBalance(redis.client, account)).toEqual({ granted: 120, toppedUp: 0, held: 120 });
-    expect(await redis.client.hgetall(redisKeys.holdAmounts(account))).toEqual({ h1: '50', h2: '50', h3: '20' });
-  });
-
-  it('answers each hold of a batch for its own account: one unknown, one funded, one with nothing left', async () => {
-    const funded = await makeAccount(redis, 1);
-    const empty = await makeAccount(redis, 0);
-    const holds = new HoldQueue(redis.client);
-    const results = await Promise.all([ask('no-such-account', 'm1'), ask(funded.account, 'm2'), ask(empty.account, 'm3')].map((hold) => holds.hold({ hold })));
-    expect(results.map((r) => r.kind)).toEqual(['no_account', 'held', 'no_credit']);
-    expect((await readBalance(redis.client, funded.account))!.held).toBe(50);
-    expect(await redis.client.exists(redisKeys.account('no-such-account'))).toBe(0);
-  });
-
-  it('counts each held request against its key in order and refuses the one past the budget', async () => {
-    const { account } = await makeAccount(redis, 1);
-    const holds = new HoldQueue(redis.client);
-    const check = rateCheck(account, 'key-batch', { requestsPerMinute: 2, tokensPerMinute: 1_000 }, 30);
-    const results = await Promise.all(['r1', 'r2', 'r3'].map((id) => holds.hold({ hold: ask(account, id), rate: check })));
-    expect(results.map((r) => (r.kind === 'rate_limited' ? 'refused' : r.kind === 'held' ? r.rate!.requests : r.kind))).toEqual([1, 2, 'refused']);
-    expect(await redis.client.hgetall(check.key)).toEqual({ requests: '2', tokens: '60' });
-    expect(await redis.client.pttl(check.key)).toBeGreaterThan(0);
-    expect((await readBalance(redis.client, account))!.held).toBe(100);
-  });
-
-  it('sends the holds and the settlements of one turn to Redis in one write', async () => {
-    const { account } = await makeAccount(redis, 1);
-    const holds = new HoldQueue(redis.client);
-    const queue = new SettlementQueue(redis.client);
-    await holds.hold({ hold: ask(account, 'w1') });
-    // What the socket hands to the system: one call per write, or one for several corked writes.
-    const socket = redis.client.stream as unknown as Record<'_write' | '_writev', (...a: unknown[]) => void>;
-    const writes: string[] = [];
-    for (const method of ['_write', '_writev'] as const) {
-      const original = socket[method];
-      socket[method] = function (...a: unknown[]) {
-        writes.push(method);
-        return original.apply(this, a);
-      };
-    }
-    try {
-      const before = await scriptCalls();
-      writes.length = 0;
-      const [held] = await Promise.all([holds.hold({ hold: ask(account, 'w2') }), queue.settle(settlement(account, 'w1', 30))]);
-      expect(writes).toEqual(['_writev']);
-      expect((await scriptCalls()) - before).toBe(2);
-      expect(held.kind).toBe('held');
-    } finally {
-      // The spies are the socket's own properties, over its prototype's methods.
-      delete (socket as Partial<typeof socket>)._write;
-      delete (socket as Partial<typeof socket>)._writev;
-    }
-    expect((await readBalance(redis.client, account))!.held).toBe(50);
-  });
-
-  it('charges settlements in order, each at most what is left, and adds them to the day\'s totals per model', async () => {
-    const { account } = await makeAccount(redis, 0.0001); // 100 micro-units
-    for (const id of ['s1', 's2', 's3']) await holdCredit(redis.client, { account, requestId: id, ttlMs: 60_000, prices, promptTokens: 1, n: 1, maxReplyTokens: 1 });
-    const queue = new SettlementQueue(redis.client);
-    const before = await scriptCalls();
-    await Promise.all([
-      queue.settle({ ...settlement(account, 's1', 40), model: 'a' }),
-      queue.settle({ ...settlement(account, 's2', 40), model: 'b' }),
-      queue.settle({ ...settlement(account, 's3', 40), model: 'a' }),
-    ]);
-    expect((await scriptCalls()) - before).toBe(1);
-    const charged: number[] = [];
-    for await (const e of readUsageEvents(redis.client, account)) charged.push(e.charged);
-    expect(charged).toEqual([40, 40, 20]);
-    expect(await readBalance(redis.client, account)).toEqual({ granted: 0, toppedUp: 0, held: 0 });
-    const day = redisKeys.dailyUsage(account, utcDay(Date.now()));
-    expect(await redis.client.hgetall(day)).toEqual({
-      'a\trequests': '2', 'a\tprompt_tokens': '20', 'a\tcached_tokens': '0', 'a\tcompletion_tokens': '20', 'a\tcost': '60',
-      'b\trequests': '1', 'b\tprompt_tokens': '10', 'b\tcached_tokens': '0', 'b\tcompletion_tokens': '10', 'b\tcost': '40',
+  describe('holds and settlement', () => {
+    it('holds the most a request can cost: prompt at the miss price plus n full replies', async () => {
+      const { account } = await makeAccount(redis, 1);
+      const hold = await holdCredit(redis.client, { account, requestId: 'h1', ttlMs: 60_000, prices, promptTokens: 1000, n: 3, maxReplyTokens: 500 });
+      expect(hold).toEqual({ kind: 'held', amount: 1000 + 3 * 500 * 2, maxReplyTokens: 500 });
+      expect((await readBalance(redis.client, account))!.held).toBe(4000);
     });
-    expect(await redis.client.ttl(day)).toBeGreaterThan(399 * 86400);
+
+    it('settles a request id at most once', async () => {
+      const { account } = await makeAccount(redis, 1);
+      await holdCredit(redis.client, { account, requestId: 'once', ttlMs: 60_000, prices, promptTokens: 10, n: 1, maxReplyTokens: 10 });
+      expect(await settleHold(redis.client, settlement(account, 'once', 30))).toBe(30);
+      expect(await settleHold(redis.client, settlement(account, 'once', 30))).toBeUndefined();
+      expect(await readBalance(redis.client, account)).toEqual({ granted: 1_000_000 - 30, toppedUp: 0, held: 0 });
+    });
+
+    it('reclaims a hold whose replica stopped extending it', async () => {
+      const { account } = await makeAccount(redis, 1);
+      await holdCredit(redis.client, { account, requestId: 'orphan', ttlMs: 300, prices, promptTokens: 10, n: 1, maxReplyTokens: 10 });
+      expect((await readBalance(redis.client, account))!.held).toBe(30);
+      await sleep(400);
+      expect((await readBalance(redis.client, account))!.held).toBe(0);
+    });
+
+    it('never charges below zero, even for a reply whose hold expired', async () => {
+      const { account } = await makeAccount(redis, 0.00005); // 50 micro-units
+      await holdCredit(redis.client, { account, requestId: 'late', ttlMs: 100, prices, promptTokens: 10, n: 1, maxReplyTokens: 10 });
+      await sleep(200);
+      expect(await settleHold(redis.client, settlement(account, 'late', 80))).toBe(50);
+      expect(await readBalance(redis.client, account)).toEqual({ granted: 0, toppedUp: 0, held: 0 });
+    });
+
+    it('charges a reply that outlived its hold once, however often its settlement comes', async () => {
+      const { account } = await makeAccount(redis, 1);
+      await holdCredit(redis.client, { account, requestId: 'outlived', ttlMs: 100, prices, promptTokens: 10, n: 1, maxReplyTokens: 10 });
+      await sleep(200);
+      expect((await readBalance(redis.client, account))!.held).toBe(0);
+      expect(await settleHold(redis.client, settlement(account, 'outlived', 30))).toBe(30);
+      expect(await settleHold(redis.client, settlement(account, 'outlived', 30))).toBeUndefined();
+      expect(await readBalance(redis.client, account)).toEqual({ granted: 1_000_000 - 30, toppedUp: 0, held: 0 });
+      expect(await redis.client.hlen(redisKeys.holdAmounts(account))).toBe(0);
+      expect(await redis.client.zcard(redisKeys.reclaimedHolds(account))).toBe(0);
+    });
+
+    it('settles a request id once even when one batch carries it twice', async () => {
+      const { account } = await makeAccount(redis, 1);
+      await holdCredit(redis.client, { account, requestId: 'twice', ttlMs: 60_000, prices, promptTokens: 10, n: 1, maxReplyTokens: 10 });
+      expect(await settleHolds(redis.client, [settlement(account, 'twice', 30), settlement(account, 'twice', 30)])).toEqual([{ charged: 30 }, 'already settled']);
+      expect(await readBalance(redis.client, account)).toEqual({ granted: 1_000_000 - 30, toppedUp: 0, held: 0 });
+    });
+
+    onOneServer('leaves nothing in Redis per settled request but its usage event', async () => {
+      const { account } = await makeAccount(redis, 1);
+      const serve = async (requestId: string) => {
+        await holdCredit(redis.client, { account, requestId, ttlMs: 60_000, prices, promptTokens: 10, n: 1, maxReplyTokens: 10 });
+        await settleHold(redis.client, settlement(account, requestId, 30));
+      };
+      await serve('first');
+      const keys = await redis.client.dbsize();
+      for (const id of ['second', 'third', 'fourth']) await serve(id);
+      expect(await redis.client.dbsize()).toBe(keys);
+      expect(await redis.client.hlen(redisKeys.holdAmounts(account))).toBe(0);
+      expect(await redis.client.xlen(redisKeys.usageEvents(account))).toBe(4);
+    });
+
+    it('forgets a reclaimed hold two days after, when its settlement can no longer come', async () => {
+      const { account } = await makeAccount(redis, 1);
+      for (const requestId of ['long-gone', 'recent']) {
+        await holdCredit(redis.client, { account, requestId, ttlMs: 100, prices, promptTokens: 10, n: 1, maxReplyTokens: 10 });
+        await sleep(200);
+        await readBalance(redis.client, account);
+        // The first was reclaimed three days before the second.
+        if (requestId === 'long-gone') await redis.client.zadd(redisKeys.reclaimedHolds(account), 'XX', Date.now() - 3 * 86_400_000, requestId);
+      }
+      expect(await redis.client.hgetall(redisKeys.holdAmounts(account))).toEqual({ recent: 'reclaimed' });
+      expect(await redis.client.zrange(redisKeys.reclaimedHolds(account), 0, -1)).toEqual(['recent']);
+      expect(await settleHold(redis.client, settlement(account, 'recent', 30))).toBe(30);
+    });
+
+    it('refuses a hold when open holds already take the whole balance', async () => {
+      const { account } = await makeAccount(redis, 0.0001); // 100 micro-units
+      expect((await holdCredit(redis.client, { account, requestId: 'a', ttlMs: 60_000, prices, promptTokens: 10, n: 1, maxReplyTokens: 45 })).kind).toBe('held');
+      expect(await holdCredit(redis.client, { account, requestId: 'b', ttlMs: 60_000, prices, promptTokens: 10, n: 1, maxReplyTokens: 45 })).toEqual({ kind: 'no_credit', available: 0 });
+    });
+
+    it('files each account\'s usage events in a stream of its own', async () => {
+      const a = await makeAccount(redis, 1);
+      const b = await makeAccount(redis, 1);
+      for (const [account, id] of [[a.account, 'ua1'], [b.account, 'ub1'], [a.account, 'ua2']]) {
+        await holdCredit(redis.client, { account, requestId: id, ttlMs: 60_000, prices, promptTokens: 10, n: 1, maxReplyTokens: 10 });
+        await settleHold(redis.client, settlement(account, id, 30));
+      }
+      const read: string[] = [];
+      for await (const e of readUsageEvents(redis.client, a.account)) read.push(e.requestId);
+      expect(read).toEqual(['ua1', 'ua2']);
+      expect(await redis.client.xlen(redisKeys.usageEvents(a.account))).toBe(2);
+    });
+
+    onOneServer('sends the settlements of one event-loop turn to Redis in one script call', async () => {
+      const { account } = await makeAccount(redis, 1);
+      const ids = Array.from({ length: 20 }, (_, i) => `batch-${i}`);
+      for (const id of ids) await holdCredit(redis.client, { account, requestId: id, ttlMs: 60_000, prices, promptTokens: 10, n: 1, maxReplyTokens: 10 });
+      const before = await scriptCalls();
+      const queue = new SettlementQueue(redis.client);
+      await Promise.all(ids.map((id) => queue.settle(settlement(account, id, 30))));
+      expect((await scriptCalls()) - before).toBe(1);
+      expect(await readBalance(redis.client, account)).toEqual({ granted: 1_000_000 - 20 * 30, toppedUp: 0, held: 0 });
+    });
+
+    it('settles a request whose failure text holds a lone surrogate, as UTF-8 would have written it', async () => {
+      const { account } = await makeAccount(redis, 1);
+      await holdCredit(redis.client, { account, requestId: 'odd-text', ttlMs: 60_000, prices, promptTokens: 10, n: 1, maxReplyTokens: 10 });
+      const broke: Settlement = { ...settlement(account, 'odd-text', 30), outcome: 'broke_off', reason: 'upstream said \ud800 then \ud83d\ude00', model: 'm\udfff' };
+      expect(await settleHolds(redis.client, [broke])).toEqual([{ charged: 0 }]);
+      const [event] = await redis.client.xrange(redisKeys.usageEvents(account), '-', '+');
+      const fields = Object.fromEntries(event[1].flatMap((v, i, all) => (i % 2 ? [] : [[v, all[i + 1]]])));
+      expect([fields.reason, fields.model]).toEqual(['upstream said \ufffd then \ud83d\ude00', 'm\ufffd']);
+      expect((await readBalance(redis.client, account))!.held).toBe(0);
+    });
+
+    it('refuses a malformed settlement in a batch without writing anything for it, and lands the rest', async () => {
+      const { account } = await makeAccount(redis, 1);
+      for (const id of ['good-1', 'bad', 'good-2']) await holdCredit(redis.client, { account, requestId: id, ttlMs: 60_000, prices, promptTokens: 10, n: 1, maxReplyTokens: 10 });
+      const heldEach = (await readBalance(redis.client, account))!.held / 3;
+      const queue = new SettlementQueue(redis.client);
+      const bad = { ...settlement(account, 'bad', 30), usage: { prompt_tokens: Number.NaN, completion_tokens: 1, cached_tokens: 0 } };
+      await Promise.all([queue.settle(settlement(account, 'good-1', 30)), queue.settle(bad), queue.settle(settlement(account, 'good-2', 30))]);
+      // Charged for the two good ones only; the bad one's hold stays until it expires, and it has no usage event.
+      expect(await readBalance(redis.client, account)).toEqual({ granted: 1_000_000 - 2 * 30, toppedUp: 0, held: heldEach });
+      const settled: string[] = [];
+      for await (const e of readUsageEvents(redis.client, account)) settled.push(e.requestId);
+      expect(settled).toEqual(['good-1', 'good-2']);
+      await expect(settleHold(redis.client, bad)).rejects.toThrow(/refused/);
+    });
+
+    it('drops usage events older than the retention it is given as it appends a new one, and keeps them all without one', async () => {
+      const { account } = await makeAccount(redis, 1);
+      await redis.client.xadd(redisKeys.usageEvents(account), '1000-0', 'request_id', 'from-1970');
+      const requestIds = async () => {
+        const ids: string[] = [];
+        for await (const e of readUsageEvents(redis.client, account)) ids.push(e.requestId);
+        return ids;
+      };
+      for (const id of ['kept', 'trimming']) await holdCredit(redis.client, { account, requestId: id, ttlMs: 60_000, prices, promptTokens: 10, n: 1, maxReplyTokens: 10 });
+      await settleHold(redis.client, settlement(account, 'kept', 30));
+      expect(await requestIds()).toEqual(['from-1970', 'kept']);
+      await settleHold(redis.client, settlement(account, 'trimming', 30), 86_400_000);
+      expect(await requestIds()).toEqual(['kept', 'trimming']);
+    });
+
+    it('deducts granted credit first and never below zero', async () => {
+      const { account } = await makeAccount(redis, 1);
+      await changeCredit(redis.client, account, 'top_up', 2_000_000, 'code');
+      expect(await changeCredit(redis.client, account, 'deduct', 1_500_000, 'refund')).toEqual({ kind: 'applied', balance: 1_500_000, amount: 1_500_000 });
+      expect(await readBalance(redis.client, account)).toEqual({ granted: 0, toppedUp: 1_500_000, held: 0 });
+      expect(await changeCredit(redis.client, account, 'deduct', 9_000_000, 'all')).toEqual({ kind: 'applied', balance: 0, amount: 1_500_000 });
+    });
+
+    it('applies a change with an id once, however often it is retried, and says so', async () => {
+      const { account } = await makeAccount(redis, 1);
+      const grants = await Promise.all(Array.from({ length: 5 }, () => changeCredit(redis.client, account, 'grant', 2_000_000, 'retried', 'idem-1')));
+      expect(grants.filter((g) => g.kind === 'applied')).toEqual([{ kind: 'applied', balance: 3_000_000, amount: 2_000_000 }]);
+      expect(grants.filter((g) => g.kind === 'applied_before')).toHaveLength(4);
+      expect((await readBalance(redis.client, account))!.granted).toBe(3_000_000);
+      expect(await redis.client.xlen(redisKeys.ledger(account))).toBe(2);
+      expect(await changeCredit(redis.client, 'no-such', 'grant', 1, 'x', 'idem-2')).toEqual({ kind: 'no_account' });
+    });
   });
 
-  // A batch names each key once and its items point at them: two accounts interleaved must not swap keys.
-  it('holds and settles a batch that interleaves two accounts, each on its own keys', async () => {
-    const a = await makeAccount(redis, 1);
-    const b = await makeAccount(redis, 1);
-    const items: [string, string, number][] = [[a.account, 'ia1', 30], [b.account, 'ib1', 40], [b.account, 'ib2', 20], [a.account, 'ia2', 50]];
-    const holds = new HoldQueue(redis.client);
-    const held = await Promise.all(items.map(([account, id]) => holds.hold({ hold: ask(account, id), rate: rateCheck(account, `key-${account}`, { requestsPerMinute: 10, tokensPerMinute: 1_000 }, 30) })));
-    expect(held.map((h) => h.kind)).toEqual(['held', 'held', 'held', 'held']);
-    expect(await redis.client.hgetall(redisKeys.holdAmounts(a.account))).toEqual({ ia1: '50', ia2: '50' });
-    expect(await redis.client.hgetall(redisKeys.holdAmounts(b.account))).toEqual({ ib1: '50', ib2: '50' });
-    expect(await settleHolds(redis.client, items.map(([account, id, cost]) => settlement(account, id, cost)))).toEqual([{ charged: 30 }, { charged: 40 }, { charged: 20 }, { charged: 50 }]);
-    expect(await readBalance(redis.client, a.account)).toEqual({ granted: 1_000_000 - 80, toppedUp: 0, held: 0 });
-    expect(await readBalance(redis.client, b.account)).toEqual({ granted: 1_000_000 - 60, toppedUp: 0, held: 0 });
-    const events = async (account: string) => {
-      const ids: string[] = [];
-      for await (const e of readUsageEvents(redis.client, account)) ids.push(`${e.requestId} ${e.charged}`);
-      return ids;
-    };
-    expect(await events(a.account)).toEqual(['ia1 30', 'ia2 50']);
-    expect(await events(b.account)).toEqual(['ib1 40', 'ib2 20']);
-    const today = utcDay(Date.now());
-    expect(await redis.client.hget(redisKeys.dailyUsage(a.account, today), 'm\tcost')).toBe('80');
-    expect(await redis.client.hget(redisKeys.dailyUsage(b.account, today), 'm\tcost')).toBe('60');
+  describe('admission: the rate limit and the hold in one script', () => {
+    const limits = { requestsPerMinute: 2, tokensPerMinute: 1_000 };
+    // One instant for every check of a test, so that they share a window even across a minute's end.
+    const now = Date.now();
+
+    it("counts a held request against its key and says where the key stands in its window", async () => {
+      const { account } = await makeAccount(redis, 1);
+      const check = rateCheck(account, 'key-a', limits, 30, now);
+      const hold = await holdCredit(redis.client, { account, requestId: 'r1', ttlMs: 60_000, prices, promptTokens: 10, n: 1, maxReplyTokens: 20 }, check);
+      expect(hold).toMatchObject({ kind: 'held', rate: { limits, requests: 1, tokens: 30 } });
+      // The window expires on its own, a little after its minute.
+      const ttl = await redis.client.pttl(check.key);
+      expect(ttl).toBeGreaterThan(0);
+      expect(ttl).toBeLessThanOrEqual(65_000);
+    });
+
+    it('refuses past the budget, saying which limit, and holds nothing for the refused request', async () => {
+      const { account } = await makeAccount(redis, 1);
+      const ask = (id: string) => holdCredit(redis.client, { account, requestId: id, ttlMs: 60_000, prices, promptTokens: 10, n: 1, maxReplyTokens: 20 }, rateCheck(account, 'key-b', limits, 30, now));
+      await ask('b1');
+      await ask('b2');
+      const held = (await readBalance(redis.client, account))!.held;
+      expect(await ask('b3')).toMatchObject({ kind: 'rate_limited', over: 'requests', rate: { requests: 2 } });
+      expect((await readBalance(redis.client, account))!.held).toBe(held);
+    });
+
+    it('spends none of the key\'s budget on a request refused for want of credit', async () => {
+      const { account } = await makeAccount(redis, 0);
+      const ask = () => holdCredit(redis.client, { account, requestId: 'c', ttlMs: 60_000, prices, promptTokens: 10, n: 1, maxReplyTokens: 20 }, rateCheck(account, 'key-c', limits, 30, now));
+      for (let i = 0; i < 3; i++) expect((await ask()).kind).toBe('no_credit');
+      expect(await ask()).toMatchObject({ kind: 'no_credit', rate: { requests: 0 } });
+    });
+  });
+
+  describe('batches: what one turn asks for goes to Redis in one script call, applied in order', () => {
+    // Each: 10 prompt tokens at 1 micro-unit plus 20 reply tokens at 2, so 50 micro-units in full.
+    const ask = (account: string, requestId: string): HoldRequest => ({ account, requestId, ttlMs: 60_000, prices, promptTokens: 10, n: 1, maxReplyTokens: 20 });
+
+    onOneServer('holds in order until the balance runs out: in full, then lowered, then refused', async () => {
+      const { account } = await makeAccount(redis, 0.00012); // 120 micro-units
+      const holds = new HoldQueue(redis.client);
+      const before = await scriptCalls();
+      const results = await Promise.all(['h1', 'h2', 'h3', 'h4'].map((id) => holds.hold({ hold: ask(account, id) })));
+      expect((await scriptCalls()) - before).toBe(1);
+      expect(results).toEqual([
+        { kind: 'held', amount: 50, maxReplyTokens: 20 },
+        { kind: 'held', amount: 50, maxReplyTokens: 20 },
+        { kind: 'held', amount: 20, maxReplyTokens: 5 },
+        { kind: 'no_credit', available: 0 },
+      ]);
+      expect(await readBalance(redis.client, account)).toEqual({ granted: 120, toppedUp: 0, held: 120 });
+      expect(await redis.client.hgetall(redisKeys.holdAmounts(account))).toEqual({ h1: '50', h2: '50', h3: '20' });
+    });
+
+    it('answers each hold of a batch for its own account: one unknown, one funded, one with nothing left', async () => {
+      const funded = await makeAccount(redis, 1);
+      const empty = await makeAccount(redis, 0);
+      const holds = new HoldQueue(redis.client);
+      const results = await Promise.all([ask('no-such-account', 'm1'), ask(funded.account, 'm2'), ask(empty.account, 'm3')].map((hold) => holds.hold({ hold })));
+      expect(results.map((r) => r.kind)).toEqual(['no_account', 'held', 'no_credit']);
+      expect((await readBalance(redis.client, funded.account))!.held).toBe(50);
+      expect(await redis.client.exists(redisKeys.account('no-such-account'))).toBe(0);
+    });
+
+    it('counts each held request against its key in order and refuses the one past the budget', async () => {
+      const { account } = await makeAccount(redis, 1);
+      const holds = new HoldQueue(redis.client);
+      const check = rateCheck(account, 'key-batch', { requestsPerMinute: 2, tokensPerMinute: 1_000 }, 30);
+      const results = await Promise.all(['r1', 'r2', 'r3'].map((id) => holds.hold({ hold: ask(account, id), rate: check })));
+      expect(results.map((r) => (r.kind === 'rate_limited' ? 'refused' : r.kind === 'held' ? r.rate!.requests : r.kind))).toEqual([1, 2, 'refused']);
+      expect(await redis.client.hgetall(check.key)).toEqual({ requests: '2', tokens: '60' });
+      expect(await redis.client.pttl(check.key)).toBeGreaterThan(0);
+      expect((await readBalance(redis.client, account))!.held).toBe(100);
+    });
+
+    onOneServer('sends the holds and the settlements of one turn to Redis in one write', async () => {
+      const { account } = await makeAccount(redis, 1);
+      const holds = new HoldQueue(redis.client);
+      const queue = new SettlementQueue(redis.client);
+      await holds.hold({ hold: ask(account, 'w1') });
+      // What the socket hands to the system: one call per write, or one for several corked writes.
+      const socket = redis.client.stream as unknown as Record<'_write' | '_writev', (...a: unknown[]) => void>;
+      const writes: string[] = [];
+      for (const method of ['_write', '_writev'] as const) {
+        const original = socket[method];
+        socket[method] = function (...a: unknown[]) {
+          writes.push(method);
+          return original.apply(this, a);
+        };
+      }
+      try {
+        const before = await scriptCalls();
+        writes.length = 0;
+        const [held] = await Promise.all([holds.hold({ hold: ask(account, 'w2') }), queue.settle(settlement(account, 'w1', 30))]);
+        expect(writes).toEqual(['_writev']);
+        expect((await scriptCalls()) - before).toBe(2);
+        expect(held.kind).toBe('held');
+      } finally {
+        // The spies are the socket's own properties, over its prototype's methods.
+        delete (socket as Partial<typeof socket>)._write;
+        delete (socket as Partial<typeof socket>)._writev;
+      }
+      expect((await readBalance(redis.client, account))!.held).toBe(50);
+    });
+
+    onOneServer('charges settlements in order, each at most what is left, and adds them to the day\'s totals per model', async () => {
+      const { account } = await makeAccount(redis, 0.0001); // 100 micro-units
+      for (const id of ['s1', 's2', 's3']) await holdCredit(redis.client, { account, requestId: id, ttlMs: 60_000, prices, promptTokens: 1, n: 1, maxReplyTokens: 1 });
+      const queue = new SettlementQueue(redis.client);
+      const before = await scriptCalls();
+      await Promise.all([
+        queue.settle({ ...settlement(account, 's1', 40), model: 'a' }),
+        queue.settle({ ...settlement(account, 's2', 40), model: 'b' }),
+        queue.settle({ ...settlement(account, 's3', 40), model: 'a' }),
+      ]);
+      expect((await scriptCalls()) - before).toBe(1);
+      const charged: number[] = [];
+      for await (const e of readUsageEvents(redis.client, account)) charged.push(e.charged);
+      expect(charged).toEqual([40, 40, 20]);
+      expect(await readBalance(redis.client, account)).toEqual({ granted: 0, toppedUp: 0, held: 0 });
+      const day = redisKeys.dailyUsage(account, utcDay(Date.now()));
+      expect(await redis.client.hgetall(day)).toEqual({
+        'a\trequests': '2', 'a\tprompt_tokens': '20', 'a\tcached_tokens': '0', 'a\tcompletion_tokens': '20', 'a\tcost': '60',
+        'b\trequests': '1', 'b\tprompt_tokens': '10', 'b\tcached_tokens': '0', 'b\tcompletion_tokens': '10', 'b\tcost': '40',
+      });
+      expect(await redis.client.ttl(day)).toBeGreaterThan(399 * 86400);
+    });
+
+    // A batch names each key once and its items point at them: two accounts interleaved must not swap keys.
+    onOneServer('holds and settles a batch that interleaves two accounts, each on its own keys', async () => {
+      const a = await makeAccount(redis, 1);
+      const b = await makeAccount(redis, 1);
+      const items: [string, string, number][] = [[a.account, 'ia1', 30], [b.account, 'ib1', 40], [b.account, 'ib2', 20], [a.account, 'ia2', 50]];
+      const holds = new HoldQueue(redis.client);
+      const held = await Promise.all(items.map(([account, id]) => holds.hold({ hold: ask(account, id), rate: rateCheck(account, `key-${account}`, { requestsPerMinute: 10, tokensPerMinute: 1_000 }, 30) })));
+      expect(held.map((h) => h.kind)).toEqual(['held', 'held', 'held', 'held']);
+      expect(await redis.client.hgetall(redisKeys.holdAmounts(a.account))).toEqual({ ia1: '50', ia2: '50' });
+      expect(await redis.client.hgetall(redisKeys.holdAmounts(b.account))).toEqual({ ib1: '50', ib2: '50' });
+      expect(await settleHolds(redis.client, items.map(([account, id, cost]) => settlement(account, id, cost)))).toEqual([{ charged: 30 }, { charged: 40 }, { charged: 20 }, { charged: 50 }]);
+      expect(await readBalance(redis.client, a.account)).toEqual({ granted: 1_000_000 - 80, toppedUp: 0, held: 0 });
+      expect(await readBalance(redis.client, b.account)).toEqual({ granted: 1_000_000 - 60, toppedUp: 0, held: 0 });
+      const events = async (account: string) => {
+        const ids: string[] = [];
+        for await (const e of readUsageEvents(redis.client, account)) ids.push(`${e.requestId} ${e.charged}`);
+        return ids;
+      };
+      expect(await events(a.account)).toEqual(['ia1 30', 'ia2 50']);
+      expect(await events(b.account)).toEqual(['ib1 40', 'ib2 20']);
+      const today = utcDay(Date.now());
+      expect(await redis.client.hget(redisKeys.dailyUsage(a.account, today), 'm\tcost')).toBe('80');
+      expect(await redis.client.hget(redisKeys.dailyUsage(b.account, today), 'm\tcost')).toBe('60');
+    });
   });
 });

@@ -46,9 +46,17 @@ export async function makeAccount(redis: TestRedis, credit: number, email = `tea
   return { account: account.id, key, keyId: record.id };
 }
 
+let newTestRedis: () => Promise<TestRedis> = startTestRedis;
+
+/** Where the gateways a test file starts from now on get their own Redis: a cluster, sentinels (a suite run on each). */
+export function startGatewaysOn(start: () => Promise<TestRedis>): void {
+  newTestRedis = start;
+}
+
 export interface TestGatewayOptions {
   /** Share a redis-server (and so accounts) with another gateway: a second replica. */
   redis?: TestRedis;
+
   dataDir?: string;
   credit?: number;
 }
@@ -59,8 +67,8 @@ export async function startTestGateway(config: unknown, opts: TestGatewayOptions
   const writeConfig = (c: unknown) => writeFileSync(configPath, stringify(c));
   writeConfig(config);
   const data = opts.dataDir ?? join(dir, 'data');
-  const redis = opts.redis ?? (await startTestRedis());
-  const gateway = await startGateway({ configPath, dataDir: data, host: '127.0.0.1', port: 0, redis: { kind: 'server', url: redis.url }, keySecret: TEST_KEY_SECRET });
+  const redis = opts.redis ?? (await newTestRedis());
+  const gateway = await startGateway({ configPath, dataDir: data, host: '127.0.0.1', port: 0, redis: redis.shared ?? { kind: 'server', url: redis.url }, keySecret: TEST_KEY_SECRET });
   const { account, key } = await makeAccount(redis, opts.credit ?? 100);
   const client = new OpenAI({ baseURL: `${gateway.url}/v1`, apiKey: key, maxRetries: 0 });
   return {

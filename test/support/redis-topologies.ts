@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { Redis } from 'ioredis';
-import { freePort } from './redis.js';
+import { freePort, type TestRedis } from './redis.js';
 import { sleep, until } from './fake-upstream.js';
 
 const run = promisify(execFile);
@@ -105,6 +105,24 @@ export async function startTestCluster(primaries = 3, replicas = 1): Promise<Tes
       rmSync(dir, { recursive: true, force: true });
     },
   };
+}
+
+/** A 3-primary cluster (no replicas) behind the interface of one test server, for suites that run on both; it cannot be killed. */
+export async function startClusterAsTestRedis(): Promise<TestRedis> {
+  const cluster = await startTestCluster(3, 0);
+  const cannot = () => Promise.reject(new Error('a whole test cluster is not killed or restarted'));
+  const nodes = cluster.nodes.split(',').map((n) => ({ host: '127.0.0.1', port: Number(n.split(':')[1]) }));
+  return { url: '', shared: { kind: 'cluster', nodes }, client: cluster.client as unknown as Redis, kill: cannot, restart: cannot, stop: () => cluster.stop() };
+}
+
+/** A primary, a replica and 3 sentinels behind the interface of one test server; the client follows the primary. */
+export async function startSentinelsAsTestRedis(): Promise<TestRedis> {
+  const set = await startTestSentinels();
+  const sentinels = set.sentinels.split(',').map((n) => ({ host: '127.0.0.1', port: Number(n.split(':')[1]) }));
+  const client = new Redis({ sentinels, name: set.master, maxRetriesPerRequest: 3 });
+  client.on('error', () => {});
+  const cannot = () => Promise.reject(new Error('a whole sentinel set is not killed or restarted'));
+  return { url: '', shared: { kind: 'sentinel', sentinels, master: set.master }, client, kill: cannot, restart: cannot, stop: async () => (client.disconnect(), await set.stop()) };
 }
 
 export interface TestSentinels {

@@ -6,9 +6,12 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
+import type { SharedRedis } from '../../src/redis/connection.js';
 
 export interface TestRedis {
   url: string;
+  /** How a gateway reaches it, where not by `url` (a cluster, sentinels). */
+  shared?: SharedRedis;
   /** A plain client for the test's own reads and writes. */
   client: Redis;
   /** Kills the server (SIGKILL: no goodbye to clients), keeping its append-only file. */
