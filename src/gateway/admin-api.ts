@@ -8,7 +8,7 @@
 import { timingSafeEqual } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { z } from 'zod';
-import { readAllUsageEvents, readUsageEvents, usageCsv } from '../billing/usage-events.js';
+import { usageCsv } from '../billing/usage-events.js';
 import { inputs, OperationRefused, operations, type Operator } from '../operator/operations.js';
 import { ApiError, routeNotFound } from '../protocol/errors.js';
 import { readJsonBody, sendJson } from '../protocol/http-io.js';
@@ -57,16 +57,7 @@ const ROUTES: Route[] = [
   {
     method: 'GET', path: '/usage.csv', summary: 'Usage events as CSV', query: ['account', 'since', 'until'],
     async handle({ op, query, res }) {
-      const day = (name: string, end: boolean) => {
-        const text = query.get(name);
-        if (text === null) return undefined;
-        const ms = Date.parse(`${text}T00:00:00Z`);
-        if (!/^\d{4}-\d{2}-\d{2}$/.test(text) || Number.isNaN(ms)) throw new OperationRefused(400, `${name}: a date, YYYY-MM-DD`);
-        return end ? ms + 86_400_000 - 1 : ms;
-      };
-      const filter = { since: day('since', false), until: day('until', true) };
-      const account = query.get('account');
-      const events = account ? readUsageEvents(op.redis, (await operations.getAccount(op, account)).id, filter) : readAllUsageEvents(op.redis, filter);
+      const events = await operations.usageEvents(op, { account: query.get('account') ?? undefined, since: query.get('since') ?? undefined, until: query.get('until') ?? undefined });
       res.writeHead(200, { 'content-type': 'text/csv; charset=utf-8' });
       for await (const line of usageCsv(events)) res.write(line);
       res.end();

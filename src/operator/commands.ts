@@ -7,7 +7,7 @@ import { parseArgs } from 'node:util';
 import { maskedKey } from '../accounts/api-keys.js';
 import { resolveKeySecret } from '../accounts/server-secret.js';
 import { formatMicros, parseAmount } from '../billing/prices.js';
-import { readAllUsageEvents, readUsageEvents, usageCsv } from '../billing/usage-events.js';
+import { usageCsv } from '../billing/usage-events.js';
 import { ConfigError } from '../config.js';
 import { connectRedis, sharedRedisFromEnv } from '../redis/connection.js';
 import { checkKeyLayout, migrateKeyLayout } from '../redis/key-layout.js';
@@ -36,13 +36,6 @@ export const OPERATOR_USAGE = `
 async function accountId(op: Operator, idOrEmail: string | undefined): Promise<string> {
   if (!idOrEmail) throw new ConfigError('--account is required (an account id or a member email)');
   return (await operations.getAccount(op, idOrEmail)).id;
-}
-
-function day(text: string | undefined, endOfDay: boolean): number | undefined {
-  if (text === undefined) return undefined;
-  const ms = Date.parse(`${text}T00:00:00Z`);
-  if (!/^\d{4}-\d{2}-\d{2}$/.test(text) || Number.isNaN(ms)) throw new ConfigError(`"${text}" is not a date (YYYY-MM-DD)`);
-  return endOfDay ? ms + 86_400_000 - 1 : ms;
 }
 
 const OPTIONS = {
@@ -134,8 +127,7 @@ const ACTIONS: Record<string, (op: Operator, v: Values, positionals: string[]) =
     }
   },
   async 'usage export'(op, v) {
-    const filter = { since: day(v.since, false), until: day(v.until, true) };
-    const events = v.account ? readUsageEvents(op.redis, await accountId(op, v.account), filter) : readAllUsageEvents(op.redis, filter);
+    const events = await operations.usageEvents(op, { account: v.account, since: v.since, until: v.until });
     const out = v.out ? createWriteStream(v.out) : process.stdout;
     for await (const line of usageCsv(events)) out.write(line);
     if (out !== process.stdout) await new Promise((r) => (out as ReturnType<typeof createWriteStream>).end(r));

@@ -11,6 +11,7 @@ import { BUDGET_PERIODS, createApiKey, findApiKeyById, keySpend, listApiKeys, re
 import { createCreditCode } from '../billing/credit-codes.js';
 import { balanceSummary, changeCredit } from '../billing/credit-ledger.js';
 import { formatMicros, parseAmount } from '../billing/prices.js';
+import { readAllUsageEvents, readUsageEvents, type UsageEvent } from '../billing/usage-events.js';
 import { redisKeys } from '../redis/keys.js';
 
 /** Who is acting: `cli` for the command, the admin token's name for the API. */
@@ -195,6 +196,19 @@ export const operations = {
     // The codes themselves are credit: the audit keeps how many and their worth, never the codes.
     await audit(op, 'credit-codes.create', '-', null, { amount: input.amount, count: input.count });
     return { amount: input.amount, codes };
+  },
+
+  /** Usage events, of one account (an id or a member email) or of all, between two UTC days (YYYY-MM-DD, both included). */
+  async usageEvents(op: Operator, query: { account?: string; since?: string; until?: string }): Promise<AsyncIterable<UsageEvent>> {
+    const day = (name: 'since' | 'until') => {
+      const text = query[name];
+      if (text === undefined) return undefined;
+      const ms = Date.parse(`${text}T00:00:00Z`);
+      if (!/^\d{4}-\d{2}-\d{2}$/.test(text) || Number.isNaN(ms)) throw new OperationRefused(400, `${name}: "${text}" is not a date (YYYY-MM-DD)`);
+      return name === 'until' ? ms + 86_400_000 - 1 : ms;
+    };
+    const filter = { since: day('since'), until: day('until') };
+    return query.account ? readUsageEvents(op.redis, (await accountNamed(op, query.account)).id, filter) : readAllUsageEvents(op.redis, filter);
   },
 
   /** The newest audit entries first. */

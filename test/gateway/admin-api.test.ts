@@ -115,6 +115,8 @@ describe('the admin API', () => {
       expect((await admin.call('POST', '/admin/v1/accounts/{account}/credit', ['acct_nobody'], { kind: 'grant', amount: '5', note: 'x' })).status).toBe(404);
       expect((await admin.call('PATCH', '/admin/v1/keys/{key}', ['key_nobody'], { models: null })).status).toBe(404);
       expect((await admin.call('POST', '/admin/v1/accounts', [], { email: 'not an email' })).status).toBe(400);
+      const badDay = await admin.call('GET', '/admin/v1/usage.csv', [], undefined, {}, '?since=yesterday');
+      expect(badDay).toMatchObject({ status: 400, body: { error: { message: 'since: "yesterday" is not a date (YYYY-MM-DD)' } } });
       expect({ balance: await readBalance(gw.redis.client, gw.account), audit: await gw.redis.client.xlen(redisKeys.audit) }).toEqual(before);
     });
   });
