@@ -60,7 +60,24 @@ export async function createAccount(redis: Redis, opts: { email: string; name?: 
     await redis.del(redisKeys.account(id));
     throw new EmailTaken(`an account for ${email} already exists`);
   }
+  await redis.sadd(redisKeys.accountMembers(id), email);
   return { id, email, name, created };
+}
+
+/** Adds a member who logs in to the platform with their email (and a password, or one they set by signing up). */
+export async function addMember(redis: Redis, account: string, opts: { email: string; password?: string }): Promise<void> {
+  const email = opts.email.toLowerCase();
+  if (!isEmail(email)) throw new Error(`"${opts.email}" is not an email address`);
+  const password = opts.password ? await hashPassword(opts.password) : '';
+  const [claimed] = (await CLAIM_MEMBER.run(redis, [redisKeys.member(email)], [account, Date.now(), password])) as number[];
+  if (!claimed) throw new EmailTaken(`${email} is already a member of an account`);
+  await redis.sadd(redisKeys.accountMembers(account), email);
+}
+
+/** The emails of an account's members: those added, and the one it was made with. */
+export async function listMembers(redis: Redis, account: Account): Promise<string[]> {
+  const added = await redis.smembers(redisKeys.accountMembers(account.id));
+  return [...new Set([account.email, ...added])].sort();
 }
 
 export async function getAccount(redis: Redis, id: string): Promise<Account | undefined> {

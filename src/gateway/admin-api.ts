@@ -44,6 +44,8 @@ const ROUTES: Route[] = [
   { method: 'GET', path: '/accounts', summary: 'Every account with its balance', handle: ({ op }) => operations.listAccounts(op) },
   { method: 'POST', path: '/accounts', summary: 'Make an account, its first member and its first key (shown once)', body: inputs.accountCreate, handle: async ({ op, body }) => operations.createAccount(op, await body()) },
   { method: 'GET', path: '/accounts/{account}', summary: 'One account (an id or a member email)', handle: ({ op, params }) => operations.getAccount(op, params[0]) },
+  { method: 'GET', path: '/accounts/{account}/members', summary: "The account's members (their emails)", handle: ({ op, params }) => operations.listMembers(op, params[0]) },
+  { method: 'POST', path: '/accounts/{account}/members', summary: 'Add a member, who logs in to the platform with this email and password', body: inputs.memberAdd, handle: async ({ op, params, body }) => operations.addMember(op, params[0], await body()) },
   { method: 'PUT', path: '/accounts/{account}/rate-limits', summary: "Set or clear the account's rate limits", body: inputs.accountLimits, handle: async ({ op, params, body }) => operations.setAccountLimits(op, params[0], await body()) },
   {
     method: 'POST', path: '/accounts/{account}/credit', summary: 'Grant or deduct credit; with an Idempotency-Key, applied once', body: inputs.creditChange, idempotent: true,

@@ -19,6 +19,8 @@ export const OPERATOR_USAGE = `
                               make an account and print its first API key
   accounts list               every account with its balance
   accounts limits --account A [--rpm N] [--tpm N]   set (or, without both, clear) its rate limits
+  members add --account A --email E --password P   another member, who logs in to the platform
+  members list --account A
   credit grant  --account A --amount 5 --note TEXT
   credit deduct --account A --amount 5 --note TEXT
   keys create --account A --name N [--models m1,m2] [--budget 5] [--budget-period day|month|total] [--expires 2026-12-31T00:00:00Z]
@@ -88,6 +90,14 @@ const ACTIONS: Record<string, (op: Operator, v: Values, positionals: string[]) =
     const limit = (text: string | undefined) => (text === undefined ? null : Number(text));
     const a = await operations.setAccountLimits(op, await accountId(op, v.account), { requestsPerMinute: limit(v.rpm), tokensPerMinute: limit(v.tpm) });
     console.log(`${a.id}: requests/min ${a.requestsPerMinute ?? 'default'}, tokens/min ${a.tokensPerMinute ?? 'default'} (replicas apply it within a minute)`);
+  },
+  async 'members add'(op, v) {
+    if (!v.email || !v.password) throw new ConfigError('--email and --password are required');
+    const { account, members } = await operations.addMember(op, await accountId(op, v.account), { email: v.email, password: v.password });
+    console.log(`${account}: members ${members.join(', ')}`);
+  },
+  async 'members list'(op, v) {
+    for (const email of (await operations.listMembers(op, await accountId(op, v.account))).members) console.log(email);
   },
   'credit grant': (op, v) => adjustCredit(op, v, 'grant'),
   'credit deduct': (op, v) => adjustCredit(op, v, 'deduct'),

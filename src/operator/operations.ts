@@ -6,7 +6,7 @@
 // before and after.
 import { z } from 'zod';
 import type { Redis } from 'ioredis';
-import { createAccount, EmailTaken, listAccounts, resolveAccount, setAccountLimits, type Account } from '../accounts/accounts.js';
+import { addMember, createAccount, EmailTaken, listAccounts, listMembers, resolveAccount, setAccountLimits, type Account } from '../accounts/accounts.js';
 import { BUDGET_PERIODS, createApiKey, findApiKeyById, keySpend, listApiKeys, revokeApiKey, setKeyLimits, type ApiKeyRecord, type KeyLimits } from '../accounts/api-keys.js';
 import { createCreditCode } from '../billing/credit-codes.js';
 import { balanceSummary, changeCredit } from '../billing/credit-ledger.js';
@@ -47,6 +47,7 @@ export const inputs = {
     requestsPerMinute: z.int().min(1).nullable().describe('null: the routing file default'),
     tokensPerMinute: z.int().min(1).nullable().describe('null: the routing file default'),
   }),
+  memberAdd: z.object({ email: z.email(), password: z.string().min(10).max(200).describe("the member's platform password") }),
   creditChange: z.object({ kind: z.enum(['grant', 'deduct']), amount, note: z.string().min(1).max(500).describe('why, for the ledger') }),
   keyCreate: z.object({ name: z.string().min(1).max(200), ...keyLimitFields }),
   keyLimits: z.object(keyLimitFields),
@@ -140,6 +141,27 @@ export const operations = {
     await setAccountLimits(op.redis, a.id, input);
     await audit(op, 'account.limits', a.id, before, input);
     return accountView(op, await accountNamed(op, a.id));
+  },
+
+  async listMembers(op: Operator, idOrEmail: string) {
+    const a = await accountNamed(op, idOrEmail);
+    return { account: a.id, members: await listMembers(op.redis, a) };
+  },
+
+  /** A member who logs in to the account's platform pages. */
+  async addMember(op: Operator, idOrEmail: string, body: unknown) {
+    const input = parse(inputs.memberAdd, body);
+    const a = await accountNamed(op, idOrEmail);
+    const before = await listMembers(op.redis, a);
+    try {
+      await addMember(op.redis, a.id, input);
+    } catch (err) {
+      if (err instanceof EmailTaken) throw new OperationRefused(409, err.message);
+      throw err;
+    }
+    const after = await listMembers(op.redis, a);
+    await audit(op, 'member.add', a.id, { members: before }, { members: after });
+    return { account: a.id, members: after };
   },
 
   /** A grant or a deduction; with an idempotency key, applied once however often it is sent. */

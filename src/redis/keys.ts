@@ -41,6 +41,8 @@ export const redisKeys = {
   apiKey: (hash: string) => `${P}apikey:${hash}`,
   /** String: key id → the key's keyed hash. */
   apiKeyById: (id: string) => `${P}apikey-id:${id}`,
+  /** Set of the emails of an account's members. */
+  accountMembers: (account: string) => `${accountTag(account)}members`,
   /** Sorted set of an account's key ids by creation time. */
   accountKeys: (account: string) => `${accountTag(account)}keys`,
   /** Pub/sub channel: the hash of each revoked key, so every replica drops it from its cache. */

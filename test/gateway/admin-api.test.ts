@@ -4,6 +4,7 @@
 // a retried grant is applied once, every change is in the audit stream (the
 // API's token name, or cli), and unauthorized or malformed calls change nothing.
 import { describe, expect, it } from 'vitest';
+import { findAccountByEmail } from '../../src/accounts/accounts.js';
 import { readBalance } from '../../src/billing/credit-ledger.js';
 import { redisKeys } from '../../src/redis/keys.js';
 import { completionBody, replyJson } from '../support/fake-upstream.js';
@@ -58,6 +59,10 @@ describe('the admin API', () => {
       const account = made.body.account.id;
       expect(made.body.account).toMatchObject({ email: 'api@team.example', balance: '1.00' });
       expect((await admin.call('GET', '/admin/v1/accounts')).body.map((a: { id: string }) => a.id)).toContain(account);
+      expect((await admin.call('POST', '/admin/v1/accounts/{account}/members', [account], { email: 'second@team.example', password: 'a long passphrase' })).body).toEqual({ account, members: ['api@team.example', 'second@team.example'] });
+      expect((await findAccountByEmail(gw.redis.client, 'second@team.example'))!.id).toBe(account);
+      expect((await admin.call('POST', '/admin/v1/accounts/{account}/members', [gw.account], { email: 'second@team.example', password: 'a long passphrase' })).status).toBe(409);
+      expect((await admin.call('GET', '/admin/v1/accounts/{account}/members', ['second@team.example'])).body.members).toHaveLength(2);
 
       // Five retries of one grant, at once: applied once.
       const grants = await Promise.all(Array.from({ length: 5 }, () => admin.call('POST', '/admin/v1/accounts/{account}/credit', [account], { kind: 'grant', amount: '2.5', note: 'pilot' }, { 'idempotency-key': 'grant-42' })));
@@ -86,7 +91,7 @@ describe('the admin API', () => {
       const audit = (await admin.call('GET', '/admin/v1/audit')).body as { actor: string; action: string; target: string; before: unknown; after: unknown }[];
       expect(audit.map((e) => [e.actor, e.action])).toEqual([
         ['cli', 'credit.deduct'], ['admin-token', 'key.revoke'], ['admin-token', 'credit-codes.create'], ['admin-token', 'account.limits'],
-        ['admin-token', 'key.limits'], ['admin-token', 'key.create'], ['admin-token', 'credit.grant'], ['admin-token', 'account.create'],
+        ['admin-token', 'key.limits'], ['admin-token', 'key.create'], ['admin-token', 'credit.grant'], ['admin-token', 'member.add'], ['admin-token', 'account.create'],
       ]);
       expect(audit[0]).toMatchObject({ target: account, before: { balance: '3.499995' }, after: { balance: '2.999995', amount: '0.50', note: 'refund' } });
       expect(JSON.stringify(audit)).not.toContain(codes.body.codes[0]);
