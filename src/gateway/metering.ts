@@ -33,6 +33,9 @@ export interface MeterRequest {
 
 const NO_USAGE: Usage = { prompt_tokens: 0, completion_tokens: 0, cached_tokens: 0 };
 
+/** Whether a hold that failed may have been made: anything but ioredis refusing to send it at all. */
+const holdMayStand = (err: unknown) => err instanceof NotReplicated || !String((err as Error)?.message).includes("Stream isn't writeable");
+
 /** The settlement of a metered request: only a complete reply is charged. */
 function settlementOf(m: MeterRequest, outcome: SettleOutcome, endpoint: string, usage: Usage, reason: string | undefined): Settlement {
   return {
@@ -98,8 +101,10 @@ export class Meter {
       },
       rate,
     });
-    // A hold that its replicas did not take in time may yet be lost: the request is refused (503), and the hold released.
-    asked.catch((err) => err instanceof NotReplicated && void ctx.settlements.settle(settlementOf(m, 'failed', '', NO_USAGE, err.message)));
+    // The request is refused (503) when its hold may not stand: one its replicas did not take in time, or one whose
+    // answer was lost with its connection (a primary killed mid-call, whose replica may have it). Such a hold is
+    // released; releasing one never made changes nothing. One never sent (Redis away) needs no release.
+    asked.catch((err) => holdMayStand(err) && void ctx.settlements.settle(settlementOf(m, 'failed', '', NO_USAGE, (err as Error).message)));
     const hold = await failClosed(asked);
     if (hold.kind === 'rate_limited') throw rateLimitRefusal(hold.over, hold.rate);
     if (hold.kind === 'over_budget') throw keyBudgetSpent(formatMicros(budget!.limit), budget!.period, budgetRenewsAt(budget!.period, now));

@@ -229,7 +229,12 @@ describe('behind Sentinel: a primary, a replica and 3 sentinels', () => {
     const load = loadUntilStopped(fleet, tenants, 12);
     await sleep(1_000);
     const promotedAt = await sentinels.killPrimary();
-    await until(async () => load.answers.some((a) => a.at > promotedAt && a.status === 200), 5_000);
+    await until(async () => load.answers.some((a) => a.at > promotedAt && a.status === 200), 5_000).catch(async (err) => {
+      // What was answered around the promotion, for whoever reads a failure; the load stops either way.
+      console.error('answers since 3 s before the promotion (status, ms after it):', JSON.stringify(load.answers.filter((a) => a.at > promotedAt - 3_000).map((a) => [a.status, a.at - promotedAt])));
+      await load.stop();
+      throw err;
+    });
     const servingAgain = load.answers.find((a) => a.at > promotedAt && a.status === 200)!.at - promotedAt;
     await sleep(1_000);
     await load.stop();
