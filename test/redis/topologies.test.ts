@@ -2,15 +2,16 @@
 // a 3-primary Redis Cluster (each primary with a replica), and a primary with
 // one replica behind three sentinels. On each, three gateway replicas serve
 // many accounts, and the books are exact: racing requests never spend past a
-// balance, every reply served is charged once, revocation reaches every
-// replica, and a kill -9 of a primary under load loses no money: balance +
-// charges = grants for every account, no hold left open, and every 200 paid.
+// balance, every reply served is charged once, revocation, platform sessions
+// and the audit log reach every replica, and a kill -9 of a primary under
+// load loses no money: balance + charges = grants for every account, no hold
+// left open, and every 200 paid.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { stringify } from 'yaml';
-import { createAccount } from '../../src/accounts/accounts.js';
+import { createAccount, findAccountByEmail } from '../../src/accounts/accounts.js';
 import { createApiKey, revokeApiKey } from '../../src/accounts/api-keys.js';
 import { createCreditCode, redeemCreditCode } from '../../src/billing/credit-codes.js';
 import { changeCredit, readBalance } from '../../src/billing/credit-ledger.js';
@@ -19,7 +20,7 @@ import { startGateway, type RunningGateway } from '../../src/gateway/start.js';
 import type { Redis, SharedRedis } from '../../src/redis/connection.js';
 import { redisKeys } from '../../src/redis/keys.js';
 import { answering, sleep, startFakeUpstream, until, type FakeUpstream } from '../support/fake-upstream.js';
-import { modelEntry, TEST_KEY_SECRET } from '../support/gateway.js';
+import { asAdmin, modelEntry, TEST_KEY_SECRET } from '../support/gateway.js';
 import { runParley } from '../support/parley-process.js';
 import { startTestCluster, startTestSentinels, type TestCluster, type TestSentinels } from '../support/redis-topologies.js';
 
@@ -129,6 +130,35 @@ function loadUntilStopped(fleet: Fleet, tenants: Tenant[], concurrency: number) 
   return { answers, servedBy, stop: async () => ((stopped = true), await running) };
 }
 
+/** Signs up on the platform of one replica; the session cookie it gets opens the overview on every replica. Then an admin action is audited. */
+async function expectSessionsAndAuditEverywhere(fleet: Fleet): Promise<void> {
+  const form = await fetch(`${fleet.gateways[0].url}/platform/signup`);
+  const csrfCookie = /parley_csrf=([^;]+)/.exec(form.headers.get('set-cookie') ?? '')![1];
+  const email = `member-${Math.random().toString(36).slice(2)}@team.example`;
+  const signedUp = await fetch(`${fleet.gateways[0].url}/platform/signup`, {
+    method: 'POST',
+    redirect: 'manual',
+    headers: { 'content-type': 'application/x-www-form-urlencoded', cookie: `parley_csrf=${csrfCookie}` },
+    body: new URLSearchParams({ _csrf: csrfCookie, email, password: 'a long passphrase 42' }).toString(),
+  });
+  expect(signedUp.status).toBe(303);
+  const session = /parley_session=([^;]+)/.exec(signedUp.headers.get('set-cookie') ?? '')![1];
+  for (const g of fleet.gateways) {
+    const overview = await fetch(`${g.url}/platform`, { redirect: 'manual', headers: { cookie: `parley_session=${session}` } });
+    expect(overview.status).toBe(200);
+    expect(await overview.text()).toContain(email);
+  }
+  const account = (await findAccountByEmail(fleet.redis, email))!.id;
+  const grant = await fetch(`${fleet.gateways[1].url}/admin/v1/accounts/${account}/credit`, {
+    method: 'POST',
+    headers: { ...asAdmin, 'content-type': 'application/json' },
+    body: JSON.stringify({ kind: 'grant', amount: '1', note: 'welcome' }),
+  });
+  expect((await grant.json()).balance).toBe('1.00');
+  const [latest] = await (await fetch(`${fleet.gateways[2].url}/admin/v1/audit?count=1`, { headers: asAdmin })).json();
+  expect(latest).toMatchObject({ actor: 'admin-token', action: 'credit.grant', target: account, after: { balance: '1.00' } });
+}
+
 async function expectRevocationEverywhere(fleet: Fleet, tenant: Tenant): Promise<void> {
   for (const g of fleet.gateways) expect((await ask(g, tenant.key, false)).status).toBe(200);
   expect(await revokeApiKey(fleet.redis, tenant.keyId)).toBe(true);
@@ -150,7 +180,7 @@ describe('on a Redis Cluster of 3 primaries, each with a replica', () => {
     await cluster?.stop();
   });
 
-  it('keeps many accounts on different primaries, each exact under racing requests from 3 replicas; codes credit once; revocation reaches every replica', async () => {
+  it('keeps many accounts on different primaries, each exact under racing requests from 3 replicas; codes credit once; revocation, sessions and the audit log reach every replica', async () => {
     const tenants = await makeTenants(fleet.redis, 8, 300);
     const primaries = new Set(await Promise.all(tenants.map((t) => cluster.primaryOf(redisKeys.account(t.account)))));
     expect(primaries.size).toBeGreaterThan(1);
@@ -162,6 +192,7 @@ describe('on a Redis Cluster of 3 primaries, each with a replica', () => {
     expect(await redeemCreditCode(fleet.redis, tenants[0].account, code)).toEqual({ kind: 'already_redeemed' });
     expect(await redeemCreditCode(fleet.redis, tenants[1].account, code)).toEqual({ kind: 'already_redeemed' });
     await expectRevocationEverywhere(fleet, tenants[0]);
+    await expectSessionsAndAuditEverywhere(fleet);
     const listed = await runParley(['accounts', 'list', '--data-dir', mkdtempSync(join(tmpdir(), 'parley-op-'))], { REDIS_CLUSTER_NODES: cluster.nodes, PARLEY_KEY_SECRET: TEST_KEY_SECRET });
     for (const t of tenants) expect(listed).toContain(t.account);
   }, 60_000);
@@ -203,10 +234,11 @@ describe('behind Sentinel: a primary, a replica and 3 sentinels', () => {
     await sentinels?.stop();
   });
 
-  it('keeps the books exact under racing requests from 3 replicas, and revocation reaches every replica', async () => {
+  it('keeps the books exact under racing requests from 3 replicas; revocation, sessions and the audit log reach every replica', async () => {
     const tenants = await makeTenants(fleet.redis, 4, 300);
     await expectBooksExact(fleet, tenants, await raceForCredit(fleet, tenants, 30));
     await expectRevocationEverywhere(fleet, tenants[0]);
+    await expectSessionsAndAuditEverywhere(fleet);
     const env = { REDIS_SENTINELS: sentinels.sentinels, REDIS_SENTINEL_MASTER: sentinels.master, PARLEY_KEY_SECRET: TEST_KEY_SECRET };
     expect(await runParley(['accounts', 'list', '--data-dir', mkdtempSync(join(tmpdir(), 'parley-op-'))], env)).toContain(tenants[0].account);
   }, 60_000);
