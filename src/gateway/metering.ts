@@ -12,7 +12,7 @@ import { budgetPeriodField, budgetRenewsAt } from '../accounts/api-keys.js';
 import { redisKeys } from '../redis/keys.js';
 import { rateCheck } from '../ratelimit/rate-limiter.js';
 import { failClosed } from '../redis/connection.js';
-import { NotReplicated } from '../redis/lua-script.js';
+import { NotReplicated } from '../redis/replication.js';
 import type { RoutedModel } from '../routing/routing-table.js';
 import type { GatewayContext } from './context.js';
 import { rateLimitHeaders, rateLimitRefusal } from './rate-limit-headers.js';

@@ -8,6 +8,7 @@ import type { ConnectionOptions } from 'node:tls';
 import { Cluster, Redis, type RedisOptions } from 'ioredis';
 import { ApiError, stateUnavailable } from '../protocol/errors.js';
 import { ConfigError } from '../config.js';
+import { trackReplication } from './replication.js';
 
 // Every module types the connection as ioredis's Redis: a Cluster answers the same commands.
 export type { Redis };
@@ -57,34 +58,6 @@ function tls(wanted: boolean): ConnectionOptions | undefined {
   if (!wanted) return undefined;
   const caFile = process.env.REDIS_CA_FILE;
   return caFile ? { ca: readFileSync(caFile) } : {};
-}
-
-/**
- * How many replicas must have a hold or a settlement before it counts
- * (WAIT): Redis replicates asynchronously, and a primary that fails over
- * loses what its replicas had not yet taken. REDIS_WAIT_REPLICAS, by default
- * 1 behind Sentinel or on a cluster, 0 on one server; no more are waited for
- * than the primary has (a primary without replicas has nothing to fail over
- * to, and one just promoted has none until its old primary rejoins).
- */
-export interface Durability {
-  replicas: number;
-  timeoutMs: number;
-  /** The replicas each primary last said it has (ROLE) and when, by its host:port on a cluster ('' off one); forgotten at each reconnection. */
-  replicasSeen: Map<string, { count: Promise<number>; at: number }>;
-}
-
-const durabilities = new WeakMap<Redis, Durability>();
-
-export function durabilityOf(redis: Redis): Durability {
-  return durabilities.get(redis) ?? { replicas: 0, timeoutMs: 0, replicasSeen: new Map() };
-}
-
-function durabilityFor(shared: SharedRedis): Durability {
-  const replicas = process.env.REDIS_WAIT_REPLICAS ?? (shared.kind === 'server' ? '0' : '1');
-  const timeoutMs = process.env.REDIS_WAIT_TIMEOUT_MS ?? '250';
-  if (!/^\d+$/.test(replicas) || !/^\d+$/.test(timeoutMs)) throw new ConfigError('REDIS_WAIT_REPLICAS and REDIS_WAIT_TIMEOUT_MS are whole numbers');
-  return { replicas: Number(replicas), timeoutMs: Math.max(1, Number(timeoutMs)), replicasSeen: new Map() };
 }
 
 // A write refused by a primary that was demoted under it: reconnect, and find the new one.
@@ -139,10 +112,7 @@ function client(shared: SharedRedis, name: string): Redis {
 export async function connectRedis(target: SharedRedis | string, name = 'parley'): Promise<Redis> {
   const shared: SharedRedis = typeof target === 'string' ? { kind: 'server', url: target } : target;
   const redis = client(shared, name);
-  const durability = durabilityFor(shared);
-  durabilities.set(redis, durability);
-  // Behind Sentinel a reconnection may be to a new primary, with replicas of its own.
-  redis.on('ready', () => durability.replicasSeen.clear());
+  trackReplication(redis, shared);
   // Reconnection is ioredis's job; an error event without a listener would crash the process.
   redis.on('error', () => {});
   await redis.connect();

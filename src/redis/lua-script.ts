@@ -2,14 +2,10 @@
 // a Redis restart empties the script cache. Each change of money is one of
 // these: atomic, so concurrent replicas never interleave inside it.
 import { createHash } from 'node:crypto';
-import calculateSlot from 'cluster-key-slot';
-import type { Cluster } from 'ioredis';
-import { durabilityOf, isCluster, type Redis } from './connection.js';
+import type { Redis } from './connection.js';
+import { durabilityOf, NotReplicated, replicasKnown } from './replication.js';
 
 export type ScriptReply = (string | number | null)[];
-
-/** A durable script's writes reached fewer replicas than the connection asks for (durabilityOf) in time: they may yet be lost. */
-export class NotReplicated extends Error {}
 
 export interface LuaScript {
   run(redis: Redis, keys: string[], args: (string | number)[]): Promise<ScriptReply>;
@@ -43,41 +39,6 @@ const LONE_SURROGATE_ESCAPE = /(?<!\\)((?:\\\\)*)\\ud[89a-f][0-9a-f]{2}/gi;
  */
 export function luaJson(value: unknown): string {
   return JSON.stringify(value).replace(LONE_SURROGATE_ESCAPE, '$1\\ufffd');
-}
-
-/** How many replicas a ROLE reply lists: a primary's third element (a replica's is its primary's port). */
-const replicasIn = (role: unknown) => {
-  const listed = (role as unknown[])[2];
-  return Array.isArray(listed) ? listed.length : 0;
-};
-
-/** Asks the primary that serves `key` how many replicas it has. */
-async function replicasOn(redis: Redis, key: string): Promise<number> {
-  const [[existsErr], [roleErr, role]] = (await redis.pipeline().exists(key).role().exec())!;
-  if (existsErr || roleErr) throw existsErr ?? roleErr;
-  return replicasIn(role);
-}
-
-// How long a primary's replica count is taken as it was told; then asked again, in the background.
-const REPLICAS_RECHECK_MS = 1_000;
-
-/**
- * The replicas of the primary that serves `key`, as it last said (ROLE):
- * asked before the first write to it (WAIT for a replica it lacks would hold
- * its connection for the whole timeout), again in the background once a
- * second, and at once with `now`.
- */
-function replicasKnown(redis: Redis, key: string, now = false): Promise<number> {
-  const { replicasSeen } = durabilityOf(redis);
-  const primary = isCluster(redis) ? ((redis as unknown as Cluster).slots[calculateSlot(key)]?.[0] ?? '') : '';
-  const seen = replicasSeen.get(primary);
-  if (seen && !now && Date.now() - seen.at < REPLICAS_RECHECK_MS) return seen.count;
-  const asked = replicasOn(redis, key);
-  const entry = { count: asked, at: Date.now() };
-  replicasSeen.set(primary, entry);
-  asked.catch(() => replicasSeen.get(primary) === entry && replicasSeen.delete(primary));
-  // A stale count serves while a background recheck is out; the first answer is awaited.
-  return seen && !now ? seen.count : asked;
 }
 
 const isNoScript = (err: unknown) => String((err as Error | null)?.message).startsWith('NOSCRIPT');
