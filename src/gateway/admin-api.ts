@@ -145,9 +145,12 @@ export async function handleAdmin(req: IncomingMessage, res: ServerResponse, ctx
       body: () => readJsonBody(req, MAX_BODY_BYTES),
     };
     // A refused operation is the caller's error; any other failure is Redis's (failClosed: 503).
-    const refusedAs = (err: unknown) =>
-      err instanceof OperationRefused ? new ApiError(err.status, 'invalid_request_error', err.message, err.status === 404 ? 'not_found' : err.status === 409 ? 'conflict' : 'invalid_value') : err;
-    const answer = await failClosed(route.handle(call).catch((err) => Promise.reject(refusedAs(err))));
+    const answer = await failClosed(
+      route.handle(call).catch((err) => {
+        if (!(err instanceof OperationRefused)) throw err;
+        throw new ApiError(err.status, 'invalid_request_error', err.message, { 400: 'invalid_value', 404: 'not_found', 409: 'conflict' }[err.status]);
+      }),
+    );
     if (answer !== undefined) sendJson(res, 200, answer);
     return;
   }

@@ -6,7 +6,6 @@ import { createWriteStream } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { maskedKey } from '../accounts/api-keys.js';
 import { resolveKeySecret } from '../accounts/server-secret.js';
-import { formatMicros, parseAmount } from '../billing/prices.js';
 import { usageCsv } from '../billing/usage-events.js';
 import { ConfigError } from '../config.js';
 import { connectRedis, sharedRedisFromEnv } from '../redis/connection.js';
@@ -35,9 +34,10 @@ export const OPERATOR_USAGE = `
                (A is an account id or a member's email; all take --data-dir DIR)
 `;
 
-async function accountId(op: Operator, idOrEmail: string | undefined): Promise<string> {
-  if (!idOrEmail) throw new ConfigError('--account is required (an account id or a member email)');
-  return (await operations.getAccount(op, idOrEmail)).id;
+/** The --account flag: an account id or a member email, which the operations resolve. */
+function accountFlag(v: { account?: string }): string {
+  if (!v.account) throw new ConfigError('--account is required (an account id or a member email)');
+  return v.account;
 }
 
 const OPTIONS = {
@@ -66,7 +66,7 @@ type KeyView = Awaited<ReturnType<typeof operations.listKeys>>[number];
 const describeLimits = (k: KeyView) => [
   k.models ? k.models.join(',') : 'any model',
   k.expiresAt ? `until ${k.expiresAt}` : 'no expiry',
-  k.budget ? `budget ${formatMicros(parseAmount(k.budget))} per ${k.budgetPeriod}` : 'no budget',
+  k.budget ? `budget ${k.budget} per ${k.budgetPeriod}` : 'no budget',
 ];
 
 const ACTIONS: Record<string, (op: Operator, v: Values, positionals: string[]) => Promise<void>> = {
@@ -83,26 +83,26 @@ const ACTIONS: Record<string, (op: Operator, v: Values, positionals: string[]) =
   async 'accounts list'(op) {
     console.log(['id', 'email', 'name', 'balance', 'held', 'available'].join('\t'));
     for (const a of await operations.listAccounts(op)) {
-      console.log([a.id, a.email, a.name, ...[a.balance, a.held, a.available].map((m) => formatMicros(parseAmount(m)))].join('\t'));
+      console.log([a.id, a.email, a.name, a.balance, a.held, a.available].join('\t'));
     }
   },
   async 'accounts limits'(op, v) {
     const limit = (text: string | undefined) => (text === undefined ? null : Number(text));
-    const a = await operations.setAccountLimits(op, await accountId(op, v.account), { requestsPerMinute: limit(v.rpm), tokensPerMinute: limit(v.tpm) });
+    const a = await operations.setAccountLimits(op, accountFlag(v), { requestsPerMinute: limit(v.rpm), tokensPerMinute: limit(v.tpm) });
     console.log(`${a.id}: requests/min ${a.requestsPerMinute ?? 'default'}, tokens/min ${a.tokensPerMinute ?? 'default'} (replicas apply it within a minute)`);
   },
   async 'members add'(op, v) {
     if (!v.email || !v.password) throw new ConfigError('--email and --password are required');
-    const { account, members } = await operations.addMember(op, await accountId(op, v.account), { email: v.email, password: v.password });
+    const { account, members } = await operations.addMember(op, accountFlag(v), { email: v.email, password: v.password });
     console.log(`${account}: members ${members.join(', ')}`);
   },
   async 'members list'(op, v) {
-    for (const email of (await operations.listMembers(op, await accountId(op, v.account))).members) console.log(email);
+    for (const email of (await operations.listMembers(op, accountFlag(v))).members) console.log(email);
   },
   'credit grant': (op, v) => adjustCredit(op, v, 'grant'),
   'credit deduct': (op, v) => adjustCredit(op, v, 'deduct'),
   async 'keys create'(op, v) {
-    const { apiKey, key } = await operations.createKey(op, await accountId(op, v.account), { name: v.name ?? 'unnamed', ...keyLimits(v) });
+    const { apiKey, key } = await operations.createKey(op, accountFlag(v), { name: v.name ?? 'unnamed', ...keyLimits(v) });
     console.log(`key ${key.id} for ${key.account}: ${describeLimits(key).join(', ')}`);
     console.log(`API key (shown once): ${apiKey}`);
   },
@@ -113,9 +113,10 @@ const ACTIONS: Record<string, (op: Operator, v: Values, positionals: string[]) =
     console.log(`key ${id}: ${describeLimits(key).join(', ')}`);
   },
   async 'keys list'(op, v) {
+    const keys = await operations.listKeys(op, accountFlag(v));
     console.log(['id', 'name', 'key', 'created', 'last used', 'revoked', 'models', 'expiry', 'budget', 'spent this period'].join('\t'));
-    for (const k of await operations.listKeys(op, await accountId(op, v.account))) {
-      const spent = k.spentThisPeriod === null ? '-' : formatMicros(parseAmount(k.spentThisPeriod));
+    for (const k of keys) {
+      const spent = k.spentThisPeriod ?? '-';
       console.log([k.id, k.name, maskedKey(k.suffix), k.created, k.lastUsed ?? '-', k.revoked ? 'yes' : 'no', ...describeLimits(k), spent].join('\t'));
     }
   },
@@ -147,8 +148,8 @@ const ACTIONS: Record<string, (op: Operator, v: Values, positionals: string[]) =
 async function adjustCredit(op: Operator, v: Values, kind: 'grant' | 'deduct'): Promise<void> {
   if (!v.amount) throw new ConfigError('--amount is required');
   if (!v.note) throw new ConfigError('--note is required: say why, for the ledger');
-  const changed = await operations.changeCredit(op, await accountId(op, v.account), { kind, amount: v.amount, note: v.note });
-  console.log(`${changed.account}: balance ${formatMicros(parseAmount(changed.balance))}`);
+  const changed = await operations.changeCredit(op, accountFlag(v), { kind, amount: v.amount, note: v.note });
+  console.log(`${changed.account}: balance ${changed.balance}`);
 }
 
 export function isOperatorCommand(group: string): boolean {

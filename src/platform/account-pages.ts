@@ -39,7 +39,7 @@ export async function showOverview(req: IncomingMessage, res: ServerResponse, ct
 }
 
 /** The member acting, as the operations take it: their changes are audited under their email. */
-const memberOperator = (ctx: PlatformServices, session: Session, secret: string): Operator => ({ redis: ctx.redis, secret, actor: `member:${session.email}` });
+const memberOperator = (ctx: PlatformServices, session: Session): Operator => ({ redis: ctx.redis, secret: ctx.keySecret, actor: `member:${session.email}` });
 
 /** The limit fields of a key's form, for creating a key or changing one; `current` fills them in. */
 function limitFields(models: string[], currency: string, idPrefix: string, current?: KeyView): Html {
@@ -82,7 +82,7 @@ export async function showApiKeys(
   const csrf = csrfToken(req, res);
   const currency = ctx.routing().billing.currency;
   const models = [...ctx.routing().models.keys()];
-  const keys = await operations.listKeys(memberOperator(ctx, session, ''), session.account);
+  const keys = await operations.listKeys(memberOperator(ctx, session), session.account);
   const revoked = revokedId && keys.find((k) => k.id === revokedId && k.revoked);
   const fresh: Html | '' = created
     ? html`<section class="notice warning" role="status">
@@ -120,11 +120,11 @@ export async function showApiKeys(
   sendPage(res, status, page({ title: 'API keys', email: session.email, csrf, active: 'keys' }, body));
 }
 
-export async function createKey(req: IncomingMessage, res: ServerResponse, ctx: PlatformServices, session: Session, form: URLSearchParams, secret: string): Promise<void> {
+export async function createKey(req: IncomingMessage, res: ServerResponse, ctx: PlatformServices, session: Session, form: URLSearchParams): Promise<void> {
   const name = (form.get('name') ?? '').trim();
   if (!name || name.length > 64) return showApiKeys(req, res, ctx, session, undefined, 400, 'Give the key a name of 1 to 64 characters.');
   try {
-    const { apiKey } = await operations.createKey(memberOperator(ctx, session, secret), session.account, { name, ...limitsFromForm(form) });
+    const { apiKey } = await operations.createKey(memberOperator(ctx, session), session.account, { name, ...limitsFromForm(form) });
     await showApiKeys(req, res, ctx, session, { key: apiKey, name });
   } catch (err) {
     if (!(err instanceof OperationRefused)) throw err;
@@ -135,7 +135,7 @@ export async function createKey(req: IncomingMessage, res: ServerResponse, ctx: 
 /** Changes the limits of one of the account's own keys. */
 export async function changeKeyLimits(req: IncomingMessage, res: ServerResponse, ctx: PlatformServices, session: Session, keyId: string, form: URLSearchParams): Promise<void> {
   try {
-    await operations.setKeyLimits(memberOperator(ctx, session, ''), keyId, limitsFromForm(form), session.account);
+    await operations.setKeyLimits(memberOperator(ctx, session), keyId, limitsFromForm(form), session.account);
     redirect(res, '/platform/api-keys');
   } catch (err) {
     if (!(err instanceof OperationRefused)) throw err;

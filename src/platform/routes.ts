@@ -94,7 +94,7 @@ async function servePlatform(req: IncomingMessage, res: ServerResponse, ctx: Pla
   const keyRevoke = /^\/platform\/api-keys\/(key_[0-9a-f]+)\/revoke$/.exec(path);
   const keyLimits = /^\/platform\/api-keys\/(key_[0-9a-f]+)\/limits$/.exec(path);
   if (form && path === '/platform/logout') await logOut(req, res, ctx, session);
-  else if (form && path === '/platform/api-keys') await createKey(req, res, ctx, session, form, ctx.keySecret);
+  else if (form && path === '/platform/api-keys') await createKey(req, res, ctx, session, form);
   else if (form && keyRevoke) await revokeKey(res, ctx, session, keyRevoke[1]);
   else if (form && keyLimits) await changeKeyLimits(req, res, ctx, session, keyLimits[1], form);
   else if (form && path === '/platform/top-up') await redeemCode(req, res, ctx, session, form);
