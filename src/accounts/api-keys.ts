@@ -155,15 +155,11 @@ export async function setKeyLimits(redis: Redis, keyId: string, limits: KeyLimit
   return findApiKeyByHash(redis, hash);
 }
 
-/**
- * Revokes a key (only within `account` when one is given) and tells every
- * replica to drop it from its cache. Returns false for no such key.
- */
-export async function revokeApiKey(redis: Redis, keyId: string, account?: string): Promise<boolean> {
+/** Revokes a key and tells every replica to drop it from its cache. Returns false for no such key. */
+export async function revokeApiKey(redis: Redis, keyId: string): Promise<boolean> {
   const hash = await redis.get(redisKeys.apiKeyById(keyId));
   if (!hash) return false;
-  const owner = await redis.hget(redisKeys.apiKey(hash), 'account');
-  if (!owner || (account && owner !== account)) return false;
+  if (!(await redis.hget(redisKeys.apiKey(hash), 'account'))) return false;
   await redis.hset(redisKeys.apiKey(hash), 'revoked', '1');
   await redis.publish(redisKeys.keyRevocations, hash);
   return true;

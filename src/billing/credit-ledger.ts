@@ -221,8 +221,9 @@ return redis.call('ZADD', KEYS[1], 'XX', 'CH', int(now_ms + tonumber(ARGV[2])), 
 // Settles a batch, in order, as if one script ran per settlement: ARGV[1] is
 // how long usage events are kept in ms (0: for good); ARGV[2] the
 // settlements (each_item), each with two more keys, the account's usage
-// stream and daily usage, and 13 arguments: request id, cost, outcome, model,
-// prompt, cached, completion, account, key id, endpoint, reason, end user, API. Replies
+// stream and daily usage, and 15 arguments: hold id, cost, outcome, model,
+// prompt, cached, completion, account, key id, endpoint, reason, end user, API,
+// the request id and the reply id the client was given. Replies
 // with a pair each: 1 and the charge when settled now, 0 when settled
 // before, -1 when refused (amounts that are not whole numbers), with nothing
 // written. Daily totals are summed in Lua and added once per batch and model.
@@ -269,7 +270,7 @@ local function settle(K, A)
     add_to_totals(K[7], A[4], tonumber(A[5]), tonumber(A[6]), tonumber(A[7]), charge)
     if budget_key then redis.call('HINCRBY', budget_key, budget_field, int(charge)) end
   end
-  redis.call('XADD', K[6], 'MINID', '=', keep_after, '*', 'request_id', id, 'account', A[8], 'key', A[9], 'model', A[4], 'endpoint', A[10],
+  redis.call('XADD', K[6], 'MINID', '=', keep_after, '*', 'request_id', A[14], 'reply_id', A[15], 'account', A[8], 'key', A[9], 'model', A[4], 'endpoint', A[10],
     'outcome', A[3], 'reason', A[11], 'prompt_tokens', int(A[5]), 'cached_tokens', int(A[6]), 'completion_tokens', int(A[7]),
     'cost', int(A[2]), 'charged', int(charge), 'user', A[12], 'api', A[13])
   return 1, charge
@@ -434,7 +435,10 @@ export type SettleOutcome = 'complete' | 'client_gone' | 'broke_off' | 'failed';
 export interface Settlement {
   account: string;
   keyId: string;
+  /** The id the request's hold is filed under: unique, unlike a request id a client chose. */
   requestId: string;
+  /** The ids the client was given, for its usage event: the request's (`x-request-id`) and the reply's (`chatcmpl-…`). */
+  clientIds?: { requestId: string; replyId: string };
   model: string;
   endpoint: string;
   outcome: SettleOutcome;
@@ -479,6 +483,7 @@ export async function settleHolds(redis: Redis, batch: Settlement[], keepEventsM
     return [
       keys.account(s.account), keys.key(redisKeys.usageEvents(s.account)), keys.key(redisKeys.dailyUsage(s.account, day)),
       s.requestId, s.cost, s.outcome, s.model, u.prompt_tokens, u.cached_tokens, u.completion_tokens, s.account, s.keyId, s.endpoint, s.reason ?? '', s.user ?? '', s.api ?? 'chat',
+      s.clientIds?.requestId ?? s.requestId, s.clientIds?.replyId ?? '',
     ];
   });
   const reply = (await SETTLE.runDurably(redis, keys.list, [keepEventsMs, luaJson(items)])) as number[];

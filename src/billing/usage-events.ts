@@ -8,7 +8,10 @@ import { formatMicros } from './prices.js';
 
 export interface UsageEvent {
   time: number;
+  /** The request's id as its client was given it (`x-request-id`). */
   requestId: string;
+  /** The reply's id (`chatcmpl-…`, `msg_…`), or '' for a request that got none. */
+  replyId: string;
   account: string;
   key: string;
   model: string;
@@ -33,6 +36,7 @@ function toEvent(id: string, fields: string[]): UsageEvent {
   return {
     time: Number(id.split('-')[0]),
     requestId: f.request_id,
+    replyId: f.reply_id ?? '',
     account: f.account,
     key: f.key,
     model: f.model,
@@ -77,7 +81,7 @@ export async function* readAllUsageEvents(redis: Redis, filter: UsageFilter = {}
   for (const account of await listAccounts(redis)) yield* readUsageEvents(redis, account.id, filter);
 }
 
-const CSV_COLUMNS = 'time,request_id,account,key,model,endpoint,outcome,reason,prompt_tokens,cached_tokens,completion_tokens,cost,charged,user,api';
+const CSV_COLUMNS = 'time,request_id,account,key,model,endpoint,outcome,reason,prompt_tokens,cached_tokens,completion_tokens,cost,charged,user,api,reply_id';
 
 const csvField = (v: string) => (/[",\n\r]/.test(v) ? `"${v.replace(/"/g, '""')}"` : v);
 
@@ -86,7 +90,7 @@ export async function* usageCsv(events: AsyncIterable<UsageEvent>): AsyncGenerat
   for await (const e of events) {
     const row = [
       new Date(e.time).toISOString(), e.requestId, e.account, e.key, e.model, e.endpoint, e.outcome, e.reason,
-      String(e.promptTokens), String(e.cachedTokens), String(e.completionTokens), formatMicros(e.cost, 6), formatMicros(e.charged, 6), e.user, e.api,
+      String(e.promptTokens), String(e.cachedTokens), String(e.completionTokens), formatMicros(e.cost, 6), formatMicros(e.charged, 6), e.user, e.api, e.replyId,
     ];
     yield `${row.map(csvField).join(',')}\n`;
   }

@@ -50,6 +50,6 @@ const chat: GenerationApi<ChatCompletionRequest> = {
   renderer: (identity, includeUsage) => new ChunkRenderer(identity, includeUsage),
 };
 
-export function handleChatCompletion(req: IncomingMessage, res: ServerResponse, ctx: GatewayContext, span: Span): Promise<void> {
-  return handleGeneration(chat, req, res, ctx, span);
+export function handleChatCompletion(req: IncomingMessage, res: ServerResponse, ctx: GatewayContext, span: Span, id: string): Promise<void> {
+  return handleGeneration(chat, req, res, ctx, span, id);
 }

@@ -47,6 +47,6 @@ const completions: GenerationApi<CompletionRequest> = {
   renderer: (identity, includeUsage) => new TextChunkRenderer(identity, includeUsage),
 };
 
-export function handleCompletion(req: IncomingMessage, res: ServerResponse, ctx: GatewayContext, span: Span): Promise<void> {
-  return handleGeneration(completions, req, res, ctx, span);
+export function handleCompletion(req: IncomingMessage, res: ServerResponse, ctx: GatewayContext, span: Span, id: string): Promise<void> {
+  return handleGeneration(completions, req, res, ctx, span, id);
 }

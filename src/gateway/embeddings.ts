@@ -20,21 +20,21 @@ function inputTokensBound(req: EmbeddingsRequest): number {
   return embeddingInputs(req).reduce((sum, input) => sum + (typeof input === 'string' ? Buffer.byteLength(input) + 2 : input.length), 0);
 }
 
-export async function handleEmbeddings(req: IncomingMessage, res: ServerResponse, ctx: GatewayContext, span: Span): Promise<void> {
-  const { id, caller, body, table, upstreamCall, clientGone } = await openExchange(req, res, ctx, span);
+export async function handleEmbeddings(req: IncomingMessage, res: ServerResponse, ctx: GatewayContext, span: Span, id: string): Promise<void> {
+  const { caller, body, table, upstreamCall, clientGone } = await openExchange(req, res, ctx);
   const request = parseEmbeddingsRequest(body);
   if (request instanceof ApiError) throw request;
   const model = servingModel(table, request.model, 'embeddings', span, caller);
-  const meter = await Meter.open(ctx, span, { caller, model, settlementId: randomId(), promptTokens: inputTokensBound(request), n: 0, maxReplyTokens: 0, user: request.user ?? undefined, api: 'embeddings' });
+  const meter = await Meter.open(ctx, span, { table, caller, model, settlementId: randomId(), clientIds: { requestId: id, replyId: '' }, promptTokens: inputTokensBound(request), n: 0, maxReplyTokens: 0, user: request.user ?? undefined, api: 'embeddings' });
   const first = embeddingInputs(request)[0];
   const plan = ctx.router.plan(model, () => (typeof first === 'string' ? first : first.join(' ')));
   let call: UpstreamCall | undefined;
   try {
     const upstreamRequest = (endpoint: UpstreamCall['endpoint']) => ({ path: '/embeddings', bodies: [endpoint.dialect.embeddingsBody(request, endpoint.upstreamModel)] });
-    call = await callWithFailover(ctx, span, { model, upstreamRequest, plan, account: caller.account, cancellation: upstreamCall });
+    call = await callWithFailover(ctx, span, { model, settings: table.settings, upstreamRequest, plan, account: caller.account, cancellation: upstreamCall });
     const { endpoint } = call;
     const encoding = request.encoding_format ?? 'float';
-    const headers = Object.assign({ 'x-request-id': id }, meter.rateLimitHeaders);
+    const headers = meter.rateLimitHeaders;
     const bytes = await readBytes(call.bodies[0]);
     const inPlace = endpoint.dialect.embeddingsInPlace(bytes, request.model, encoding);
     let promptTokens: number;

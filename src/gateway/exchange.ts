@@ -15,8 +15,6 @@ import type { GatewayContext } from './context.js';
 import { randomId } from './random-ids.js';
 
 export interface Exchange {
-  /** The request's id: the client's `x-request-id` when it is a sensible one, else a random one. */
-  id: string;
   caller: Caller;
   table: RoutingTable;
   /** The body as JSON, not yet checked against the API's schema. */
@@ -25,12 +23,13 @@ export interface Exchange {
   clientGone(): boolean;
 }
 
-function requestId(req: IncomingMessage): string {
-  const given = req.headers['x-request-id'];
+/** The request's id: the client's `x-request-id` (or `x-client-request-id`, as OpenAI's clients name it) when it is a sensible one, else a random one. */
+export function requestIdOf(req: IncomingMessage): string {
+  const given = req.headers['x-request-id'] ?? req.headers['x-client-request-id'];
   return typeof given === 'string' && /^[\w.:-]{1,128}$/.test(given) ? given : randomId();
 }
 
-export async function openExchange(req: IncomingMessage, res: ServerResponse, ctx: GatewayContext, span: Span): Promise<Exchange> {
+export async function openExchange(req: IncomingMessage, res: ServerResponse, ctx: GatewayContext): Promise<Exchange> {
   const upstreamCall = new Cancellation();
   let clientGone = false;
   res.once('close', () => {
@@ -42,9 +41,7 @@ export async function openExchange(req: IncomingMessage, res: ServerResponse, ct
   const caller = await ctx.keys.authenticate(req.headers.authorization);
   const table = ctx.routing();
   const body = await readJsonBody(req, table.settings.maxBodyBytes);
-  const id = requestId(req);
-  span.setAttribute('parley.request_id', id);
-  return { id, caller, table, body, upstreamCall, clientGone: () => clientGone };
+  return { caller, table, body, upstreamCall, clientGone: () => clientGone };
 }
 
 /**

@@ -14,7 +14,7 @@ import { SpanStatusCode, type Span } from '@opentelemetry/api';
 import { ApiError, noHealthyUpstream, upstreamsBusy } from '../protocol/errors.js';
 import { QueueTimeout, type EndpointState } from '../routing/endpoint-state.js';
 import type { RoutePlan } from '../routing/router.js';
-import type { RoutedEndpoint, RoutedModel } from '../routing/routing-table.js';
+import type { RoutedEndpoint, RoutedModel, RoutingTable } from '../routing/routing-table.js';
 import type { Cancellation } from '../upstream/cancellation.js';
 import { postUpstream, type UpstreamBody } from '../upstream/client.js';
 import type { GatewayContext } from './context.js';
@@ -58,6 +58,8 @@ export interface UpstreamRequest {
 /** One request on its way upstream: what each endpoint is sent, along which plan, for which account, until when it is wanted. */
 export interface Forwarding {
   model: RoutedModel;
+  /** The settings of the routing table the request started on. */
+  settings: RoutingTable['settings'];
   upstreamRequest(endpoint: RoutedEndpoint): UpstreamRequest;
   plan: RoutePlan;
   account: string;
@@ -77,9 +79,8 @@ export async function callWithFailover(ctx: GatewayContext, span: Span, forwardi
 }
 
 async function walkPlan(ctx: GatewayContext, span: Span, forwarding: Forwarding, failed: FailedAttempt[]): Promise<UpstreamCall> {
-  const { model, plan, account, cancellation } = forwarding;
+  const { model, plan, account, cancellation, settings } = forwarding;
   const modelId = model.config.id;
-  const { settings } = ctx.routing();
   const { maxAttempts, deadlineMs, queueTimeoutMs } = settings.failover;
   const retryAfter = Math.max(1, Math.ceil(settings.health.openMs / 1000));
   if (plan.endpoints.length === 0) throw noHealthyUpstream(modelId, retryAfter);

@@ -61,9 +61,9 @@ export function perChoiceBodies(endpoint: RoutedEndpoint, body: Record<string, u
   });
 }
 
-export async function handleGeneration<R>(api: GenerationApi<R>, req: IncomingMessage, res: ServerResponse, ctx: GatewayContext, span: Span): Promise<void> {
+export async function handleGeneration<R>(api: GenerationApi<R>, req: IncomingMessage, res: ServerResponse, ctx: GatewayContext, span: Span, id: string): Promise<void> {
   const started = performance.now();
-  const { id, caller, table, body, upstreamCall, clientGone } = await openExchange(req, res, ctx, span);
+  const { caller, table, body, upstreamCall, clientGone } = await openExchange(req, res, ctx);
   const parsed = api.parse(body);
   if (parsed instanceof ApiError) throw parsed;
   const asked = api.common(parsed);
@@ -77,13 +77,14 @@ export async function handleGeneration<R>(api: GenerationApi<R>, req: IncomingMe
   const maxReplyTokens = asked.maxTokens ?? Math.max(1, model.config.contextWindow - (prompts.exact ? longestPrompt : 0));
   const replies = prompts.tokens.length * asked.n;
 
-  const meter = await Meter.open(ctx, span, { caller, model, settlementId: randomId(), promptTokens, n: replies, maxReplyTokens, user: asked.user, api: api.name });
+  const identity: ReplyIdentity = { id: `${api.idPrefix}${id}`, created: Math.floor(Date.now() / 1000), model: asked.model };
+  span.setAttribute('parley.reply_id', identity.id);
+  const clientIds = { requestId: id, replyId: identity.id };
+  const meter = await Meter.open(ctx, span, { table, caller, model, settlementId: randomId(), clientIds, promptTokens, n: replies, maxReplyTokens, user: asked.user, api: api.name });
   // A balance that pays for fewer reply tokens than asked lowers the limit sent upstream.
   const request = meter.maxReplyTokens < maxReplyTokens ? api.withMaxTokens(parsed, meter.maxReplyTokens) : parsed;
 
-  // Object.assign, not a spread: see sendJson in protocol/http-io.ts.
-  const headers = Object.assign({ 'x-request-id': id }, meter.rateLimitHeaders);
-  const identity: ReplyIdentity = { id: `${api.idPrefix}${id}`, created: Math.floor(Date.now() / 1000), model: asked.model };
+  const headers = meter.rateLimitHeaders;
   const relay = asked.stream
     ? new StreamRelay(res, {
         renderer: api.renderer(identity, asked.includeUsage),
@@ -103,7 +104,7 @@ export async function handleGeneration<R>(api: GenerationApi<R>, req: IncomingMe
   let call: UpstreamCall | undefined;
   try {
     const upstreamRequest = (endpoint: RoutedEndpoint) => api.upstreamRequest(endpoint, model, request, passThrough);
-    call = await callWithFailover(ctx, span, { model, upstreamRequest, plan: ctx.router.plan(model, () => api.leadingText(request)), account: caller.account, cancellation: upstreamCall });
+    call = await callWithFailover(ctx, span, { model, settings: table.settings, upstreamRequest, plan: ctx.router.plan(model, () => api.leadingText(request)), account: caller.account, cancellation: upstreamCall });
     const { endpoint } = call;
     const fanOut = { choicesPerCall: replies / call.bodies.length, callsPerPrompt: call.bodies.length / prompts.tokens.length };
     if (!relay) {

@@ -13,15 +13,19 @@ import { redisKeys } from '../redis/keys.js';
 import { rateCheck } from '../ratelimit/rate-limiter.js';
 import { failClosed } from '../redis/connection.js';
 import { NotReplicated } from '../redis/replication.js';
-import type { RoutedModel } from '../routing/routing-table.js';
+import type { RoutedModel, RoutingTable } from '../routing/routing-table.js';
 import type { GatewayContext } from './context.js';
 import { rateLimitHeaders, rateLimitRefusal } from './rate-limit-headers.js';
 
 export interface MeterRequest {
+  /** The routing table the request started on: its hold TTL and default rate limits, whatever a reload brings meanwhile. */
+  table: RoutingTable;
   caller: Caller;
   model: RoutedModel;
   /** The id the hold and its settlement are filed under; unique per request. */
   settlementId: string;
+  /** The ids the client was given, for the usage event. */
+  clientIds: { requestId: string; replyId: string };
   promptTokens: number;
   n: number;
   maxReplyTokens: number;
@@ -42,6 +46,7 @@ function settlementOf(m: MeterRequest, outcome: SettleOutcome, endpoint: string,
     account: m.caller.account,
     keyId: m.caller.keyId,
     requestId: m.settlementId,
+    clientIds: m.clientIds,
     model: m.model.config.id,
     endpoint,
     outcome,
@@ -66,7 +71,7 @@ export class Meter {
     /** OpenAI's `x-ratelimit-*` headers for the reply. */
     readonly rateLimitHeaders: Record<string, string>,
   ) {
-    const ttl = ctx.routing().billing.holdTtlMs;
+    const ttl = m.table.billing.holdTtlMs;
     this.heartbeat = setInterval(() => {
       extendHold(ctx.redis, m.caller.account, m.settlementId, ttl).catch(() => {});
     }, Math.max(100, Math.floor(ttl / 3)));
@@ -80,7 +85,7 @@ export class Meter {
    * none of it, 503 when Redis is unreachable.
    */
   static async open(ctx: GatewayContext, span: Span, m: MeterRequest): Promise<Meter> {
-    const table = ctx.routing();
+    const { table } = m;
     const limits = {
       requestsPerMinute: m.caller.limits.requestsPerMinute ?? table.rateLimits.requestsPerMinute,
       tokensPerMinute: m.caller.limits.tokensPerMinute ?? table.rateLimits.tokensPerMinute,
@@ -92,7 +97,7 @@ export class Meter {
       hold: {
         account: m.caller.account,
         requestId: m.settlementId,
-        ttlMs: ctx.routing().billing.holdTtlMs,
+        ttlMs: table.billing.holdTtlMs,
         prices: m.model.prices,
         promptTokens: m.promptTokens,
         n: m.n,

@@ -1,5 +1,7 @@
-// GET /v1/models and GET /v1/models/{id}, from the routing table.
+// GET /v1/models and GET /v1/models/{id}, from the routing table: only the
+// models the caller's key may call (a key learns nothing of the others).
 import type { ServerResponse } from 'node:http';
+import type { Caller } from '../accounts/key-authenticator.js';
 import { modelNotFound } from '../protocol/errors.js';
 import { sendJson } from '../protocol/http-io.js';
 import type { RoutedModel, RoutingTable } from '../routing/routing-table.js';
@@ -22,12 +24,14 @@ function modelObject(m: RoutedModel) {
   };
 }
 
-export function listModels(res: ServerResponse, table: RoutingTable): void {
-  sendJson(res, 200, { object: 'list', data: [...table.models.values()].map(modelObject) });
+const mayCall = (caller: Caller, id: string) => caller.models === null || caller.models.includes(id);
+
+export function listModels(res: ServerResponse, table: RoutingTable, caller: Caller): void {
+  sendJson(res, 200, { object: 'list', data: [...table.models.values()].filter((m) => mayCall(caller, m.config.id)).map(modelObject) });
 }
 
-export function getModel(res: ServerResponse, table: RoutingTable, id: string): void {
+export function getModel(res: ServerResponse, table: RoutingTable, caller: Caller, id: string): void {
   const model = table.models.get(id);
-  if (!model) throw modelNotFound(id);
+  if (!model || !mayCall(caller, id)) throw modelNotFound(id);
   sendJson(res, 200, modelObject(model));
 }

@@ -9,6 +9,7 @@ import { getBalance } from './balance-route.js';
 import { handleChatCompletion } from './chat-completions.js';
 import { handleCompletion } from './completions.js';
 import { handleEmbeddings } from './embeddings.js';
+import { requestIdOf } from './exchange.js';
 import type { GatewayContext } from './context.js';
 import { getModel, listModels } from './models-routes.js';
 import { handlePlatform } from '../platform/routes.js';
@@ -26,33 +27,36 @@ async function readiness(res: ServerResponse, ctx: GatewayContext): Promise<void
 }
 
 export function createGatewayServer(ctx: GatewayContext): Server {
-  const route = async (req: IncomingMessage, res: ServerResponse, span: Span, method: string, path: string, search: string) => {
+  const route = async (req: IncomingMessage, res: ServerResponse, span: Span, id: string, method: string, path: string, search: string) => {
     if (method === 'GET' && path === '/healthz') return sendJson(res, 200, { status: 'ok' });
     if (method === 'GET' && path === '/readyz') return readiness(res, ctx);
     if (method === 'GET' && path === '/metrics') return ctx.telemetry.serveMetrics(req, res);
     if (ctx.lifecycle.draining) throw shuttingDown();
-    return ctx.lifecycle.track(res, routeTracked(req, res, span, method, path, search));
+    return ctx.lifecycle.track(res, routeTracked(req, res, span, id, method, path, search));
   };
   /** The routes a shutdown waits for. */
-  const routeTracked = async (req: IncomingMessage, res: ServerResponse, span: Span, method: string, path: string, search: string) => {
-    if (method === 'POST' && path === '/v1/chat/completions') return handleChatCompletion(req, res, ctx, span);
-    if (method === 'POST' && path === '/v1/completions') return handleCompletion(req, res, ctx, span);
-    if (method === 'POST' && path === '/v1/embeddings') return handleEmbeddings(req, res, ctx, span);
+  const routeTracked = async (req: IncomingMessage, res: ServerResponse, span: Span, id: string, method: string, path: string, search: string) => {
+    if (method === 'POST' && path === '/v1/chat/completions') return handleChatCompletion(req, res, ctx, span, id);
+    if (method === 'POST' && path === '/v1/completions') return handleCompletion(req, res, ctx, span, id);
+    if (method === 'POST' && path === '/v1/embeddings') return handleEmbeddings(req, res, ctx, span, id);
     if (path === '/admin/endpoints' || path.startsWith(ADMIN_PREFIX)) return handleAdmin(req, res, ctx, method, path, search);
     if (await handlePlatform(req, res, ctx, path, new URLSearchParams(search))) return;
     const authenticated = method === 'GET' && (path === '/v1/models' || path.startsWith('/v1/models/') || path === '/user/balance');
     if (!authenticated) throw routeNotFound(method, path);
     const caller = await ctx.keys.authenticate(req.headers.authorization);
     if (path === '/user/balance') return getBalance(res, ctx, caller);
-    if (path === '/v1/models') return listModels(res, ctx.routing());
-    return getModel(res, ctx.routing(), decodeURIComponent(path.slice('/v1/models/'.length)));
+    if (path === '/v1/models') return listModels(res, ctx.routing(), caller);
+    return getModel(res, ctx.routing(), caller, decodeURIComponent(path.slice('/v1/models/'.length)));
   };
   return createServer((req, res) => {
     const started = performance.now();
     const method = req.method ?? 'GET';
     const [path, search = ''] = (req.url ?? '/').split('?', 2);
     const name = routeLabel(method, path);
-    const span = ctx.telemetry.tracer.startSpan(name, { attributes: { 'http.request.method': method, 'http.route': name } });
+    // Every reply carries the request's id, errors included, so a client can quote it and find its usage event.
+    const id = requestIdOf(req);
+    res.setHeader('x-request-id', id);
+    const span = ctx.telemetry.tracer.startSpan(name, { attributes: { 'http.request.method': method, 'http.route': name, 'parley.request_id': id } });
     let errorCode: string | null = null;
     res.once('close', () => {
       span.setAttribute('http.response.status_code', res.statusCode);
@@ -60,7 +64,7 @@ export function createGatewayServer(ctx: GatewayContext): Server {
       span.end();
       if (name !== 'GET /metrics') ctx.telemetry.recordRequest(name, res.statusCode, errorCode, (performance.now() - started) / 1000);
     });
-    route(req, res, span, method, path, search).catch((err) => {
+    route(req, res, span, id, method, path, search).catch((err) => {
       if (!(err instanceof ApiError)) {
         if ((err as Error)?.name === 'AbortError') return void res.destroy();
         console.error('parley:', err);

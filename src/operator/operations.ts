@@ -204,9 +204,10 @@ export const operations = {
     return after;
   },
 
-  async revokeKey(op: Operator, keyId: string) {
+  /** Revokes a key; with `account`, only a key of that account. */
+  async revokeKey(op: Operator, keyId: string, account?: string) {
     const current = await findApiKeyById(op.redis, keyId);
-    if (!current || !(await revokeApiKey(op.redis, keyId))) throw new OperationRefused(404, `no key ${keyId}`);
+    if (!current || (account && current.account !== account) || !(await revokeApiKey(op.redis, keyId))) throw new OperationRefused(404, `no key ${keyId}`);
     await audit(op, 'key.revoke', keyId, { revoked: current.revoked }, { revoked: true });
     return { id: keyId, revoked: true };
   },

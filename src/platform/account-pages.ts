@@ -4,7 +4,7 @@
 // budget shown, revoked with a confirmation) and top-up. Key changes are the
 // operator's operations (operator/operations.ts), audited as the member.
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { BUDGET_PERIODS, maskedKey, revokeApiKey } from '../accounts/api-keys.js';
+import { BUDGET_PERIODS, maskedKey } from '../accounts/api-keys.js';
 import { OperationRefused, operations, type Operator } from '../operator/operations.js';
 import { redeemCreditCode } from '../billing/credit-codes.js';
 import { balanceSummary } from '../billing/credit-ledger.js';
@@ -144,7 +144,12 @@ export async function changeKeyLimits(req: IncomingMessage, res: ServerResponse,
 }
 
 export async function revokeKey(res: ServerResponse, ctx: PlatformServices, session: Session, keyId: string): Promise<void> {
-  await revokeApiKey(ctx.redis, keyId, session.account);
+  try {
+    await operations.revokeKey(memberOperator(ctx, session), keyId, session.account);
+  } catch (err) {
+    // Another account's key, or none: the page says nothing was revoked by showing no confirmation.
+    if (!(err instanceof OperationRefused)) throw err;
+  }
   redirect(res, `/platform/api-keys?revoked=${encodeURIComponent(keyId)}`);
 }
 

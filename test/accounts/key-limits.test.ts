@@ -33,6 +33,19 @@ describe('a key limited to some models', () => {
     });
   });
 
+  it('lists only the models it may call, and is a 404 for the others by id', async () => {
+    await withGatewayOn([answer], twoModels, async (gw) => {
+      const { key } = await createApiKey(gw.redis.client, TEST_KEY_SECRET, gw.account, 'search team', { models: ['allowed'] });
+      const get = (path: string) => fetch(`${gw.url}${path}`, { headers: { authorization: `Bearer ${key}` } });
+      expect((await (await get('/v1/models')).json()).data.map((m: { id: string }) => m.id)).toEqual(['allowed']);
+      expect((await get('/v1/models/allowed')).status).toBe(200);
+      const hidden = await get('/v1/models/other');
+      expect(hidden.status).toBe(404);
+      expect((await hidden.json()).error.code).toBe('model_not_found');
+      expect((await gw.client.models.list()).data.map((m) => m.id)).toEqual(['allowed', 'other']);
+    });
+  });
+
   it('takes a change of its models at once, though the replica had it cached', async () => {
     await withGatewayOn([answer], twoModels, async (gw) => {
       const { key, record } = await createApiKey(gw.redis.client, TEST_KEY_SECRET, gw.account, 'k', { models: ['allowed'] });

@@ -4,8 +4,15 @@
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ensureDefaultModel } from '../../src/engine/model-maker.js';
-import { chunk, completionBody, replyJson, sleep, startFakeUpstream, writeEvents, type FakeUpstream, type Script } from '../support/fake-upstream.js';
+import { readUsageEvents, usageCsv, type UsageEvent } from '../../src/billing/usage-events.js';
+import { chunk, completionBody, replyJson, sleep, startFakeUpstream, until, writeEvents, type FakeUpstream, type Script } from '../support/fake-upstream.js';
 import { modelEntry, postChat, startGatewayOn, startTestGateway, type TestGateway } from '../support/gateway.js';
+
+async function usageEvents(gw: TestGateway): Promise<UsageEvent[]> {
+  const events: UsageEvent[] = [];
+  for await (const e of readUsageEvents(gw.redis.client, gw.account)) events.push(e);
+  return events;
+}
 
 const messages = [{ role: 'developer' as const, content: 'be brief' }, { role: 'user' as const, content: 'hi' }];
 
@@ -66,6 +73,27 @@ describe('reply ids', () => {
       const given = await postChat(t.gw, { model: 'm', messages }, { 'x-request-id': 'trace-42.a:b' });
       expect(given.headers.get('x-request-id')).toBe('trace-42.a:b');
       expect((await given.json()).id).toBe('chatcmpl-trace-42.a:b');
+    } finally {
+      await t.close();
+    }
+  });
+
+  it("are on every reply, errors included, taken from x-client-request-id too, and in the usage event and its CSV row", async () => {
+    const t = await withUpstream('vllm', (_req, res) => replyJson(res, completionBody('hey', { prompt_tokens: 3, completion_tokens: 1, total_tokens: 4 })));
+    try {
+      const refused = await postChat(t.gw, { model: 'no-such-model', messages }, { 'x-client-request-id': 'codex-turn-7' });
+      expect(refused.status).toBe(404);
+      expect(refused.headers.get('x-request-id')).toBe('codex-turn-7');
+      const badKey = await postChat({ url: t.gw.url, apiKey: 'sk-wrong' }, { model: 'm', messages });
+      expect(badKey.status).toBe(401);
+      expect(badKey.headers.get('x-request-id')).toMatch(/^[\w-]{22}$/);
+      const served = await postChat(t.gw, { model: 'm', messages }, { 'x-client-request-id': 'codex-turn-8' });
+      expect((await served.json()).id).toBe('chatcmpl-codex-turn-8');
+      await until(async () => (await usageEvents(t.gw)).length === 1);
+      expect((await usageEvents(t.gw))[0]).toMatchObject({ requestId: 'codex-turn-8', replyId: 'chatcmpl-codex-turn-8', outcome: 'complete' });
+      const csv: string[] = [];
+      for await (const line of usageCsv(readUsageEvents(t.gw.redis.client, t.gw.account))) csv.push(line);
+      expect(csv[1]).toMatch(/^[^,]+,codex-turn-8,.*,chatcmpl-codex-turn-8\n$/);
     } finally {
       await t.close();
     }

@@ -63,9 +63,9 @@ describe('operator commands', () => {
     await sleep(100);
     const csv = await runParley(['usage', 'export', '--account', 'ops@team.example'], env);
     const [header, row] = csv.trim().split('\n');
-    expect(header).toBe('time,request_id,account,key,model,endpoint,outcome,reason,prompt_tokens,cached_tokens,completion_tokens,cost,charged,user,api');
+    expect(header).toBe('time,request_id,account,key,model,endpoint,outcome,reason,prompt_tokens,cached_tokens,completion_tokens,cost,charged,user,api,reply_id');
     // 800 × 1 + 200 × 0.1 + 500 × 2 micro-units
-    expect(row).toMatch(/,m,.*,complete,,1000,200,500,0\.00182,0\.00182,,chat$/);
+    expect(row).toMatch(/,m,.*,complete,,1000,200,500,0\.00182,0\.00182,,chat,chatcmpl-[\w-]+$/);
     // Without --account: every account's events, this one's included.
     expect((await runParley(['usage', 'export'], env)).split('\n')).toContain(row);
 

@@ -125,6 +125,8 @@ describe('the platform in a browser', () => {
     await expect.poll(() => page.textContent('main')).toContain('revoked');
     expect(await page.textContent('.notice.success')).toMatch(/The key ".+" is revoked/);
     await shot(page, '08-api-key-revoked');
+    const [[, lastAudit]] = await gw.redis.client.xrevrange(redisKeys.audit, '+', '-', 'COUNT', 1);
+    expect(lastAudit.slice(0, 4)).toEqual(['actor', 'member:journey@team.example', 'action', 'key.revoke']);
     await expect(client.chat.completions.create({ model: 'team-model', messages: [{ role: 'user', content: 'hi' }] })).rejects.toMatchObject({ status: 401 });
     await context.close();
   });

@@ -2,6 +2,7 @@
 // the first byte and never after, priorities, the attempt budget, concurrency
 // limits and queues, circuit breakers and probes, reloads, prefix affinity,
 // and the operators' view.
+import { request as httpRequest } from 'node:http';
 import OpenAI from 'openai';
 import { describe, expect, it } from 'vitest';
 import { chunk, completionBody, replyJson, sleep, startFakeUpstream, writeEvents, type Script } from '../support/fake-upstream.js';
@@ -133,6 +134,29 @@ describe('health', () => {
       flaky.setScript((req, res) => (req.path.endsWith('/models') ? replyJson(res, { data: [] }) : answer('back')(req, res)));
       await sleep(300);
       expect((await gw.client.chat.completions.create({ model: 'm', messages })).choices[0].message.content).toBe('back');
+    });
+  });
+
+  it('finishes a request on the routing table it started with, though a reload lands while its body is on the way', async () => {
+    const config = (maxAttempts: number) => ([a, b]: string[]) => ({ gateway: { failover: { maxAttempts }, ...noProbe }, models: [modelEntry('m', [vllm(a), vllm(b, { priority: 1 })])] });
+    await withGatewayOn([failWith(500), answer('second try')], config(2), async (gw, ups) => {
+      const request = httpRequest(`${gw.url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${gw.apiKey}` } });
+      const reply = new Promise<{ status: number; text: string }>((resolve) =>
+        request.on('response', async (res) => {
+          let text = '';
+          for await (const piece of res) text += piece;
+          resolve({ status: res.statusCode!, text });
+        }),
+      );
+      const body = JSON.stringify({ model: 'm', messages });
+      request.write(body.slice(0, 10));
+      gw.writeConfig(config(1)(ups.map((u) => u.url)));
+      // The reload has landed once a whole request gets one attempt only.
+      for (let i = 0; i < 50 && (await postChat(gw, { model: 'm', messages })).status === 200; i++) await sleep(50);
+      request.end(body.slice(10));
+      const { status, text } = await reply;
+      expect(status).toBe(200);
+      expect(JSON.parse(text).choices[0].message.content).toBe('second try');
     });
   });
 
