@@ -13,6 +13,9 @@ import { chatCompletionRequest } from './protocol/chat-request.js';
 export const API_NAMES = ['chat', 'completions', 'embeddings'] as const;
 export type ApiName = (typeof API_NAMES)[number];
 
+/** The APIs clients call, as usage events name them: a model's own, and Anthropic's Messages and OpenAI's Responses, which chat models serve. */
+export type ClientApi = ApiName | 'messages' | 'responses';
+
 /** The ways of choosing an endpoint, one module each in routing/policies/. */
 export const POLICY_NAMES = ['prefix-affinity', 'least-load', 'round-robin'] as const;
 export type PolicyName = (typeof POLICY_NAMES)[number];
@@ -57,6 +60,12 @@ const endpoint = z
 const model = z.strictObject({
   id: z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._:/-]*$/, 'letters, digits and . _ : / - only'),
   contextWindow: z.int().positive(),
+  /**
+   * Other names clients may call it by, on every API: exact names, or `*`
+   * patterns (`claude-*-haiku-*`) for the names tools hard-code. A model's
+   * own id comes first, then exact aliases, then patterns in file order.
+   */
+  aliases: z.array(z.string().regex(/^[A-Za-z0-9*][A-Za-z0-9._:/*@\[\]-]*$/, 'letters, digits, . _ : / @ [ ] - and * only')).default([]),
   pricesPerMillion: z.strictObject({
     inputCacheMiss: z.number().nonnegative(),
     inputCacheHit: z.number().nonnegative(),

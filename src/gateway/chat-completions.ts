@@ -14,15 +14,15 @@ import { handleGeneration, perChoiceBodies, type GenerationApi } from './generat
 // tokenizer never makes more tokens than bytes) plus the template's framing.
 const FRAMING_TOKENS_PER_MESSAGE = 8;
 
-const chat: GenerationApi<ChatCompletionRequest> = {
+export const chat: GenerationApi<ChatCompletionRequest> = {
   name: 'chat',
+  serves: 'chat',
   idPrefix: 'chatcmpl-',
   parse: parseChatCompletionRequest,
   common: (r) => ({
     model: r.model,
     n: r.n ?? 1,
     stream: r.stream === true,
-    includeUsage: r.stream_options?.include_usage === true,
     maxTokens: requestedMaxTokens(r),
     user: r.user ?? undefined,
   }),
@@ -47,7 +47,7 @@ const chat: GenerationApi<ChatCompletionRequest> = {
   readWhole: readCompletion,
   readStream,
   renderWhole: renderCompletion,
-  renderer: (identity, includeUsage) => new ChunkRenderer(identity, includeUsage),
+  renderer: (identity, r) => new ChunkRenderer(identity, r.stream_options?.include_usage === true),
 };
 
 export function handleChatCompletion(req: IncomingMessage, res: ServerResponse, ctx: GatewayContext, span: Span, id: string): Promise<void> {

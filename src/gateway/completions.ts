@@ -11,13 +11,13 @@ import { handleGeneration, perChoiceBodies, type GenerationApi } from './generat
 
 const completions: GenerationApi<CompletionRequest> = {
   name: 'completions',
+  serves: 'completions',
   idPrefix: 'cmpl-',
   parse: parseCompletionRequest,
   common: (r) => ({
     model: r.model,
     n: r.n ?? 1,
     stream: r.stream === true,
-    includeUsage: r.stream_options?.include_usage === true,
     // OpenAI's legacy default is 16 tokens, not the rest of the window.
     maxTokens: r.max_tokens ?? 16,
     user: r.user ?? undefined,
@@ -44,7 +44,7 @@ const completions: GenerationApi<CompletionRequest> = {
   readWhole: readTextCompletion,
   readStream: readTextStream,
   renderWhole: renderTextCompletion,
-  renderer: (identity, includeUsage) => new TextChunkRenderer(identity, includeUsage),
+  renderer: (identity, r) => new TextChunkRenderer(identity, r.stream_options?.include_usage === true),
 };
 
 export function handleCompletion(req: IncomingMessage, res: ServerResponse, ctx: GatewayContext, span: Span, id: string): Promise<void> {

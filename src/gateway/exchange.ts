@@ -9,7 +9,7 @@ import type { Caller } from '../accounts/key-authenticator.js';
 import type { ApiName } from '../config.js';
 import { apiNotServed, modelNotFound } from '../protocol/errors.js';
 import { readJsonBody } from '../protocol/http-io.js';
-import type { RoutedModel, RoutingTable } from '../routing/routing-table.js';
+import { findModel, type RoutedModel, type RoutingTable } from '../routing/routing-table.js';
 import { Cancellation } from '../upstream/cancellation.js';
 import type { GatewayContext } from './context.js';
 import { randomId } from './random-ids.js';
@@ -21,6 +21,12 @@ export interface Exchange {
   body: unknown;
   upstreamCall: Cancellation;
   clientGone(): boolean;
+}
+
+/** The key as `Authorization: Bearer`, or as Anthropic's clients send it, `x-api-key`. */
+export function credentialOf(req: IncomingMessage): string | undefined {
+  const apiKey = req.headers['x-api-key'];
+  return req.headers.authorization ?? (typeof apiKey === 'string' ? `Bearer ${apiKey}` : undefined);
 }
 
 /** The request's id: the client's `x-request-id` (or `x-client-request-id`, as OpenAI's clients name it) when it is a sensible one, else a random one. */
@@ -38,7 +44,7 @@ export async function openExchange(req: IncomingMessage, res: ServerResponse, ct
     upstreamCall.cancel();
   });
   ctx.lifecycle.onStop(res, () => upstreamCall.cancel());
-  const caller = await ctx.keys.authenticate(req.headers.authorization);
+  const caller = await ctx.keys.authenticate(credentialOf(req));
   const table = ctx.routing();
   const body = await readJsonBody(req, table.settings.maxBodyBytes);
   return { caller, table, body, upstreamCall, clientGone: () => clientGone };
@@ -51,8 +57,8 @@ export async function openExchange(req: IncomingMessage, res: ServerResponse, ct
  * not use), or the 400 for an API the model does not serve.
  */
 export function servingModel(table: RoutingTable, id: string, api: ApiName, span: Span, caller: Caller): RoutedModel {
-  const model = table.models.get(id);
-  if (!model || (caller.models !== null && !caller.models.includes(id))) throw modelNotFound(id);
+  const model = findModel(table, id);
+  if (!model || (caller.models !== null && !caller.models.includes(model.config.id))) throw modelNotFound(id);
   if (!model.config.api.includes(api)) throw apiNotServed(id, api, model.config.api);
   span.setAttribute('parley.model', model.config.id);
   return model;

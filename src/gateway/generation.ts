@@ -7,9 +7,10 @@
 // renderers (GenerationApi), not a second pipeline.
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Span } from '@opentelemetry/api';
-import type { ApiName } from '../config.js';
-import type { Completion, ContentRun, ChoiceDelta, ReplyIdentity, StreamEvent, Usage } from '../protocol/chat-response.js';
-import { ApiError, checkContextWindow } from '../protocol/errors.js';
+import type { ApiName, ClientApi } from '../config.js';
+import type { Completion, ReplyIdentity, StreamEvent, Usage } from '../protocol/chat-response.js';
+import type { ReplyRenderer } from '../protocol/reply-stream.js';
+import { ApiError, checkContextWindow, promptTooLong } from '../protocol/errors.js';
 import { sendJson } from '../protocol/http-io.js';
 import type { RoutedEndpoint, RoutedModel } from '../routing/routing-table.js';
 import type { UpstreamBody } from '../upstream/client.js';
@@ -21,21 +22,22 @@ import { Meter } from './metering.js';
 import { randomId } from './random-ids.js';
 import { StreamRelay } from './stream-relay.js';
 
-/** Renders one streamed reply's events as the API's chunks. */
-export interface ReplyRenderer {
-  content(run: ContentRun): [opening: string, pieces: string];
-  deltas(choices: ChoiceDelta[]): string;
-  end(usage: Usage): string;
-}
-
 /** What an API that generates text brings to the shared path. */
 export interface GenerationApi<R> {
-  name: Extract<ApiName, 'chat' | 'completions'>;
-  /** What reply ids start with: `chatcmpl-`, `cmpl-`. */
+  /** The API, as usage events name it. */
+  name: ClientApi;
+  /** What a model must serve to be called through this API. */
+  serves: Extract<ApiName, 'chat' | 'completions'>;
+  /** What reply ids start with: `chatcmpl-`, `cmpl-`, `msg_`. */
   idPrefix: string;
   parse(body: unknown): R | ApiError;
-  /** The fields every generation request has, under whatever names. */
-  common(request: R): { model: string; n: number; stream: boolean; includeUsage: boolean; maxTokens: number | undefined; user: string | undefined };
+  /**
+   * The fields every generation request has, under whatever names. With
+   * `fitToWindow`, a reply cap larger than the room the prompt leaves is
+   * lowered to that room (Anthropic's clients ask for 32,000 whatever the
+   * model), where chat's contract refuses it.
+   */
+  common(request: R): { model: string; n: number; stream: boolean; maxTokens: number | undefined; user: string | undefined; fitToWindow?: boolean };
   /** Each prompt's tokens (one prompt, or a batch): counted exactly where the model has a tokenizer or the prompt is token ids, else an upper bound from the text. */
   promptTokens(model: RoutedModel, request: R): { tokens: number[]; exact: boolean };
   /** The prompt from its start, for prefix routing. */
@@ -48,8 +50,35 @@ export interface GenerationApi<R> {
   passThrough(body: unknown, model: RoutedModel): Record<string, unknown> | ApiError;
   readWhole(endpoint: RoutedEndpoint, body: UpstreamBody): Promise<Completion>;
   readStream(endpoint: RoutedEndpoint, body: UpstreamBody): AsyncGenerator<StreamEvent[]>;
-  renderWhole(identity: ReplyIdentity, completion: Completion): unknown;
-  renderer(identity: ReplyIdentity, includeUsage: boolean): ReplyRenderer;
+  renderWhole(identity: ReplyIdentity, completion: Completion, request: R): unknown;
+  /** The renderer of one streamed reply; `countedPromptTokens` is the prompt's exact count where the gateway has one, else 0. */
+  renderer(identity: ReplyIdentity, request: R, countedPromptTokens: number): ReplyRenderer;
+}
+
+/**
+ * Without a tokenizer, how many UTF-8 bytes of prompt make a token, for
+ * fitting a reply into the window: about 4 for English text and code with
+ * the tokenizers of today's models, 3 to lean safe. A bound of a token per
+ * byte would starve the reply (Claude Code's 48 KB prompt is about 12 K
+ * tokens).
+ */
+const BYTES_PER_TOKEN_ESTIMATE = 3;
+
+/** A prompt's tokens estimated from its bound in bytes (see BYTES_PER_TOKEN_ESTIMATE). */
+export const estimatedTokens = (bytesBound: number) => Math.ceil(bytesBound / BYTES_PER_TOKEN_ESTIMATE);
+
+/** The reply cap per choice: what was asked, checked against the room the longest prompt leaves in the window, or fitted into it. */
+function replyCap(window: number, prompts: { tokens: number[]; exact: boolean }, asked: ReturnType<GenerationApi<unknown>['common']>): number {
+  const longest = Math.max(...prompts.tokens);
+  if (asked.fitToWindow) {
+    const prompt = prompts.exact ? longest : estimatedTokens(longest);
+    // Only a count can refuse: an estimate leaves that to the upstream, whose context error is passed on.
+    if (prompts.exact && prompt >= window) throw promptTooLong(prompt, window);
+    const room = Math.max(1, window - prompt);
+    return Math.min(asked.maxTokens ?? room, room);
+  }
+  if (prompts.exact) checkContextWindow(window, longest, asked.maxTokens ?? 1);
+  return asked.maxTokens ?? Math.max(1, window - (prompts.exact ? longest : 0));
 }
 
 /** One upstream body per call: all `n` choices in one, or one call per choice where the dialect needs it. */
@@ -67,27 +96,25 @@ export async function handleGeneration<R>(api: GenerationApi<R>, req: IncomingMe
   const parsed = api.parse(body);
   if (parsed instanceof ApiError) throw parsed;
   const asked = api.common(parsed);
-  const model = servingModel(table, asked.model, api.name, span, caller);
+  const model = servingModel(table, asked.model, api.serves, span, caller);
   const passThrough = api.passThrough(body, model);
   if (passThrough instanceof ApiError) throw passThrough;
   const prompts = api.promptTokens(model, parsed);
-  const longestPrompt = Math.max(...prompts.tokens);
   const promptTokens = prompts.tokens.reduce((sum, t) => sum + t, 0);
-  if (prompts.exact) checkContextWindow(model.config.contextWindow, longestPrompt, asked.maxTokens ?? 1);
-  const maxReplyTokens = asked.maxTokens ?? Math.max(1, model.config.contextWindow - (prompts.exact ? longestPrompt : 0));
+  const maxReplyTokens = replyCap(model.config.contextWindow, prompts, asked);
   const replies = prompts.tokens.length * asked.n;
 
   const identity: ReplyIdentity = { id: `${api.idPrefix}${id}`, created: Math.floor(Date.now() / 1000), model: asked.model };
   span.setAttribute('parley.reply_id', identity.id);
   const clientIds = { requestId: id, replyId: identity.id };
   const meter = await Meter.open(ctx, span, { table, caller, model, settlementId: randomId(), clientIds, promptTokens, n: replies, maxReplyTokens, user: asked.user, api: api.name });
-  // A balance that pays for fewer reply tokens than asked lowers the limit sent upstream.
-  const request = meter.maxReplyTokens < maxReplyTokens ? api.withMaxTokens(parsed, meter.maxReplyTokens) : parsed;
+  // A window or a balance that leaves room for fewer reply tokens than asked lowers the limit sent upstream.
+  const request = meter.maxReplyTokens < (asked.maxTokens ?? maxReplyTokens) ? api.withMaxTokens(parsed, meter.maxReplyTokens) : parsed;
 
   const headers = meter.rateLimitHeaders;
   const relay = asked.stream
     ? new StreamRelay(res, {
-        renderer: api.renderer(identity, asked.includeUsage),
+        renderer: api.renderer(identity, request, prompts.exact ? promptTokens : 0),
         keepAliveMs: table.settings.keepAliveMs,
         headers,
         countedPromptTokens: prompts.exact ? promptTokens : 0,
@@ -110,7 +137,7 @@ export async function handleGeneration<R>(api: GenerationApi<R>, req: IncomingMe
     if (!relay) {
       const parts = await Promise.all(call.bodies.map((b) => api.readWhole(endpoint, b)));
       const completion = parts.length === 1 ? parts[0] : mergeCompletions(parts, fanOut);
-      sendJson(res, 200, api.renderWhole(identity, completion), headers);
+      sendJson(res, 200, api.renderWhole(identity, completion, request), headers);
       complete(call, completion.usage);
       return;
     }

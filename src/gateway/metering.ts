@@ -3,7 +3,7 @@
 // at the end: charged for a complete reply, released for anything else.
 import type { Span } from '@opentelemetry/api';
 import type { Caller } from '../accounts/key-authenticator.js';
-import type { ApiName } from '../config.js';
+import type { ClientApi } from '../config.js';
 import { extendHold, type SettleOutcome, type Settlement } from '../billing/credit-ledger.js';
 import { formatMicros, replyCost } from '../billing/prices.js';
 import type { Usage } from '../protocol/chat-response.js';
@@ -32,7 +32,7 @@ export interface MeterRequest {
   /** The end user the client named (`user`), recorded on the usage event whatever the upstream takes. */
   user?: string;
   /** The API the request came through, for the usage event. */
-  api: ApiName;
+  api: ClientApi;
 }
 
 const NO_USAGE: Usage = { prompt_tokens: 0, completion_tokens: 0, cached_tokens: 0 };

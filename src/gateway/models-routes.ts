@@ -18,6 +18,7 @@ function modelObject(m: RoutedModel) {
       input_cache_hit: m.config.pricesPerMillion.inputCacheHit,
       output: m.config.pricesPerMillion.output,
     },
+    aliases: m.config.aliases,
     supports: { tools: m.config.supports.tools, json_output: m.config.supports.jsonOutput },
     /** The APIs the model serves: chat (/v1/chat/completions), completions (/v1/completions), embeddings (/v1/embeddings). */
     api: m.config.api,
@@ -26,12 +27,20 @@ function modelObject(m: RoutedModel) {
 
 const mayCall = (caller: Caller, id: string) => caller.models === null || caller.models.includes(id);
 
-export function listModels(res: ServerResponse, table: RoutingTable, caller: Caller): void {
-  sendJson(res, 200, { object: 'list', data: [...table.models.values()].filter((m) => mayCall(caller, m.config.id)).map(modelObject) });
+/** A model as Anthropic's Models API lists it, for a client that sent `anthropic-version`. */
+const anthropicModelObject = (m: RoutedModel) => ({ type: 'model', id: m.config.id, display_name: m.config.id, created_at: '1970-01-01T00:00:00Z' });
+
+export type ListShape = 'openai' | 'anthropic';
+
+export function listModels(res: ServerResponse, table: RoutingTable, caller: Caller, shape: ListShape): void {
+  const models = [...table.models.values()].filter((m) => mayCall(caller, m.config.id));
+  if (shape === 'openai') return sendJson(res, 200, { object: 'list', data: models.map(modelObject) });
+  const data = models.map(anthropicModelObject);
+  sendJson(res, 200, { data, has_more: false, first_id: data[0]?.id ?? null, last_id: data.at(-1)?.id ?? null });
 }
 
-export function getModel(res: ServerResponse, table: RoutingTable, caller: Caller, id: string): void {
+export function getModel(res: ServerResponse, table: RoutingTable, caller: Caller, id: string, shape: ListShape): void {
   const model = table.models.get(id);
   if (!model || !mayCall(caller, id)) throw modelNotFound(id);
-  sendJson(res, 200, modelObject(model));
+  sendJson(res, 200, shape === 'openai' ? modelObject(model) : anthropicModelObject(model));
 }

@@ -2,14 +2,16 @@
 // every failure into OpenAI's error body.
 import type { Span } from '@opentelemetry/api';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import { ApiError, internalError, routeNotFound, shuttingDown } from '../protocol/errors.js';
+import { ApiError, internalError, openAiError, routeNotFound, shuttingDown } from '../protocol/errors.js';
 import { sendError, sendJson } from '../protocol/http-io.js';
 import { ADMIN_PREFIX, handleAdmin } from './admin-api.js';
 import { getBalance } from './balance-route.js';
 import { handleChatCompletion } from './chat-completions.js';
 import { handleCompletion } from './completions.js';
 import { handleEmbeddings } from './embeddings.js';
-import { requestIdOf } from './exchange.js';
+import { credentialOf, requestIdOf } from './exchange.js';
+import { countMessageTokens, handleMessages } from './messages.js';
+import { anthropicError } from '../protocol/messages-response.js';
 import type { GatewayContext } from './context.js';
 import { getModel, listModels } from './models-routes.js';
 import { handlePlatform } from '../platform/routes.js';
@@ -26,6 +28,9 @@ async function readiness(res: ServerResponse, ctx: GatewayContext): Promise<void
   sendJson(res, 200, { status: 'ready' });
 }
 
+/** A request from an Anthropic client: Messages, or anything sent with Anthropic's version header (the models list). Its errors and lists take Anthropic's shape. */
+const anthropicClient = (req: IncomingMessage, path: string) => path.startsWith('/v1/messages') || req.headers['anthropic-version'] !== undefined;
+
 export function createGatewayServer(ctx: GatewayContext): Server {
   const route = async (req: IncomingMessage, res: ServerResponse, span: Span, id: string, method: string, path: string, search: string) => {
     if (method === 'GET' && path === '/healthz') return sendJson(res, 200, { status: 'ok' });
@@ -39,14 +44,17 @@ export function createGatewayServer(ctx: GatewayContext): Server {
     if (method === 'POST' && path === '/v1/chat/completions') return handleChatCompletion(req, res, ctx, span, id);
     if (method === 'POST' && path === '/v1/completions') return handleCompletion(req, res, ctx, span, id);
     if (method === 'POST' && path === '/v1/embeddings') return handleEmbeddings(req, res, ctx, span, id);
+    if (method === 'POST' && path === '/v1/messages') return handleMessages(req, res, ctx, span, id);
+    if (method === 'POST' && path === '/v1/messages/count_tokens') return countMessageTokens(req, res, ctx, span);
     if (path === '/admin/endpoints' || path.startsWith(ADMIN_PREFIX)) return handleAdmin(req, res, ctx, method, path, search);
     if (await handlePlatform(req, res, ctx, path, new URLSearchParams(search))) return;
     const authenticated = method === 'GET' && (path === '/v1/models' || path.startsWith('/v1/models/') || path === '/user/balance');
     if (!authenticated) throw routeNotFound(method, path);
-    const caller = await ctx.keys.authenticate(req.headers.authorization);
+    const caller = await ctx.keys.authenticate(credentialOf(req));
     if (path === '/user/balance') return getBalance(res, ctx, caller);
-    if (path === '/v1/models') return listModels(res, ctx.routing(), caller);
-    return getModel(res, ctx.routing(), caller, decodeURIComponent(path.slice('/v1/models/'.length)));
+    const shape = anthropicClient(req, path) ? 'anthropic' : 'openai';
+    if (path === '/v1/models') return listModels(res, ctx.routing(), caller, shape);
+    return getModel(res, ctx.routing(), caller, decodeURIComponent(path.slice('/v1/models/'.length)), shape);
   };
   return createServer((req, res) => {
     const started = performance.now();
@@ -56,6 +64,9 @@ export function createGatewayServer(ctx: GatewayContext): Server {
     // Every reply carries the request's id, errors included, so a client can quote it and find its usage event.
     const id = requestIdOf(req);
     res.setHeader('x-request-id', id);
+    const errorShape = anthropicClient(req, path) ? anthropicError : openAiError;
+    // Anthropic's clients read the id from their own header.
+    if (errorShape === anthropicError) res.setHeader('request-id', id);
     const span = ctx.telemetry.tracer.startSpan(name, { attributes: { 'http.request.method': method, 'http.route': name, 'parley.request_id': id } });
     let errorCode: string | null = null;
     res.once('close', () => {
@@ -71,7 +82,7 @@ export function createGatewayServer(ctx: GatewayContext): Server {
       }
       const failure = err instanceof ApiError ? err : internalError();
       errorCode = failure.code;
-      sendError(res, failure);
+      sendError(res, failure, errorShape);
     });
   });
 }

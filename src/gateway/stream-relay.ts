@@ -1,12 +1,12 @@
-// Relays an upstream's normalized stream to the client as OpenAI's chunks:
-// keep-alive comments whenever the upstream has been silent for the
-// interval (also before it answered at all), the usage chunk when asked for,
-// [DONE] on a whole reply and the error event on a broken one.
+// Relays an upstream's normalized stream to the client through its API's
+// renderer: keep-alives whenever the upstream has been silent for the
+// interval (also before it answered at all), the reply's events, its close
+// with the usage, and the error event on a broken one.
 import type { ServerResponse } from 'node:http';
-import { SSE_KEEP_ALIVE, sseData, type StreamEvent, type Usage } from '../protocol/chat-response.js';
-import { STREAM_BROKE_OFF_BODY, type ApiError } from '../protocol/errors.js';
+import type { StreamEvent, Usage } from '../protocol/chat-response.js';
+import type { ApiError } from '../protocol/errors.js';
 import { SSE_HEADERS } from '../protocol/http-io.js';
-import type { ReplyRenderer } from './generation.js';
+import type { ReplyRenderer } from '../protocol/reply-stream.js';
 
 export type StreamOutcome =
   | { kind: 'complete'; usage: Usage }
@@ -33,7 +33,7 @@ export class StreamRelay {
   constructor(private readonly res: ServerResponse, private readonly opts: RelayOptions) {
     const relay = this;
     this.keepAlive = setTimeout(function beat() {
-      relay.write(SSE_KEEP_ALIVE);
+      relay.write(opts.renderer.keepAlive);
       relay.keepAlive.refresh();
     }, opts.keepAliveMs);
   }
@@ -46,7 +46,7 @@ export class StreamRelay {
   failBeforeStart(err: ApiError): boolean {
     clearTimeout(this.keepAlive);
     if (!this.res.headersSent) return false;
-    this.res.end(sseData(JSON.stringify(err.toBody())));
+    this.res.end(this.opts.renderer.failure(err));
     return true;
   }
 
@@ -65,7 +65,7 @@ export class StreamRelay {
       this.res.end(closing);
     };
     try {
-      this.write('');
+      this.write(renderer.start());
       for await (const batch of events) {
         let done = false;
         // Each part goes out as it is rendered, never joined to the others: Node sends the writes of one
@@ -105,7 +105,7 @@ export class StreamRelay {
         this.res.destroy();
         return { kind: 'client_gone' };
       }
-      this.res.end(sseData(JSON.stringify(STREAM_BROKE_OFF_BODY)));
+      this.res.end(renderer.failure());
       return { kind: 'broke_off', reason: (err as Error).message };
     } finally {
       clearTimeout(this.keepAlive);

@@ -1,6 +1,8 @@
 // The reply side of the wire format: the shapes every dialect normalizes to,
 // and the two renderers built on them: one whole `chat.completion` object, or
 // `chat.completion.chunk` server-sent events (SPEC 2.3, 6).
+import { STREAM_BROKE_OFF_BODY, type ApiError } from './errors.js';
+import type { ReplyRenderer } from './reply-stream.js';
 
 export interface TokenLogprob {
   token: string;
@@ -116,13 +118,44 @@ const NEEDS_ESCAPING = /["\\\u0000-\u001f\ud800-\udfff]/;
 const jsonString = (text: string) => (NEEDS_ESCAPING.test(text) ? JSON.stringify(text) : `"${text}"`);
 
 /**
+ * What OpenAI's two streamed APIs (chat and text completions) share: chunks
+ * that open with `prefix` (everything before `choices`), comment lines to
+ * keep alive, the usage chunk last and only when asked for, then [DONE], and
+ * the error event in its place when the reply cannot finish (SPEC 6).
+ */
+export abstract class OpenAiChunks implements ReplyRenderer {
+  readonly keepAlive = SSE_KEEP_ALIVE;
+  /** Every chunk's text after its `choices`. */
+  protected readonly suffix: string;
+
+  constructor(protected readonly prefix: string, private readonly includeUsage: boolean) {
+    // OpenAI marks every content chunk with usage null when usage was asked for.
+    this.suffix = includeUsage ? ',"usage":null}' : '}';
+  }
+
+  abstract content(run: ContentRun): [opening: string, pieces: string];
+  abstract deltas(choices: ChoiceDelta[]): string;
+
+  start(): string {
+    return '';
+  }
+
+  end(usage: Usage): string {
+    if (!this.includeUsage) return SSE_DONE;
+    return sseData(this.prefix + '[],"usage":' + JSON.stringify(usageBody(usage)) + '}') + SSE_DONE;
+  }
+
+  failure(err?: ApiError): string {
+    return sseData(JSON.stringify(err ? err.toBody() : STREAM_BROKE_OFF_BODY));
+  }
+}
+
+/**
  * Renders one reply's chunks. It owns the stream's invariants: every choice
  * opens with a delta carrying the role, and usage goes out at most once,
  * last, only when the client asked for it.
  */
-export class ChunkRenderer {
-  private readonly prefix: string;
-  private readonly suffix: string;
+export class ChunkRenderer extends OpenAiChunks {
   /** Per choice index, once the choice has opened, the text of a content chunk before its content literal. */
   private readonly contentHeads: string[] = [];
   /** The text of a content chunk after its literal. */
@@ -130,10 +163,8 @@ export class ChunkRenderer {
   /** Tool calls already opened, by choice and tool index: their later pieces go without id, type and name. */
   private readonly toolCallsOpened = new Set<string>();
 
-  constructor(identity: ReplyIdentity, private readonly includeUsage: boolean) {
-    this.prefix = `{"id":${JSON.stringify(identity.id)},"object":"chat.completion.chunk","created":${identity.created},"model":${JSON.stringify(identity.model)},"choices":`;
-    // OpenAI marks every content chunk with usage null when usage was asked for.
-    this.suffix = includeUsage ? ',"usage":null}' : '}';
+  constructor(identity: ReplyIdentity, includeUsage: boolean) {
+    super(`{"id":${JSON.stringify(identity.id)},"object":"chat.completion.chunk","created":${identity.created},"model":${JSON.stringify(identity.model)},"choices":`, includeUsage);
     this.contentTail = `},"logprobs":null,"finish_reason":null}]${this.suffix}\n\n`;
   }
 
@@ -190,11 +221,5 @@ export class ChunkRenderer {
     if (this.contentHeads[index] !== undefined) return '';
     this.contentHeads[index] = `data: ${this.prefix}[{"index":${index},"delta":{"content":`;
     return sseData(`${this.prefix}[{"index":${index},"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]${this.suffix}`);
-  }
-
-  /** The closing text of a reply that finished: the usage chunk if asked for, then [DONE]. */
-  end(usage: Usage): string {
-    if (!this.includeUsage) return SSE_DONE;
-    return sseData(this.prefix + '[],"usage":' + JSON.stringify(usageBody(usage)) + '}') + SSE_DONE;
   }
 }

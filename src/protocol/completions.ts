@@ -5,7 +5,7 @@
 // (chat-response.ts: a choice's text is its message's content), so that
 // the dialects, the fan-out and the stream relay serve both APIs.
 import { z } from 'zod';
-import { sseData, SSE_DONE, usageBody, type ChoiceDelta, type Completion, type ContentRun, type ReplyIdentity, type Usage } from './chat-response.js';
+import { OpenAiChunks, sseData, usageBody, type ChoiceDelta, type Completion, type ContentRun, type ReplyIdentity } from './chat-response.js';
 import type { ApiError } from './errors.js';
 import { parseRequest } from './request-parsing.js';
 
@@ -65,13 +65,9 @@ export function renderTextCompletion(identity: ReplyIdentity, completion: Comple
 }
 
 /** A streamed reply's `text_completion` chunks: a chunk per piece of text, then each choice's finish, the usage chunk when asked for, and [DONE]. */
-export class TextChunkRenderer {
-  private readonly prefix: string;
-  private readonly suffix: string;
-
-  constructor(identity: ReplyIdentity, private readonly includeUsage: boolean) {
-    this.prefix = `{"id":${JSON.stringify(identity.id)},"object":"text_completion","created":${identity.created},"model":${JSON.stringify(identity.model)},"choices":`;
-    this.suffix = includeUsage ? ',"usage":null}' : '}';
+export class TextChunkRenderer extends OpenAiChunks {
+  constructor(identity: ReplyIdentity, includeUsage: boolean) {
+    super(`{"id":${JSON.stringify(identity.id)},"object":"text_completion","created":${identity.created},"model":${JSON.stringify(identity.model)},"choices":`, includeUsage);
   }
 
   content(run: ContentRun): [opening: string, pieces: string] {
@@ -86,10 +82,5 @@ export class TextChunkRenderer {
       out += sseData(this.prefix + JSON.stringify([{ text, index: c.index, logprobs: c.logprobs, finish_reason: c.finish_reason }]) + this.suffix);
     }
     return out;
-  }
-
-  end(usage: Usage): string {
-    if (!this.includeUsage) return SSE_DONE;
-    return sseData(this.prefix + '[],"usage":' + JSON.stringify(usageBody(usage)) + '}') + SSE_DONE;
   }
 }

@@ -44,6 +44,11 @@ export class ApiError extends Error {
   }
 }
 
+/** How a client API writes a failure: its status and body (OpenAI's, or Anthropic's: protocol/messages-response.ts). */
+export type ErrorShape = (err: ApiError) => { status: number; body: unknown };
+
+export const openAiError: ErrorShape = (err) => ({ status: err.status, body: err.toBody() });
+
 export interface ErrorBody {
   error: { message: string; type: string; param: string | null; code: string | null };
 }
@@ -59,6 +64,9 @@ export const invalidParameter = (param: string | null, message: string) =>
 
 export const contextLengthExceeded = (message: string) =>
   new ApiError(400, 'invalid_request_error', message, 'context_length_exceeded', 'messages');
+
+/** A prompt that alone fills the window, in Anthropic's words (for the APIs that fit the reply into the room left). */
+export const promptTooLong = (promptTokens: number, window: number) => contextLengthExceeded(`prompt is too long: ${promptTokens} tokens > ${window} maximum`);
 
 /** Throws context_length_exceeded when prompt plus reply do not fit the window. */
 export function checkContextWindow(window: number, promptTokens: number, replyTokens: number): void {

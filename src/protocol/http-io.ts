@@ -1,7 +1,7 @@
 // Reading a JSON request body and writing JSON answers and event streams in
 // the wire format, shared by the gateway and the local engine.
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { ApiError, bodyTooLarge, Cancelled, invalidJson, unsupportedContentType } from './errors.js';
+import { ApiError, bodyTooLarge, Cancelled, invalidJson, openAiError, unsupportedContentType, type ErrorShape } from './errors.js';
 
 export function readJsonBody(req: IncomingMessage, limitBytes: number): Promise<unknown> {
   // A client that left before the body was read (while its key was looked up) sends no more events: waiting would be for ever.
@@ -56,12 +56,13 @@ export function sendJsonParts(res: ServerResponse, parts: (string | Buffer)[], h
   res.end();
 }
 
-export function sendError(res: ServerResponse, err: ApiError): void {
+export function sendError(res: ServerResponse, err: ApiError, shape: ErrorShape = openAiError): void {
   if (res.headersSent) {
     res.destroy();
     return;
   }
-  sendJson(res, err.status, err.toBody(), err.headers);
+  const { status, body } = shape(err);
+  sendJson(res, status, body, err.headers);
 }
 
 export const SSE_HEADERS = {

@@ -33,6 +33,26 @@ export interface RoutingTable {
   rateLimits: RateLimitSettings;
   platform: PlatformSettings;
   models: Map<string, RoutedModel>;
+  /** Exact aliases, and `*` patterns in file order (ModelConfig.aliases). */
+  aliases: { exact: Map<string, RoutedModel>; patterns: [RegExp, RoutedModel][] };
+}
+
+/** The model a request names: by its id, else by an exact alias, else by the first pattern that matches. */
+export function findModel(table: RoutingTable, name: string): RoutedModel | undefined {
+  return table.models.get(name) ?? table.aliases.exact.get(name) ?? table.aliases.patterns.find(([pattern]) => pattern.test(name))?.[1];
+}
+
+const aliasPattern = (glob: string) => new RegExp(`^${glob.split('*').map((part) => part.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')).join('.*')}$`);
+
+function aliasesOf(models: Iterable<RoutedModel>): RoutingTable['aliases'] {
+  const aliases: RoutingTable['aliases'] = { exact: new Map(), patterns: [] };
+  for (const model of models) {
+    for (const alias of model.config.aliases) {
+      if (alias.includes('*')) aliases.patterns.push([aliasPattern(alias), model]);
+      else if (!aliases.exact.has(alias)) aliases.exact.set(alias, model);
+    }
+  }
+  return aliases;
 }
 
 const counters = new Map<string, Promise<(messages: ChatMessage[]) => number>>();
@@ -76,5 +96,5 @@ export async function buildRoutingTable(file: RoutingFile, engines: LocalEngines
     }
     models.set(config.id, { config, prices: tokenPrices(config.pricesPerMillion), endpoints, countPromptTokens: tokenizer ? await promptCounter(tokenizer) : undefined });
   }
-  return { settings: file.gateway, billing: file.billing, rateLimits: file.rateLimits, platform: file.platform, models };
+  return { settings: file.gateway, billing: file.billing, rateLimits: file.rateLimits, platform: file.platform, models, aliases: aliasesOf(models.values()) };
 }

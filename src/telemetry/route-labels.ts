@@ -10,6 +10,9 @@ const EXACT_PATHS = new Set([
   '/v1/chat/completions',
   '/v1/embeddings',
   '/v1/completions',
+  '/v1/messages',
+  '/v1/messages/count_tokens',
+  '/v1/responses',
   '/v1/models',
   '/user/balance',
   '/admin/endpoints',
@@ -30,6 +33,7 @@ const EXACT_PATHS = new Set([
 
 const PATH_TEMPLATES: [prefix: string, template: string][] = [
   ['/v1/models/', '/v1/models/{id}'],
+  ['/v1/responses/', '/v1/responses/{id}'],
   ['/platform/models/', '/platform/models/{id}'],
   ['/platform/api-keys/', '/platform/api-keys/{id}/{revoke or limits}'],
   ['/admin/v1/', '/admin/v1/{operation}'],

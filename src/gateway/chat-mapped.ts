@@ -1,0 +1,50 @@
+// The client APIs whose requests map onto a chat request (Anthropic's
+// Messages, OpenAI's Responses): each brings its schema, its mapping and its
+// renderers; chat's descriptor does everything between (counting, routing,
+// the upstream's dialect, reading its reply).
+import type { ClientApi } from '../config.js';
+import type { ChatCompletionRequest } from '../protocol/chat-request.js';
+import type { Completion, ReplyIdentity } from '../protocol/chat-response.js';
+import { ApiError } from '../protocol/errors.js';
+import type { ReplyRenderer } from '../protocol/reply-stream.js';
+import { chat } from './chat-completions.js';
+import type { GenerationApi } from './generation.js';
+
+/** A request of such an API: as the client sent it, and as chat carries it. */
+export interface ChatMapped<S> {
+  source: S;
+  chat: ChatCompletionRequest;
+}
+
+export interface ChatMappedApi<S> {
+  name: ClientApi;
+  idPrefix: string;
+  parse(body: unknown): S | ApiError;
+  toChat(source: S): ChatCompletionRequest | ApiError;
+  renderWhole(identity: ReplyIdentity, completion: Completion, source: S): unknown;
+  renderer(identity: ReplyIdentity, source: S, countedPromptTokens: number): ReplyRenderer;
+}
+
+export function chatMapped<S>(api: ChatMappedApi<S>): GenerationApi<ChatMapped<S>> {
+  return {
+    name: api.name,
+    serves: 'chat',
+    idPrefix: api.idPrefix,
+    parse(body) {
+      const source = api.parse(body);
+      if (source instanceof ApiError) return source;
+      const mapped = api.toChat(source);
+      return mapped instanceof ApiError ? mapped : { source, chat: mapped };
+    },
+    common: (r) => ({ ...chat.common(r.chat), fitToWindow: true }),
+    promptTokens: (model, r) => chat.promptTokens(model, r.chat),
+    leadingText: (r) => chat.leadingText(r.chat),
+    withMaxTokens: (r, maxTokens) => ({ ...r, chat: chat.withMaxTokens(r.chat, maxTokens) }),
+    passThrough: chat.passThrough,
+    upstreamRequest: (endpoint, model, r, passThrough) => chat.upstreamRequest(endpoint, model, r.chat, passThrough),
+    readWhole: chat.readWhole,
+    readStream: chat.readStream,
+    renderWhole: (identity, completion, r) => api.renderWhole(identity, completion, r.source),
+    renderer: (identity, r, counted) => api.renderer(identity, r.source, counted),
+  };
+}

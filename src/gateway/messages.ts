@@ -1,0 +1,43 @@
+// POST /v1/messages (Anthropic's Messages API, what Claude Code and the
+// Anthropic SDKs call) and POST /v1/messages/count_tokens, on the models that
+// serve chat: the request mapped onto chat's, the reply rendered as
+// Anthropic's, through the same stages as every API.
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Span } from '@opentelemetry/api';
+import { messagesToChat, parseCountTokensRequest, parseMessagesRequest } from '../protocol/messages-request.js';
+import { MessageEventRenderer, renderMessage } from '../protocol/messages-response.js';
+import { ApiError } from '../protocol/errors.js';
+import { sendJson } from '../protocol/http-io.js';
+import { chat } from './chat-completions.js';
+import { chatMapped } from './chat-mapped.js';
+import type { GatewayContext } from './context.js';
+import { openExchange, servingModel } from './exchange.js';
+import { estimatedTokens, handleGeneration } from './generation.js';
+
+const messages = chatMapped({
+  name: 'messages',
+  idPrefix: 'msg_',
+  parse: parseMessagesRequest,
+  toChat: messagesToChat,
+  renderWhole: renderMessage,
+  renderer: (identity, _source, counted) => new MessageEventRenderer(identity, counted),
+});
+
+export function handleMessages(req: IncomingMessage, res: ServerResponse, ctx: GatewayContext, span: Span, id: string): Promise<void> {
+  return handleGeneration(messages, req, res, ctx, span, id);
+}
+
+/**
+ * The prompt's tokens, not charged: the model's own tokenizer where it has
+ * one, else an estimate from the text (about 3 bytes a token).
+ */
+export async function countMessageTokens(req: IncomingMessage, res: ServerResponse, ctx: GatewayContext, span: Span): Promise<void> {
+  const { caller, table, body } = await openExchange(req, res, ctx);
+  const source = parseCountTokensRequest(body);
+  if (source instanceof ApiError) throw source;
+  const request = messagesToChat(source);
+  if (request instanceof ApiError) throw request;
+  const model = servingModel(table, request.model, 'chat', span, caller);
+  const counted = chat.promptTokens(model, request);
+  sendJson(res, 200, { input_tokens: counted.exact ? counted.tokens[0] : estimatedTokens(counted.tokens[0]) });
+}

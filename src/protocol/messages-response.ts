@@ -1,0 +1,163 @@
+// Anthropic's Messages API reply: the whole `message` object, the stream of
+// named events (message_start, content blocks opened, filled and closed,
+// message_delta with the stop reason and usage, message_stop), and
+// Anthropic's error body, each rendered from the one normalized reply.
+import type { ChoiceDelta, Completion, ContentRun, ReplyIdentity, ToolCallFragment, Usage } from './chat-response.js';
+import type { ApiError, ErrorShape } from './errors.js';
+import type { ReplyRenderer } from './reply-stream.js';
+
+/** What stands in a thinking block's signature: Parley's upstreams sign nothing, and what comes back is dropped (messages-request.ts). */
+const UNSIGNED = 'parley-unsigned';
+
+const STOP_REASONS: Record<string, string> = { stop: 'end_turn', length: 'max_tokens', tool_calls: 'tool_use', function_call: 'tool_use', content_filter: 'refusal' };
+const stopReason = (finish: string | null) => STOP_REASONS[finish ?? 'stop'] ?? 'end_turn';
+
+/** Anthropic's ids for tool calls start `toolu_`; the upstream's own id follows, so a result sent back names the same call. */
+const toolUseId = (id: string | undefined, fallback: string) => (id ? (id.startsWith('toolu_') ? id : `toolu_${id}`) : `toolu_${fallback}`);
+
+/** Usage as Anthropic counts it: input_tokens leaves out what was read from cache. */
+function usageOf(u: Usage) {
+  return { input_tokens: u.prompt_tokens - u.cached_tokens, cache_creation_input_tokens: 0, cache_read_input_tokens: u.cached_tokens, output_tokens: u.completion_tokens };
+}
+
+function toolInput(args: string | undefined): unknown {
+  try {
+    const input = JSON.parse(args || '{}');
+    return input && typeof input === 'object' && !Array.isArray(input) ? input : { value: input };
+  } catch {
+    // A model that wrote broken JSON: the client still sees what it wrote.
+    return { arguments: args };
+  }
+}
+
+export function renderMessage(identity: ReplyIdentity, completion: Completion) {
+  const { message, finish_reason } = completion.choices[0];
+  const content: unknown[] = [];
+  if (message.reasoning_content) content.push({ type: 'thinking', thinking: message.reasoning_content, signature: UNSIGNED });
+  if (message.content) content.push({ type: 'text', text: message.content });
+  for (const [i, call] of ((message.tool_calls ?? []) as { id?: string; function?: { name?: string; arguments?: string } }[]).entries()) {
+    content.push({ type: 'tool_use', id: toolUseId(call.id, `${identity.id}_${i}`), name: call.function?.name ?? '', input: toolInput(call.function?.arguments) });
+  }
+  return {
+    id: identity.id,
+    type: 'message',
+    role: 'assistant',
+    model: identity.model,
+    content,
+    stop_reason: stopReason(finish_reason),
+    stop_sequence: null,
+    usage: usageOf(completion.usage),
+  };
+}
+
+const event = (type: string, json: string) => `event: ${type}\ndata: ${json}\n\n`;
+
+type BlockKind = 'text' | 'thinking' | 'tool_use';
+
+/** One reply's named events. Blocks open and close in turn: at most one is open at a time. */
+export class MessageEventRenderer implements ReplyRenderer {
+  readonly keepAlive = event('ping', '{"type":"ping"}');
+  private open: { kind: BlockKind; index: number; toolIndex?: number } | undefined;
+  private blocks = 0;
+  private finish: string | null = null;
+
+  constructor(private readonly identity: ReplyIdentity, private readonly countedPromptTokens: number) {}
+
+  start(): string {
+    const message = { id: this.identity.id, type: 'message', role: 'assistant', model: this.identity.model, content: [], stop_reason: null, stop_sequence: null, usage: { input_tokens: this.countedPromptTokens, cache_creation_input_tokens: 0, cache_read_input_tokens: 0, output_tokens: 0 } };
+    return event('message_start', JSON.stringify({ type: 'message_start', message }));
+  }
+
+  content(run: ContentRun): [opening: string, pieces: string] {
+    const opening = this.ensure('text');
+    const before = `event: content_block_delta\ndata: {"type":"content_block_delta","index":${this.open!.index},"delta":{"type":"text_delta","text":`;
+    return [opening, run.render(before, '}}\n\n')];
+  }
+
+  deltas(choices: ChoiceDelta[]): string {
+    let out = '';
+    // Messages has one reply per request.
+    for (const c of choices) {
+      if (c.index !== 0) continue;
+      const { reasoning_content: thinking, content: text, tool_calls: calls } = c.delta;
+      if (thinking) out += this.ensure('thinking') + this.delta({ type: 'thinking_delta', thinking });
+      if (text) out += this.ensure('text') + this.delta({ type: 'text_delta', text });
+      for (const call of calls ?? []) out += this.toolPiece(call);
+      if (c.finish_reason) this.finish = c.finish_reason;
+    }
+    return out;
+  }
+
+  end(usage: Usage): string {
+    const delta = { type: 'message_delta', delta: { stop_reason: stopReason(this.finish), stop_sequence: null }, usage: usageOf(usage) };
+    return this.close() + event('message_delta', JSON.stringify(delta)) + event('message_stop', '{"type":"message_stop"}');
+  }
+
+  failure(err?: ApiError): string {
+    const body = err ? anthropicErrorBody(err) : { type: 'error', error: { type: 'api_error', message: 'The model stopped answering before the reply was complete. Nothing was charged for this reply; please retry.' } };
+    return event('error', JSON.stringify(body));
+  }
+
+  private toolPiece(call: ToolCallFragment): string {
+    let out = '';
+    if (this.open?.kind !== 'tool_use' || this.open.toolIndex !== call.index) {
+      out += this.close();
+      const index = this.blocks++;
+      this.open = { kind: 'tool_use', index, toolIndex: call.index };
+      const block = { type: 'tool_use', id: toolUseId(call.id, `${this.identity.id}_${index}`), name: call.function?.name ?? '', input: {} };
+      out += event('content_block_start', JSON.stringify({ type: 'content_block_start', index, content_block: block }));
+    }
+    if (call.function?.arguments) out += this.delta({ type: 'input_json_delta', partial_json: call.function.arguments });
+    return out;
+  }
+
+  private delta(delta: object, index = this.open!.index): string {
+    return event('content_block_delta', JSON.stringify({ type: 'content_block_delta', index, delta }));
+  }
+
+  /** Opens a block of `kind` unless one is open, closing the one before: '' when it is open already. */
+  private ensure(kind: 'text' | 'thinking'): string {
+    if (this.open?.kind === kind) return '';
+    const closing = this.close();
+    const index = this.blocks++;
+    this.open = { kind, index };
+    const block = kind === 'text' ? { type: 'text', text: '' } : { type: 'thinking', thinking: '', signature: '' };
+    return closing + event('content_block_start', JSON.stringify({ type: 'content_block_start', index, content_block: block }));
+  }
+
+  private close(): string {
+    const open = this.open;
+    if (!open) return '';
+    this.open = undefined;
+    const signature = open.kind === 'thinking' ? this.delta({ type: 'signature_delta', signature: UNSIGNED }, open.index) : '';
+    return signature + event('content_block_stop', JSON.stringify({ type: 'content_block_stop', index: open.index }));
+  }
+}
+
+/**
+ * Anthropic's status and error type for each of Parley's failures
+ * (Anthropic's errors reference): a full queue or no upstream is its 529
+ * overloaded_error, no credit its 402 billing_error.
+ */
+export const anthropicError: ErrorShape = (err) => ({ status: anthropicStatus(err)[0], body: anthropicErrorBody(err) });
+
+const anthropicErrorBody = (err: ApiError) => ({ type: 'error', error: { type: anthropicStatus(err)[1], message: err.message } });
+
+function anthropicStatus(err: ApiError): [number, string] {
+  if (err.code === 'queue_full' || err.code === 'upstream_unavailable') return [529, 'overloaded_error'];
+  if (err.code === 'request_too_large') return [413, 'request_too_large'];
+  switch (err.type) {
+    case 'authentication_error':
+      return [401, 'authentication_error'];
+    case 'insufficient_quota':
+      return [err.status, 'billing_error'];
+    case 'rate_limit_error':
+      return [429, 'rate_limit_error'];
+    case 'not_found_error':
+      return [404, 'not_found_error'];
+    case 'invalid_request_error':
+      return [err.status, err.status === 404 ? 'not_found_error' : 'invalid_request_error'];
+    default:
+      return [err.status, 'api_error'];
+  }
+}

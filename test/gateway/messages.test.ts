@@ -1,0 +1,221 @@
+// Anthropic's Messages API on the same base URL, keys and credit, driven by
+// the official `@anthropic-ai/sdk` against scripted vLLM, SGLang and
+// llama.cpp upstreams: whole and streamed text, thinking, a tool round trip,
+// count_tokens, Anthropic's typed errors, the money, aliases.
+import Anthropic from '@anthropic-ai/sdk';
+import { describe, expect, it } from 'vitest';
+import { readBalance } from '../../src/billing/credit-ledger.js';
+import { readUsageEvents, type UsageEvent } from '../../src/billing/usage-events.js';
+import { chunk, completionBody, replyJson, sleep, until, writeEvents, type Script } from '../support/fake-upstream.js';
+import { makeAccount, modelEntry, withGatewayOn, type TestGateway } from '../support/gateway.js';
+
+const usage = { prompt_tokens: 100, completion_tokens: 5, total_tokens: 105, prompt_tokens_details: { cached_tokens: 64 } };
+
+/** Answers "Hello there" (thinking first where `reasoning` is given), whole or streamed. */
+const answering = (reasoning?: string): Script => (req, res) => {
+  if (req.body.stream) {
+    return writeEvents(res, [
+      chunk({ role: 'assistant', content: '' }),
+      ...(reasoning ? [chunk({ reasoning_content: reasoning })] : []),
+      chunk({ content: 'Hello' }),
+      chunk({ content: ' there' }),
+      chunk({}, 'stop'),
+      { ...chunk({}), choices: [], usage },
+    ]);
+  }
+  const body = completionBody('Hello there', usage);
+  if (reasoning) (body.choices[0].message as Record<string, unknown>).reasoning_content = reasoning;
+  replyJson(res, body);
+};
+
+/** Calls a `get_weather` tool on the first turn, and answers with what the tool said on the next. */
+const toolCaller: Script = (req, res) => {
+  const result = req.body.messages.find((m: { role: string }) => m.role === 'tool');
+  if (result) return replyJson(res, completionBody(`It is ${result.content}.`, usage));
+  const call = { index: 0, id: 'call_1', type: 'function', function: { name: 'get_weather', arguments: '' } };
+  if (req.body.stream) {
+    return writeEvents(res, [
+      chunk({ role: 'assistant', content: null, tool_calls: [call] }),
+      chunk({ tool_calls: [{ index: 0, function: { arguments: '{"city":' } }] }),
+      chunk({ tool_calls: [{ index: 0, function: { arguments: '"Paris"}' } }] }),
+      chunk({}, 'tool_calls'),
+      { ...chunk({}), choices: [], usage },
+    ]);
+  }
+  const body = completionBody('', usage);
+  body.choices[0] = { index: 0, message: { role: 'assistant', content: null, tool_calls: [{ ...call, function: { name: 'get_weather', arguments: '{"city":"Paris"}' } }] } as never, finish_reason: 'tool_calls' };
+  replyJson(res, body);
+};
+
+const model = (kind: string) => (urls: string[]) => ({
+  models: [modelEntry('coder', urls.map((url) => ({ kind, url, upstreamModel: 'served-name' })), { supports: { tools: true }, contextWindow: 16_384, aliases: ['claude-*-haiku-*', 'gpt-4o'] })],
+});
+
+const anthropic = (gw: TestGateway, apiKey = gw.apiKey) => new Anthropic({ baseURL: gw.url, apiKey, maxRetries: 0 });
+
+async function usageEvents(gw: TestGateway): Promise<UsageEvent[]> {
+  const events: UsageEvent[] = [];
+  for await (const e of readUsageEvents(gw.redis.client, gw.account)) events.push(e);
+  return events;
+}
+
+const weatherTool = { name: 'get_weather', description: 'The weather in a city', input_schema: { type: 'object' as const, properties: { city: { type: 'string' } }, required: ['city'] } };
+
+describe.each(['vllm', 'sglang', 'llamacpp'])('POST /v1/messages on %s', (kind) => {
+  it('answers messages.create with a message, usage as Anthropic counts it, and maps the request onto chat', async () => {
+    await withGatewayOn([answering()], model(kind), async (gw, [up]) => {
+      const reply = await anthropic(gw).messages.create({
+        model: 'coder',
+        max_tokens: 20_000,
+        system: [{ type: 'text', text: 'x-anthropic-billing-header: cc_version=2.1.328.593; cc_entrypoint=sdk-cli;' }, { type: 'text', text: 'You are a coding agent.', cache_control: { type: 'ephemeral' } }],
+        messages: [
+          { role: 'user', content: [{ type: 'text', text: 'hi', cache_control: { type: 'ephemeral' } }] },
+          { role: 'assistant', content: [{ type: 'thinking', thinking: 'earlier thoughts', signature: 'sig' }, { type: 'text', text: 'Hello.' }] },
+          { role: 'user', content: 'say hi' },
+        ],
+        stop_sequences: ['###'],
+        // Sampling fields older clients send (this SDK's types no longer list them).
+        ...({ top_p: 0.5 } as object),
+        metadata: { user_id: '{"session_id":"s-1"}' },
+      });
+      expect(reply).toMatchObject({
+        type: 'message', role: 'assistant', model: 'coder', stop_reason: 'end_turn', stop_sequence: null,
+        content: [{ type: 'text', text: 'Hello there' }],
+        usage: { input_tokens: 36, cache_read_input_tokens: 64, cache_creation_input_tokens: 0, output_tokens: 5 },
+      });
+      expect(reply.id).toMatch(/^msg_/);
+      const sent = up.received[0].body;
+      expect(sent.model).toBe('served-name');
+      expect(sent.messages).toEqual([
+        { role: 'system', content: 'You are a coding agent.' },
+        { role: 'user', content: 'hi' },
+        { role: 'assistant', content: 'Hello.' },
+        { role: 'user', content: 'say hi' },
+      ]);
+      expect(sent.stop).toEqual(['###']);
+      expect(sent.top_p).toBe(0.5);
+      // 20,000 does not fit beside the prompt in a 16,384-token window: lowered to the room left.
+      expect(sent.max_tokens).toBeLessThan(16_384);
+      expect(sent.max_tokens).toBeGreaterThan(16_384 - 100);
+      await until(async () => (await usageEvents(gw)).length === 1);
+      expect((await usageEvents(gw))[0]).toMatchObject({ api: 'messages', model: 'coder', user: '{"session_id":"s-1"}', replyId: reply.id, outcome: 'complete' });
+    });
+  });
+
+  it('streams messages.stream as Anthropic events: thinking with its signature, then text, then the stop reason and usage', async () => {
+    await withGatewayOn([answering('Let me think.')], model(kind), async (gw) => {
+      const stream = anthropic(gw).messages.stream({ model: 'coder', max_tokens: 100, messages: [{ role: 'user', content: 'hi' }], thinking: { type: 'enabled', budget_tokens: 50 } });
+      const types: string[] = [];
+      stream.on('streamEvent', (e) => types.push(e.type === 'content_block_delta' ? `${e.type}:${e.delta.type}` : e.type));
+      const final = await stream.finalMessage();
+      expect(final.content).toMatchObject([
+        { type: 'thinking', thinking: 'Let me think.', signature: expect.any(String) },
+        { type: 'text', text: 'Hello there' },
+      ]);
+      expect(final.stop_reason).toBe('end_turn');
+      expect(final.usage).toMatchObject({ input_tokens: 36, cache_read_input_tokens: 64, output_tokens: 5 });
+      expect(types).toEqual([
+        'message_start',
+        'content_block_start', 'content_block_delta:thinking_delta', 'content_block_delta:signature_delta', 'content_block_stop',
+        'content_block_start', 'content_block_delta:text_delta', 'content_block_delta:text_delta', 'content_block_stop',
+        'message_delta', 'message_stop',
+      ]);
+    });
+  });
+
+  it('carries a tool round trip: the upstream calls a tool, the client sends tool_result, the upstream receives the tool message', async () => {
+    await withGatewayOn([toolCaller], model(kind), async (gw, [up]) => {
+      const client = anthropic(gw);
+      const ask = { model: 'coder', max_tokens: 100, tools: [weatherTool], tool_choice: { type: 'any' as const } };
+      const first = await client.messages.stream({ ...ask, messages: [{ role: 'user', content: 'Weather in Paris?' }] }).finalMessage();
+      expect(first.stop_reason).toBe('tool_use');
+      const toolUse = first.content.find((b) => b.type === 'tool_use')!;
+      expect(toolUse).toMatchObject({ type: 'tool_use', name: 'get_weather', input: { city: 'Paris' } });
+      expect(toolUse.id).toMatch(/^toolu_/);
+      expect(up.received[0].body.tools).toEqual([{ type: 'function', function: { name: 'get_weather', description: 'The weather in a city', parameters: weatherTool.input_schema } }]);
+      expect(up.received[0].body.tool_choice).toBe('required');
+
+      const second = await client.messages.create({
+        ...ask,
+        messages: [
+          { role: 'user', content: 'Weather in Paris?' },
+          { role: 'assistant', content: first.content },
+          { role: 'user', content: [{ type: 'tool_result', tool_use_id: toolUse.id, content: [{ type: 'text', text: 'sunny' }] }, { type: 'text', text: 'Thanks' }] },
+        ],
+      });
+      expect(second.content).toEqual([{ type: 'text', text: 'It is sunny.' }]);
+      expect(up.received[1].body.messages.slice(1)).toEqual([
+        { role: 'assistant', content: null, tool_calls: [{ id: toolUse.id, type: 'function', function: { name: 'get_weather', arguments: '{"city":"Paris"}' } }] },
+        { role: 'tool', tool_call_id: toolUse.id, content: 'sunny' },
+        { role: 'user', content: 'Thanks' },
+      ]);
+      // The whole reply's tool_use too.
+      const whole = await client.messages.create({ ...ask, messages: [{ role: 'user', content: 'Weather in Paris?' }] });
+      expect(whole.content).toEqual([{ type: 'tool_use', id: expect.stringMatching(/^toolu_/), name: 'get_weather', input: { city: 'Paris' } }]);
+    });
+  });
+});
+
+describe('the Messages API and its clients', () => {
+  it('counts tokens without charging, and lists models in Anthropic\'s shape to an Anthropic client', async () => {
+    await withGatewayOn([answering()], model('vllm'), async (gw, [up]) => {
+      const before = await readBalance(gw.redis.client, gw.account);
+      const counted = await anthropic(gw).messages.countTokens({ model: 'coder', messages: [{ role: 'user', content: 'a'.repeat(300) }] });
+      // No tokenizer here: an estimate from the text, about 3 bytes a token.
+      expect(counted.input_tokens).toBeGreaterThanOrEqual(100);
+      expect(counted.input_tokens).toBeLessThan(120);
+      expect(up.received).toHaveLength(0);
+      expect(await readBalance(gw.redis.client, gw.account)).toEqual(before);
+      const models = await anthropic(gw).models.list();
+      expect(models.data).toEqual([{ type: 'model', id: 'coder', display_name: 'coder', created_at: expect.any(String) }]);
+    });
+  });
+
+  it("answers every refusal with Anthropic's error body and status, which the SDK types", async () => {
+    await withGatewayOn([answering()], model('vllm'), async (gw) => {
+      const ok = { model: 'coder', max_tokens: 10, messages: [{ role: 'user' as const, content: 'hi' }] };
+      await expect(anthropic(gw, 'sk-wrong').messages.create(ok)).rejects.toBeInstanceOf(Anthropic.AuthenticationError);
+      await expect(anthropic(gw).messages.create({ ...ok, model: 'nope' })).rejects.toBeInstanceOf(Anthropic.NotFoundError);
+      const missing = await fetch(`${gw.url}/v1/messages?beta=true`, { method: 'POST', headers: { 'x-api-key': gw.apiKey, 'content-type': 'application/json' }, body: JSON.stringify({ model: 'coder', messages: ok.messages }) });
+      expect(missing.status).toBe(400);
+      expect(missing.headers.get('request-id')).toBe(missing.headers.get('x-request-id'));
+      expect(await missing.json()).toEqual({ type: 'error', error: { type: 'invalid_request_error', message: "Missing required parameter: 'max_tokens'." } });
+      const image = anthropic(gw).messages.create({ ...ok, messages: [{ role: 'user', content: [{ type: 'image', source: { type: 'base64', media_type: 'image/png', data: 'AAAA' } }] }] });
+      await expect(image).rejects.toMatchObject({ status: 400, error: { error: { type: 'invalid_request_error', message: expect.stringContaining('messages.0.content.0: image blocks are not supported') } } });
+      const broke = await makeAccount(gw.redis, 0);
+      await expect(anthropic(gw, broke.key).messages.create(ok)).rejects.toMatchObject({ status: 402, error: { type: 'error', error: { type: 'billing_error' } } });
+    });
+  });
+
+  it('ends a stream the upstream breaks off with an error event, unpaid; a complete one costs its usage with cached tokens at the cache price', async () => {
+    const breaking: Script = (_req, res) => {
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      res.end(`data: ${JSON.stringify(chunk({ content: 'Hel' }))}\n\ndata: {"error": {"message": "engine died"}}\n\n`);
+    };
+    await withGatewayOn([breaking], model('vllm'), async (gw, [up]) => {
+      const before = (await readBalance(gw.redis.client, gw.account))!;
+      const stream = anthropic(gw).messages.stream({ model: 'coder', max_tokens: 10, messages: [{ role: 'user', content: 'hi' }] });
+      await expect(stream.finalMessage()).rejects.toThrow(/stopped answering/);
+      await sleep(100);
+      expect(await readBalance(gw.redis.client, gw.account)).toEqual(before);
+
+      up.setScript(answering());
+      await anthropic(gw).messages.stream({ model: 'coder', max_tokens: 10, messages: [{ role: 'user', content: 'hi' }] }).finalMessage();
+      // 36 uncached × 1 + 64 cached × 0.1 + 5 output × 2 micro-units = 52.4, rounded up once.
+      await until(async () => (await readBalance(gw.redis.client, gw.account))!.granted === before.granted - 53);
+    });
+  });
+
+  it('serves the names clients assume through aliases, and records the model that served', async () => {
+    await withGatewayOn([answering()], model('vllm'), async (gw) => {
+      const reply = await anthropic(gw).messages.create({ model: 'claude-3-5-haiku-20241022', max_tokens: 10, messages: [{ role: 'user', content: 'title?' }] });
+      expect(reply.model).toBe('claude-3-5-haiku-20241022');
+      const chat = await gw.client.chat.completions.create({ model: 'gpt-4o', messages: [{ role: 'user', content: 'hi' }] });
+      expect(chat.choices[0].message.content).toBe('Hello there');
+      await expect(anthropic(gw).messages.create({ model: 'claude-opus-4', max_tokens: 10, messages: [{ role: 'user', content: 'hi' }] })).rejects.toBeInstanceOf(Anthropic.NotFoundError);
+      await until(async () => (await usageEvents(gw)).length === 2);
+      expect((await usageEvents(gw)).map((e) => [e.api, e.model])).toEqual([['messages', 'coder'], ['chat', 'coder']]);
+      expect((await gw.client.models.list()).data[0]).toMatchObject({ id: 'coder', aliases: ['claude-*-haiku-*', 'gpt-4o'] });
+    });
+  });
+});
