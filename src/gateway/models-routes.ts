@@ -27,8 +27,15 @@ function modelObject(m: RoutedModel) {
 
 const mayCall = (caller: Caller, id: string) => caller.models === null || caller.models.includes(id);
 
-/** A model as Anthropic's Models API lists it, for a client that sent `anthropic-version`. */
-const anthropicModelObject = (m: RoutedModel) => ({ type: 'model', id: m.config.id, display_name: m.config.id, created_at: '1970-01-01T00:00:00Z' });
+/** A model as Anthropic's Models API lists it, for a client that sent `anthropic-version`: its window as `max_input_tokens`, which Claude Code reads. */
+const anthropicModelObject = (m: RoutedModel) => ({
+  type: 'model',
+  id: m.config.id,
+  display_name: m.config.id,
+  created_at: '1970-01-01T00:00:00Z',
+  max_input_tokens: m.config.contextWindow,
+  max_tokens: m.config.contextWindow,
+});
 
 export type ListShape = 'openai' | 'anthropic';
 

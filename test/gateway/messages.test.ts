@@ -167,7 +167,7 @@ describe('the Messages API and its clients', () => {
       expect(up.received).toHaveLength(0);
       expect(await readBalance(gw.redis.client, gw.account)).toEqual(before);
       const models = await anthropic(gw).models.list();
-      expect(models.data).toEqual([{ type: 'model', id: 'coder', display_name: 'coder', created_at: expect.any(String) }]);
+      expect(models.data).toEqual([{ type: 'model', id: 'coder', display_name: 'coder', created_at: expect.any(String), max_input_tokens: 16_384, max_tokens: 16_384 }]);
     });
   });
 
