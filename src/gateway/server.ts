@@ -11,6 +11,7 @@ import { handleCompletion } from './completions.js';
 import { handleEmbeddings } from './embeddings.js';
 import { credentialOf, requestIdOf } from './exchange.js';
 import { countMessageTokens, handleMessages } from './messages.js';
+import { handleResponses, storedResponse } from './responses.js';
 import { anthropicError } from '../protocol/messages-response.js';
 import type { GatewayContext } from './context.js';
 import { getModel, listModels } from './models-routes.js';
@@ -46,6 +47,8 @@ export function createGatewayServer(ctx: GatewayContext): Server {
     if (method === 'POST' && path === '/v1/embeddings') return handleEmbeddings(req, res, ctx, span, id);
     if (method === 'POST' && path === '/v1/messages') return handleMessages(req, res, ctx, span, id);
     if (method === 'POST' && path === '/v1/messages/count_tokens') return countMessageTokens(req, res, ctx, span);
+    if (method === 'POST' && path === '/v1/responses') return handleResponses(req, res, ctx, span, id);
+    if ((method === 'GET' || method === 'DELETE') && path.startsWith('/v1/responses/')) return storedResponse(req, ctx, decodeURIComponent(path.slice('/v1/responses/'.length)));
     if (path === '/admin/endpoints' || path.startsWith(ADMIN_PREFIX)) return handleAdmin(req, res, ctx, method, path, search);
     if (await handlePlatform(req, res, ctx, path, new URLSearchParams(search))) return;
     const authenticated = method === 'GET' && (path === '/v1/models' || path.startsWith('/v1/models/') || path === '/user/balance');

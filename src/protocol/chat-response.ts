@@ -16,6 +16,8 @@ export interface Usage {
   completion_tokens: number;
   /** The part of prompt_tokens the upstream read from its prefix cache. */
   cached_tokens: number;
+  /** The part of completion_tokens spent reasoning, where the upstream says. */
+  reasoning_tokens?: number;
 }
 
 export interface AssistantMessage {
@@ -88,6 +90,7 @@ export function usageBody(u: Usage) {
     completion_tokens: u.completion_tokens,
     total_tokens: u.prompt_tokens + u.completion_tokens,
     prompt_tokens_details: { cached_tokens: u.cached_tokens },
+    ...(u.reasoning_tokens !== undefined ? { completion_tokens_details: { reasoning_tokens: u.reasoning_tokens } } : {}),
   };
 }
 

@@ -124,11 +124,14 @@ export function openAiCompatible(quirks: DialectQuirks): Dialect {
     const u = whole.usage;
     if (!u || typeof u !== 'object') return undefined;
     const prompt = asInt(u.prompt_tokens);
-    return {
+    const usage: Usage = {
       prompt_tokens: prompt,
       completion_tokens: asInt(u.completion_tokens),
       cached_tokens: Math.min(prompt, asInt(quirks.cachedTokens(u, whole))),
     };
+    const reasoning = u.completion_tokens_details?.reasoning_tokens;
+    if (typeof reasoning === 'number') usage.reasoning_tokens = asInt(reasoning);
+    return usage;
   };
 
   const parse = (text: string): Json => {
