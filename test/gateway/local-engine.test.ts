@@ -2,6 +2,7 @@
 // (`parley engine`): Parley's own model always, and the shared fixture
 // models with real tokenizers when ../shared/models is present.
 import { basename, join } from 'node:path';
+import Anthropic from '@anthropic-ai/sdk';
 import { readGgufFileInfo } from 'node-llama-cpp';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readBalance } from '../../src/billing/credit-ledger.js';
@@ -181,6 +182,36 @@ describe.each(MODELS)('local engine: $name', ({ local }) => {
     }
     expect(text).toBe(whole.choices[0].text.slice('The cache'.length));
     expect(last!.usage!.completion_tokens).toBe(whole.usage!.completion_tokens);
+  });
+
+  it("answers Anthropic's Messages API, whole and streamed, with count_tokens exact by the model's tokenizer", async () => {
+    const anthropic = new Anthropic({ baseURL: gw.url, apiKey: gw.apiKey, maxRetries: 0 });
+    const ask = { model, max_tokens: 8, system: SYSTEM, messages: [{ role: 'user' as const, content: 'hello' }] };
+    const { input_tokens } = await anthropic.messages.countTokens(ask);
+    const stream = anthropic.messages.stream(ask);
+    let started = 0;
+    stream.on('streamEvent', (e) => e.type === 'message_start' && (started = e.message.usage.input_tokens));
+    const streamed = await stream.finalMessage();
+    expect(started).toBe(input_tokens);
+    expect(streamed.usage.input_tokens + (streamed.usage.cache_read_input_tokens ?? 0)).toBe(input_tokens);
+    expect(['end_turn', 'max_tokens']).toContain(streamed.stop_reason);
+    const whole = await anthropic.messages.create(ask);
+    expect(whole.content.every((b) => b.type === 'text')).toBe(true);
+    expect(whole.usage.output_tokens).toBeGreaterThan(0);
+    expect(whole.usage.output_tokens).toBeLessThanOrEqual(8);
+    const tooLong = anthropic.messages.create({ ...ask, messages: [{ role: 'user', content: 'tokens '.repeat(5_000) }] });
+    await expect(tooLong).rejects.toMatchObject({ status: 400, error: { error: { type: 'invalid_request_error', message: expect.stringMatching(/^prompt is too long: \d+ tokens > 4096 maximum$/) } } });
+  });
+
+  it("answers OpenAI's Responses API, whole and streamed", async () => {
+    const whole = await gw.client.responses.create({ model, instructions: SYSTEM, input: 'hello', max_output_tokens: 8 });
+    expect(['completed', 'incomplete']).toContain(whole.status);
+    expect(whole.usage!.input_tokens).toBeGreaterThan(20);
+    expect(whole.usage!.output_tokens).toBeLessThanOrEqual(8);
+    const stream = gw.client.responses.stream({ model, instructions: SYSTEM, input: 'hello', max_output_tokens: 8 });
+    let deltas = '';
+    for await (const e of stream) if (e.type === 'response.output_text.delta') deltas += e.delta;
+    expect((await stream.finalResponse()).output_text).toBe(deltas);
   });
 
   it('ignores fields it does not know', async () => {
