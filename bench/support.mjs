@@ -61,10 +61,14 @@ export const benchModel = (upstream) => ({
   endpoints: [{ kind: 'vllm', url: `${upstream}/v1`, maxConcurrent: 64, maxQueue: 64 }],
 });
 
-/** What each benchmark mode posts, and where under /v1: a chat completion of 256 tokens, whole or streamed, or 16 texts to embed. */
+/** What each benchmark mode posts, and where under /v1: a chat completion of 256 tokens, whole or streamed (as chat, Anthropic's Messages or OpenAI's Responses), or 16 texts to embed. */
 export const LOADS = {
   whole: { path: '/chat/completions', body: { model: 'bench', messages: [{ role: 'system', content: 'You are a benchmark.' }, { role: 'user', content: 'Say 256 tokens.' }], max_tokens: 256, stream: false } },
   streamed: { path: '/chat/completions', body: { model: 'bench', messages: [{ role: 'system', content: 'You are a benchmark.' }, { role: 'user', content: 'Say 256 tokens.' }], max_tokens: 256, stream: true } },
+  'messages whole': { path: '/messages', body: { model: 'bench', system: 'You are a benchmark.', messages: [{ role: 'user', content: 'Say 256 tokens.' }], max_tokens: 256, stream: false } },
+  'messages streamed': { path: '/messages', body: { model: 'bench', system: 'You are a benchmark.', messages: [{ role: 'user', content: 'Say 256 tokens.' }], max_tokens: 256, stream: true } },
+  'responses whole': { path: '/responses', body: { model: 'bench', instructions: 'You are a benchmark.', input: 'Say 256 tokens.', max_output_tokens: 256, stream: false } },
+  'responses streamed': { path: '/responses', body: { model: 'bench', instructions: 'You are a benchmark.', input: 'Say 256 tokens.', max_output_tokens: 256, stream: true } },
   embeddings: { path: '/embeddings', body: { model: 'bench', input: Array.from({ length: 16 }, (_, i) => `Passage ${i} of a document to index for retrieval.`), encoding_format: 'base64' } },
 };
 
