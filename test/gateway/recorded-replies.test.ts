@@ -37,8 +37,9 @@ function expectedStream(created: number, choices: string[], usage: string | unde
 
 const createdOf = (text: string) => Number(/"created":(\d+)/.exec(text)![1]);
 const piece = (delta: string, finish: string | null = null, logprobs = 'null') => `[{"index":0,"delta":${delta},"logprobs":${logprobs},"finish_reason":${finish === null ? 'null' : `"${finish}"`}}]`;
-const usage = (prompt: number, completion: number, cached: number) =>
-  `{"prompt_tokens":${prompt},"completion_tokens":${completion},"total_tokens":${prompt + completion},"prompt_tokens_details":{"cached_tokens":${cached}}}`;
+/** Usage as Parley relays it: the reasoning part of the completion where the upstream said it. */
+const usage = (prompt: number, completion: number, cached: number, reasoning?: number) =>
+  `{"prompt_tokens":${prompt},"completion_tokens":${completion},"total_tokens":${prompt + completion},"prompt_tokens_details":{"cached_tokens":${cached}}${reasoning === undefined ? '' : `,"completion_tokens_details":{"reasoning_tokens":${reasoning}}`}}`;
 
 const brokeOff = '{"error":{"message":"The model stopped answering before the reply was complete. Nothing was charged for this reply; please retry.","type":"server_error","param":null,"code":null}}';
 const llamaLogprobs = (token: string, bytes: number[], logprob: number) =>
@@ -63,10 +64,10 @@ describe('recorded streams, as the client gets them', () => {
     ], usage(120, 2, 112)],
     ["DeepSeek's reasoning pieces, without the null content around them", 'deepseek', 'deepseek-reasoning.sse', [
       piece('{"reasoning_content":"Simple"}'), piece('{"reasoning_content":" greeting."}'), piece('{"content":"Hi!"}'), piece('{}', 'stop'),
-    ], usage(12, 9, 0)],
+    ], usage(12, 9, 0, 6)],
     ["OpenAI's opening of empty content and null refusal as one role chunk, its padding and tier dropped", 'openai', 'openai-refusal-opening.sse', [
       piece('{"content":"Hello"}'), piece('{}', 'stop'),
-    ], usage(1200, 1, 1024)],
+    ], usage(1200, 1, 1024, 0)],
     ["an error event mid-stream ends the reply with Parley's error event, not [DONE]", 'vllm', 'vllm-error-ending.sse', [piece('{"content":"Once"}')], undefined, `data: ${brokeOff}\n\n`],
   ];
 
@@ -81,7 +82,7 @@ describe('recorded whole replies and errors, as the client gets them', () => {
     `{"id":"chatcmpl-fixture","object":"chat.completion","created":${created},"model":"m","choices":[{"index":0,"message":${message},"logprobs":null,"finish_reason":"stop"}],"usage":${u}}`;
 
   it.each([
-    ['deepseek', 'deepseek-reasoning-whole.json', '{"role":"assistant","content":"Hi!","reasoning_content":"Simple greeting."}', usage(12, 9, 0)],
+    ['deepseek', 'deepseek-reasoning-whole.json', '{"role":"assistant","content":"Hi!","reasoning_content":"Simple greeting."}', usage(12, 9, 0, 6)],
     ['vllm', 'vllm-reasoning-whole.json', '{"role":"assistant","content":"Hello!","reasoning_content":"The user greets me."}', usage(14, 8, 0)],
   ])('%s: the reasoning the reply was charged for, as reasoning_content', async (kind, name, message, u) => {
     const { text } = await replay(kind, name, false);
