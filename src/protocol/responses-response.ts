@@ -40,7 +40,6 @@ const functionCallItem = (id: string, callId: string, upstreamName: string, args
 /** The response object: the output so far, the status, the usage once known, and the request's settings as OpenAI echoes them. */
 function responseObject(identity: ReplyIdentity, req: ResponsesRequest, output: OutputItem[], status: string, finish: string | null, usage: Usage | null, error: unknown = null) {
   const incomplete = status === 'completed' && finish === 'length';
-  const text = output.flatMap((o) => (o.type === 'message' ? (o.content as { text: string }[]).map((c) => c.text) : [])).join('');
   return {
     id: identity.id,
     object: 'response',
@@ -53,7 +52,6 @@ function responseObject(identity: ReplyIdentity, req: ResponsesRequest, output: 
     metadata: req.metadata ?? {},
     model: identity.model,
     output,
-    output_text: text,
     parallel_tool_calls: req.parallel_tool_calls ?? true,
     previous_response_id: null,
     prompt_cache_key: req.prompt_cache_key ?? null,
@@ -73,6 +71,15 @@ function responseObject(identity: ReplyIdentity, req: ResponsesRequest, output: 
   };
 }
 
+/** A text delta event: its head (up to its sequence number, made per item), then these around its literal. */
+const DELTA_MIDDLE = ',"delta":';
+const DELTA_TAIL = ',"logprobs":[]}\n\n';
+/** Stands for a sequence number, or a place, until it is written: a JSON string literal holds no raw control character. */
+const SEQUENCE_MARK = '\u0000';
+/** Stands for a message's text in an event until its JSON is written in. */
+const TEXT_MARK = '\u0000';
+const TEXT_MARK_JSON = JSON.stringify(TEXT_MARK);
+
 const itemIds = (identity: ReplyIdentity) => identity.id.slice('resp_'.length);
 
 export function renderResponse(identity: ReplyIdentity, completion: Completion, req: ResponsesRequest) {
@@ -84,14 +91,20 @@ export function renderResponse(identity: ReplyIdentity, completion: Completion, 
   for (const [i, call] of ((message.tool_calls ?? []) as { id?: string; function?: { name?: string; arguments?: string } }[]).entries()) {
     output.push(functionCallItem(`fc_${id}_${i}`, call.id ?? `call_${id}_${i}`, call.function?.name ?? '', call.function?.arguments ?? '', 'completed', req));
   }
-  return responseObject(identity, req, output, 'completed', finish_reason, completion.usage);
+  // The SDKs make `output_text` from the output themselves; clients reading the JSON find it here too.
+  return { ...responseObject(identity, req, output, 'completed', finish_reason, completion.usage), output_text: message.content ?? '' };
 }
 
 interface OpenItem {
   kind: 'reasoning' | 'message' | 'function_call';
   index: number;
   id: string;
+  /** A reasoning summary's or a call's arguments so far. */
   text: string;
+  /** A message's text so far, escaped as it was sent in JSON string literals (read back once, when it closes). */
+  escaped: string[];
+  /** A message's text delta event, split where its sequence number and its literal go. */
+  deltaHead?: string;
   toolIndex?: number;
   callId?: string;
   name?: string;
@@ -108,15 +121,22 @@ export class ResponseEventRenderer implements ReplyRenderer {
   constructor(private readonly identity: ReplyIdentity, private readonly req: ResponsesRequest) {}
 
   start(): string {
-    const response = responseObject(this.identity, this.req, [], 'in_progress', null, null);
-    return this.event('response.created', { response }) + this.event('response.in_progress', { response });
+    const response = JSON.stringify({ response: responseObject(this.identity, this.req, [], 'in_progress', null, null) });
+    return this.event('response.created', response) + this.event('response.in_progress', response);
   }
 
   content(run: ContentRun): [opening: string, pieces: string] {
-    // Every event carries its own sequence number, so the run is read back into its pieces.
-    const pieces: string[] = JSON.parse(`[${run.render('', ',').slice(0, -1)}]`);
     const opening = this.ensure('message');
-    return [opening, pieces.map((piece) => this.textDelta(piece)).join('')];
+    const open = this.open!;
+    // Each event has its own sequence number: written as a mark no JSON literal holds, then numbered in order.
+    const events = run.render(`${open.deltaHead}${SEQUENCE_MARK}${DELTA_MIDDLE}`, DELTA_TAIL).split(SEQUENCE_MARK);
+    let numbered = events[0];
+    for (let i = 1; i < events.length; i++) {
+      // Each part is the event's literal and tail (then the next one's head); a literal holds no raw quote, so the tail is found after it.
+      open.escaped.push(events[i].slice(DELTA_MIDDLE.length + 1, events[i].indexOf(DELTA_TAIL) - 1));
+      numbered += this.sequence++ + events[i];
+    }
+    return [opening, numbered];
   }
 
   deltas(choices: ChoiceDelta[]): string {
@@ -149,8 +169,9 @@ export class ResponseEventRenderer implements ReplyRenderer {
   }
 
   private textDelta(delta: string): string {
-    this.open!.text += delta;
-    return this.event('response.output_text.delta', { item_id: this.open!.id, output_index: this.open!.index, content_index: 0, delta, logprobs: [] });
+    const literal = JSON.stringify(delta);
+    this.open!.escaped.push(literal.slice(1, -1));
+    return `${this.open!.deltaHead}${this.sequence++}${DELTA_MIDDLE}${literal}${DELTA_TAIL}`;
   }
 
   private toolPiece(call: ToolCallFragment): string {
@@ -159,7 +180,7 @@ export class ResponseEventRenderer implements ReplyRenderer {
       out += this.close();
       const index = this.output.length;
       const id = `fc_${itemIds(this.identity)}_${index}`;
-      this.open = { kind: 'function_call', index, id, text: '', toolIndex: call.index, callId: call.id ?? `call_${itemIds(this.identity)}_${index}`, name: call.function?.name ?? '' };
+      this.open = { kind: 'function_call', index, id, text: '', escaped: [], toolIndex: call.index, callId: call.id ?? `call_${itemIds(this.identity)}_${index}`, name: call.function?.name ?? '' };
       out += this.itemEvent('response.output_item.added', index, functionCallItem(id, this.open.callId!, this.open.name!, '', 'in_progress', this.req));
     }
     const delta = call.function?.arguments;
@@ -176,8 +197,9 @@ export class ResponseEventRenderer implements ReplyRenderer {
     const closing = this.close();
     const index = this.output.length;
     const id = `${kind === 'message' ? 'msg' : 'rs'}_${itemIds(this.identity)}_${index}`;
-    this.open = { kind, index, id, text: '' };
+    this.open = { kind, index, id, text: '', escaped: [] };
     if (kind === 'message') {
+      this.open.deltaHead = `event: response.output_text.delta\ndata: {"type":"response.output_text.delta","item_id":"${id}","output_index":${index},"content_index":0,"sequence_number":`;
       return closing + this.itemEvent('response.output_item.added', index, messageItem(id, '', 'in_progress'))
         + this.event('response.content_part.added', { item_id: id, output_index: index, content_index: 0, part: outputText('') });
     }
@@ -191,13 +213,10 @@ export class ResponseEventRenderer implements ReplyRenderer {
     if (!open) return '';
     this.open = undefined;
     const at = { item_id: open.id, output_index: open.index };
+    if (open.kind === 'message') return this.closeMessage(open, at);
     let item: OutputItem;
     let out: string;
-    if (open.kind === 'message') {
-      item = messageItem(open.id, open.text, 'completed');
-      out = this.event('response.output_text.done', { ...at, content_index: 0, text: open.text, logprobs: [] })
-        + this.event('response.content_part.done', { ...at, content_index: 0, part: outputText(open.text) });
-    } else if (open.kind === 'reasoning') {
+    if (open.kind === 'reasoning') {
       item = reasoningItem(open.id, open.text);
       out = this.event('response.reasoning_summary_text.done', { ...at, summary_index: 0, text: open.text })
         + this.event('response.reasoning_summary_part.done', { ...at, summary_index: 0, part: { type: 'summary_text', text: open.text } });
@@ -209,11 +228,23 @@ export class ResponseEventRenderer implements ReplyRenderer {
     return out + this.itemEvent('response.output_item.done', open.index, item);
   }
 
+  /** A message's `.done` events. Its text goes out three times more: as the JSON it came in, not escaped again each time. */
+  private closeMessage(open: OpenItem, at: { item_id: string; output_index: number }): string {
+    const textJson = `"${open.escaped.join('')}"`;
+    const withText = (fields: object) => JSON.stringify(fields).replace(TEXT_MARK_JSON, () => textJson);
+    this.output.push(messageItem(open.id, JSON.parse(textJson), 'completed'));
+    return this.event('response.output_text.done', withText({ ...at, content_index: 0, text: TEXT_MARK, logprobs: [] }))
+      + this.event('response.content_part.done', withText({ ...at, content_index: 0, part: outputText(TEXT_MARK) }))
+      + this.event('response.output_item.done', withText({ output_index: open.index, item: messageItem(open.id, TEXT_MARK, 'completed') }));
+  }
+
   private itemEvent(type: string, index: number, item: OutputItem): string {
     return this.event(type, { output_index: index, item });
   }
 
-  private event(type: string, fields: object): string {
-    return `event: ${type}\ndata: ${JSON.stringify({ type, sequence_number: this.sequence++, ...fields })}\n\n`;
+  /** An event: its type and sequence number, then `fields` (a JSON object, or the text of one). */
+  private event(type: string, fields: object | string): string {
+    const json = typeof fields === 'string' ? fields : JSON.stringify(fields);
+    return `event: ${type}\ndata: {"type":"${type}","sequence_number":${this.sequence++},${json.slice(1)}\n\n`;
   }
 }

@@ -189,6 +189,24 @@ describe('the Responses API, stateless', () => {
     });
   });
 
+  it('repeats the text in the .done events and response.completed exactly, quotes, newlines and emoji included', async () => {
+    const pieces = ['say "hi"', '\n\ttab \\ ', '😀', ' end'];
+    const upstream: Script = (_req, res) => writeEvents(res, [chunk({ role: 'assistant', content: '' }), ...pieces.map((p) => chunk({ content: p })), chunk({}, 'stop'), { ...chunk({}), choices: [], usage }]);
+    for (const kind of ['vllm', 'llamacpp']) {
+      await withGatewayOn([upstream], model(kind), async (gw) => {
+        const stream = gw.client.responses.stream({ model: 'coder', input: 'hi' });
+        const done: string[] = [];
+        for await (const e of stream) {
+          if (e.type === 'response.output_text.done') done.push(e.text);
+          if (e.type === 'response.content_part.done' && e.part.type === 'output_text') done.push(e.part.text);
+          if (e.type === 'response.output_item.done' && e.item.type === 'message') done.push((e.item.content[0] as { text: string }).text);
+        }
+        expect(done).toEqual([pieces.join(''), pieces.join(''), pieces.join('')]);
+        expect((await stream.finalResponse()).output_text).toBe(pieces.join(''));
+      });
+    }
+  });
+
   it('ends a stream the upstream breaks off with response.failed, unpaid; a complete one costs its usage', async () => {
     const breaking: Script = (_req, res) => {
       res.writeHead(200, { 'content-type': 'text/event-stream' });
