@@ -6,46 +6,8 @@ import Anthropic from '@anthropic-ai/sdk';
 import { describe, expect, it } from 'vitest';
 import { readBalance } from '../../src/billing/credit-ledger.js';
 import { readUsageEvents, type UsageEvent } from '../../src/billing/usage-events.js';
-import { chunk, completionBody, replyJson, sleep, until, writeEvents, type Script } from '../support/fake-upstream.js';
+import { callingTool, chunk, greeting, sleep, until, type Script } from '../support/fake-upstream.js';
 import { makeAccount, modelEntry, withGatewayOn, type TestGateway } from '../support/gateway.js';
-
-const usage = { prompt_tokens: 100, completion_tokens: 5, total_tokens: 105, prompt_tokens_details: { cached_tokens: 64 } };
-
-/** Answers "Hello there" (thinking first where `reasoning` is given), whole or streamed. */
-const answering = (reasoning?: string): Script => (req, res) => {
-  if (req.body.stream) {
-    return writeEvents(res, [
-      chunk({ role: 'assistant', content: '' }),
-      ...(reasoning ? [chunk({ reasoning_content: reasoning })] : []),
-      chunk({ content: 'Hello' }),
-      chunk({ content: ' there' }),
-      chunk({}, 'stop'),
-      { ...chunk({}), choices: [], usage },
-    ]);
-  }
-  const body = completionBody('Hello there', usage);
-  if (reasoning) (body.choices[0].message as Record<string, unknown>).reasoning_content = reasoning;
-  replyJson(res, body);
-};
-
-/** Calls a `get_weather` tool on the first turn, and answers with what the tool said on the next. */
-const toolCaller: Script = (req, res) => {
-  const result = req.body.messages.find((m: { role: string }) => m.role === 'tool');
-  if (result) return replyJson(res, completionBody(`It is ${result.content}.`, usage));
-  const call = { index: 0, id: 'call_1', type: 'function', function: { name: 'get_weather', arguments: '' } };
-  if (req.body.stream) {
-    return writeEvents(res, [
-      chunk({ role: 'assistant', content: null, tool_calls: [call] }),
-      chunk({ tool_calls: [{ index: 0, function: { arguments: '{"city":' } }] }),
-      chunk({ tool_calls: [{ index: 0, function: { arguments: '"Paris"}' } }] }),
-      chunk({}, 'tool_calls'),
-      { ...chunk({}), choices: [], usage },
-    ]);
-  }
-  const body = completionBody('', usage);
-  body.choices[0] = { index: 0, message: { role: 'assistant', content: null, tool_calls: [{ ...call, function: { name: 'get_weather', arguments: '{"city":"Paris"}' } }] } as never, finish_reason: 'tool_calls' };
-  replyJson(res, body);
-};
 
 const model = (kind: string) => (urls: string[]) => ({
   models: [modelEntry('coder', urls.map((url) => ({ kind, url, upstreamModel: 'served-name' })), { supports: { tools: true }, contextWindow: 16_384, aliases: ['claude-*-haiku-*', 'gpt-4o'] })],
@@ -63,7 +25,7 @@ const weatherTool = { name: 'get_weather', description: 'The weather in a city',
 
 describe.each(['vllm', 'sglang', 'llamacpp'])('POST /v1/messages on %s', (kind) => {
   it('answers messages.create with a message, usage as Anthropic counts it, and maps the request onto chat', async () => {
-    await withGatewayOn([answering()], model(kind), async (gw, [up]) => {
+    await withGatewayOn([greeting()], model(kind), async (gw, [up]) => {
       const reply = await anthropic(gw).messages.create({
         model: 'coder',
         max_tokens: 20_000,
@@ -103,7 +65,7 @@ describe.each(['vllm', 'sglang', 'llamacpp'])('POST /v1/messages on %s', (kind) 
   });
 
   it('streams messages.stream as Anthropic events: thinking with its signature, then text, then the stop reason and usage', async () => {
-    await withGatewayOn([answering('Let me think.')], model(kind), async (gw) => {
+    await withGatewayOn([greeting('Let me think.')], model(kind), async (gw) => {
       const stream = anthropic(gw).messages.stream({ model: 'coder', max_tokens: 100, messages: [{ role: 'user', content: 'hi' }], thinking: { type: 'enabled', budget_tokens: 50 } });
       const types: string[] = [];
       stream.on('streamEvent', (e) => types.push(e.type === 'content_block_delta' ? `${e.type}:${e.delta.type}` : e.type));
@@ -124,7 +86,7 @@ describe.each(['vllm', 'sglang', 'llamacpp'])('POST /v1/messages on %s', (kind) 
   });
 
   it('carries a tool round trip: the upstream calls a tool, the client sends tool_result, the upstream receives the tool message', async () => {
-    await withGatewayOn([toolCaller], model(kind), async (gw, [up]) => {
+    await withGatewayOn([callingTool('get_weather')], model(kind), async (gw, [up]) => {
       const client = anthropic(gw);
       const ask = { model: 'coder', max_tokens: 100, tools: [weatherTool], tool_choice: { type: 'any' as const } };
       const first = await client.messages.stream({ ...ask, messages: [{ role: 'user', content: 'Weather in Paris?' }] }).finalMessage();
@@ -158,7 +120,7 @@ describe.each(['vllm', 'sglang', 'llamacpp'])('POST /v1/messages on %s', (kind) 
 
 describe('the Messages API and its clients', () => {
   it('counts tokens without charging, and lists models in Anthropic\'s shape to an Anthropic client', async () => {
-    await withGatewayOn([answering()], model('vllm'), async (gw, [up]) => {
+    await withGatewayOn([greeting()], model('vllm'), async (gw, [up]) => {
       const before = await readBalance(gw.redis.client, gw.account);
       const counted = await anthropic(gw).messages.countTokens({ model: 'coder', messages: [{ role: 'user', content: 'a'.repeat(300) }] });
       // No tokenizer here: an estimate from the text, about 3 bytes a token.
@@ -172,7 +134,7 @@ describe('the Messages API and its clients', () => {
   });
 
   it("answers every refusal with Anthropic's error body and status, which the SDK types", async () => {
-    await withGatewayOn([answering()], model('vllm'), async (gw) => {
+    await withGatewayOn([greeting()], model('vllm'), async (gw) => {
       const ok = { model: 'coder', max_tokens: 10, messages: [{ role: 'user' as const, content: 'hi' }] };
       await expect(anthropic(gw, 'sk-wrong').messages.create(ok)).rejects.toBeInstanceOf(Anthropic.AuthenticationError);
       await expect(anthropic(gw).messages.create({ ...ok, model: 'nope' })).rejects.toBeInstanceOf(Anthropic.NotFoundError);
@@ -199,7 +161,7 @@ describe('the Messages API and its clients', () => {
       await sleep(100);
       expect(await readBalance(gw.redis.client, gw.account)).toEqual(before);
 
-      up.setScript(answering());
+      up.setScript(greeting());
       await anthropic(gw).messages.stream({ model: 'coder', max_tokens: 10, messages: [{ role: 'user', content: 'hi' }] }).finalMessage();
       // 36 uncached × 1 + 64 cached × 0.1 + 5 output × 2 micro-units = 52.4, rounded up once.
       await until(async () => (await readBalance(gw.redis.client, gw.account))!.granted === before.granted - 53);
@@ -207,7 +169,7 @@ describe('the Messages API and its clients', () => {
   });
 
   it('serves the names clients assume through aliases, and records the model that served', async () => {
-    await withGatewayOn([answering()], model('vllm'), async (gw) => {
+    await withGatewayOn([greeting()], model('vllm'), async (gw) => {
       const reply = await anthropic(gw).messages.create({ model: 'claude-3-5-haiku-20241022', max_tokens: 10, messages: [{ role: 'user', content: 'title?' }] });
       expect(reply.model).toBe('claude-3-5-haiku-20241022');
       const chat = await gw.client.chat.completions.create({ model: 'gpt-4o', messages: [{ role: 'user', content: 'hi' }] });

@@ -5,48 +5,8 @@
 import { describe, expect, it } from 'vitest';
 import { readBalance } from '../../src/billing/credit-ledger.js';
 import { readUsageEvents, type UsageEvent } from '../../src/billing/usage-events.js';
-import { chunk, completionBody, replyJson, sleep, until, writeEvents, type Script } from '../support/fake-upstream.js';
+import { AGENT_USAGE as usage, callingTool, chunk, greeting, sleep, until, writeEvents, type Script } from '../support/fake-upstream.js';
 import { modelEntry, withGatewayOn, type TestGateway } from '../support/gateway.js';
-
-const usage = { prompt_tokens: 100, completion_tokens: 5, total_tokens: 105, prompt_tokens_details: { cached_tokens: 64 }, completion_tokens_details: { reasoning_tokens: 2 } };
-
-/** Answers "Hello there" (reasoning first where given), whole or streamed; cut on length when `finish` says so. */
-const answering = (reasoning?: string, finish = 'stop'): Script => (req, res) => {
-  if (!req.path.endsWith('/chat/completions')) return replyJson(res, { data: [] });
-  if (req.body.stream) {
-    return writeEvents(res, [
-      chunk({ role: 'assistant', content: '' }),
-      ...(reasoning ? [chunk({ reasoning_content: reasoning })] : []),
-      chunk({ content: 'Hello' }),
-      chunk({ content: ' there' }),
-      chunk({}, finish),
-      { ...chunk({}), choices: [], usage },
-    ]);
-  }
-  const body = completionBody('Hello there', usage);
-  body.choices[0].finish_reason = finish;
-  if (reasoning) (body.choices[0].message as Record<string, unknown>).reasoning_content = reasoning;
-  replyJson(res, body);
-};
-
-/** Calls `tool` on the first turn, and answers with what the tool said once a tool message comes. */
-const toolCaller = (tool: string): Script => (req, res) => {
-  const result = req.body.messages.find((m: { role: string }) => m.role === 'tool');
-  if (result) return replyJson(res, completionBody(`It is ${result.content}.`, usage));
-  const call = { index: 0, id: 'call_1', type: 'function', function: { name: tool, arguments: '' } };
-  if (req.body.stream) {
-    return writeEvents(res, [
-      chunk({ role: 'assistant', content: null, tool_calls: [call] }),
-      chunk({ tool_calls: [{ index: 0, function: { arguments: '{"city":' } }] }),
-      chunk({ tool_calls: [{ index: 0, function: { arguments: '"Paris"}' } }] }),
-      chunk({}, 'tool_calls'),
-      { ...chunk({}), choices: [], usage },
-    ]);
-  }
-  const body = completionBody('', usage);
-  body.choices[0] = { index: 0, message: { role: 'assistant', content: null, tool_calls: [{ ...call, function: { name: tool, arguments: '{"city":"Paris"}' } }] } as never, finish_reason: 'tool_calls' };
-  replyJson(res, body);
-};
 
 const model = (kind: string) => (urls: string[]) => ({
   models: [modelEntry('coder', urls.map((url) => ({ kind, url, upstreamModel: 'served-name' })), { supports: { tools: true, jsonOutput: true }, contextWindow: 16_384 })],
@@ -62,7 +22,7 @@ const weather = { type: 'function' as const, name: 'get_weather', description: '
 
 describe.each(['vllm', 'sglang', 'llamacpp'])('POST /v1/responses on %s', (kind) => {
   it('answers responses.create with a response, its usage and the settings echoed, and maps the request onto chat', async () => {
-    await withGatewayOn([answering('Thinking.')], model(kind), async (gw, [up]) => {
+    await withGatewayOn([greeting('Thinking.')], model(kind), async (gw, [up]) => {
       const reply = await gw.client.responses.create({
         model: 'coder',
         instructions: 'Be brief.',
@@ -109,7 +69,7 @@ describe.each(['vllm', 'sglang', 'llamacpp'])('POST /v1/responses on %s', (kind)
   });
 
   it('streams responses.stream as typed events with increasing sequence numbers, ending in response.completed', async () => {
-    await withGatewayOn([answering('Thinking.')], model(kind), async (gw) => {
+    await withGatewayOn([greeting('Thinking.')], model(kind), async (gw) => {
       const stream = gw.client.responses.stream({ model: 'coder', input: 'hi' });
       const events: { type: string; sequence_number: number }[] = [];
       for await (const e of stream) events.push(e);
@@ -130,7 +90,7 @@ describe.each(['vllm', 'sglang', 'llamacpp'])('POST /v1/responses on %s', (kind)
   });
 
   it('carries a function-call round trip, namespaced functions under their namespace', async () => {
-    await withGatewayOn([toolCaller('weather__get_weather')], model(kind), async (gw, [up]) => {
+    await withGatewayOn([callingTool('weather__get_weather')], model(kind), async (gw, [up]) => {
       const tools = [{ type: 'namespace', name: 'weather', description: 'Weather tools', tools: [weather] } as never, weather];
       const stream = gw.client.responses.stream({ model: 'coder', input: 'Weather in Paris?', tools, tool_choice: 'auto', parallel_tool_calls: true });
       const first = await stream.finalResponse();
@@ -160,7 +120,7 @@ describe.each(['vllm', 'sglang', 'llamacpp'])('POST /v1/responses on %s', (kind)
 
 describe('the Responses API, stateless', () => {
   it('refuses previous_response_id, conversation and item references with a 400 that says Parley keeps no state, and stored responses are a 404', async () => {
-    await withGatewayOn([answering()], model('vllm'), async (gw, [up]) => {
+    await withGatewayOn([greeting()], model('vllm'), async (gw, [up]) => {
       await expect(gw.client.responses.create({ model: 'coder', input: 'hi', previous_response_id: 'resp_1' })).rejects.toMatchObject({ status: 400, param: 'previous_response_id', message: expect.stringContaining('keeps no state') });
       await expect(gw.client.responses.create({ model: 'coder', input: 'hi', conversation: 'conv_1' })).rejects.toMatchObject({ status: 400, param: 'conversation' });
       await expect(gw.client.responses.create({ model: 'coder', input: [{ type: 'item_reference', id: 'msg_1' }] })).rejects.toMatchObject({ status: 400, param: 'input[0]', message: expect.stringContaining('send the item itself') });
@@ -172,7 +132,7 @@ describe('the Responses API, stateless', () => {
   });
 
   it('says incomplete when the reply was cut at max_output_tokens, whole and streamed', async () => {
-    await withGatewayOn([answering(undefined, 'length')], model('vllm'), async (gw) => {
+    await withGatewayOn([greeting(undefined, 'length')], model('vllm'), async (gw) => {
       const whole = await gw.client.responses.create({ model: 'coder', input: 'hi', max_output_tokens: 16 });
       expect(whole).toMatchObject({ status: 'incomplete', incomplete_details: { reason: 'max_output_tokens' } });
       const types: string[] = [];
@@ -182,7 +142,7 @@ describe('the Responses API, stateless', () => {
   });
 
   it('sends JSON-schema output on as response_format where the model takes it', async () => {
-    await withGatewayOn([answering()], model('vllm'), async (gw, [up]) => {
+    await withGatewayOn([greeting()], model('vllm'), async (gw, [up]) => {
       const schema = { type: 'object', properties: { a: { type: 'string' } }, required: ['a'], additionalProperties: false };
       await gw.client.responses.create({ model: 'coder', input: 'hi', text: { format: { type: 'json_schema', name: 'answer', schema, strict: true } } });
       expect(up.received[0].body.response_format).toEqual({ type: 'json_schema', json_schema: { name: 'answer', schema, strict: true } });
@@ -220,7 +180,7 @@ describe('the Responses API, stateless', () => {
       await sleep(100);
       expect(await readBalance(gw.redis.client, gw.account)).toEqual(before);
 
-      up.setScript(answering());
+      up.setScript(greeting());
       await gw.client.responses.stream({ model: 'coder', input: 'hi' }).finalResponse();
       // 36 uncached × 1 + 64 cached × 0.1 + 5 output × 2 micro-units = 52.4, rounded up once.
       await until(async () => (await readBalance(gw.redis.client, gw.account))!.granted === before.granted - 53);

@@ -103,3 +103,44 @@ export function answering(usage: { prompt_tokens: number; completion_tokens: num
     replyJson(res, body);
   };
 }
+
+/** The usage the agent-API scripts below report: 64 of 100 prompt tokens cached, 2 of 5 reply tokens reasoning. */
+export const AGENT_USAGE = { prompt_tokens: 100, completion_tokens: 5, total_tokens: 105, prompt_tokens_details: { cached_tokens: 64 }, completion_tokens_details: { reasoning_tokens: 2 } };
+
+/** Answers "Hello there" (reasoning first where given), whole or streamed, finishing as `finish` says; the gateway's probe gets a model list. */
+export const greeting = (reasoning?: string, finish = 'stop'): Script => (req, res) => {
+  if (!req.path.endsWith('/chat/completions')) return replyJson(res, { data: [] });
+  if (req.body.stream) {
+    return writeEvents(res, [
+      chunk({ role: 'assistant', content: '' }),
+      ...(reasoning ? [chunk({ reasoning_content: reasoning })] : []),
+      chunk({ content: 'Hello' }),
+      chunk({ content: ' there' }),
+      chunk({}, finish),
+      { ...chunk({}), choices: [], usage: AGENT_USAGE },
+    ]);
+  }
+  const body = completionBody('Hello there', AGENT_USAGE);
+  body.choices[0].finish_reason = finish;
+  if (reasoning) (body.choices[0].message as Record<string, unknown>).reasoning_content = reasoning;
+  replyJson(res, body);
+};
+
+/** Calls `tool` with {"city": "Paris"} (its arguments streamed in two pieces), and once a tool message comes, answers "It is <result>.". */
+export const callingTool = (tool: string): Script => (req, res) => {
+  const result = req.body.messages.find((m: { role: string }) => m.role === 'tool');
+  if (result) return replyJson(res, completionBody(`It is ${result.content}.`, AGENT_USAGE));
+  const call = { index: 0, id: 'call_1', type: 'function', function: { name: tool, arguments: '' } };
+  if (req.body.stream) {
+    return writeEvents(res, [
+      chunk({ role: 'assistant', content: null, tool_calls: [call] }),
+      chunk({ tool_calls: [{ index: 0, function: { arguments: '{"city":' } }] }),
+      chunk({ tool_calls: [{ index: 0, function: { arguments: '"Paris"}' } }] }),
+      chunk({}, 'tool_calls'),
+      { ...chunk({}), choices: [], usage: AGENT_USAGE },
+    ]);
+  }
+  const body = completionBody('', AGENT_USAGE);
+  body.choices[0] = { index: 0, message: { role: 'assistant', content: null, tool_calls: [{ ...call, function: { name: tool, arguments: '{"city":"Paris"}' } }] } as never, finish_reason: 'tool_calls' };
+  replyJson(res, body);
+};
