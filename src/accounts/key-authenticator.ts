@@ -1,4 +1,5 @@
-// Turns `Authorization: Bearer <key>` into the calling account. Lookups are
+// Turns `Authorization: Bearer <key>` into the calling account, or says why
+// it is refused (the gateway makes that its 401). Lookups are
 // cached in-process; a revocation is published on Redis and every replica
 // drops the key from its cache at once. If the subscription drops, messages
 // may have been missed, so the whole cache is cleared when it comes back.
@@ -6,8 +7,7 @@ import { hash as oneShotHash } from 'node:crypto';
 import { LRUCache } from 'lru-cache';
 import type { Redis } from 'ioredis';
 import type { RateLimits } from '../ratelimit/rate-limiter.js';
-import { invalidApiKey } from '../protocol/errors.js';
-import { failClosed, subscriberFor } from '../redis/connection.js';
+import { subscriberFor } from '../redis/connection.js';
 import { redisKeys } from '../redis/keys.js';
 import { getAccount } from './accounts.js';
 import { findApiKeyByHash, hashApiKey, isWellFormedKey, maskedKey, touchApiKey, type ApiKeyRecord, type KeyBudget } from './api-keys.js';
@@ -21,6 +21,11 @@ export interface Caller {
   models: string[] | null;
   /** The key's spending budget; null for none. */
   budget: KeyBudget | null;
+}
+
+/** Why a key is refused, in words for its client. */
+export interface KeyRefusal {
+  refused: string;
 }
 
 interface KnownKey {
@@ -58,17 +63,18 @@ export class KeyAuthenticator {
     return auth;
   }
 
-  async authenticate(authorization: string | undefined): Promise<Caller> {
+  /** The caller, or why its key is refused; rejects only when Redis cannot be reached. */
+  async authenticate(authorization: string | undefined): Promise<Caller | KeyRefusal> {
     const match = /^Bearer\s+(\S+)\s*$/i.exec(authorization ?? '');
     if (!match) {
-      throw invalidApiKey(
-        authorization
+      return {
+        refused: authorization
           ? 'The Authorization header must be "Bearer <API_KEY>".'
           : "You didn't provide an API key. Send it in the Authorization header as \"Bearer <API_KEY>\"; create one on the platform's API keys page.",
-      );
+      };
     }
     const key = match[1];
-    if (!isWellFormedKey(key)) throw invalidApiKey('This is not a Parley API key. Keys look like sk-parley-... and are created on the platform.');
+    if (!isWellFormedKey(key)) return { refused: 'This is not a Parley API key. Keys look like sk-parley-... and are created on the platform.' };
     const digest = oneShotHash('sha256', key, 'base64');
     let hash = this.hashes.get(digest);
     if (!hash) {
@@ -77,11 +83,11 @@ export class KeyAuthenticator {
     }
     // A cached key is answered without waiting on anything.
     const known = this.cache.get(hash) ?? (await this.lookup(hash));
-    if (known === 'unknown') throw invalidApiKey(`Incorrect API key provided: ${maskedKey(key.slice(-4))}. Create a key on the platform's API keys page.`);
+    if (known === 'unknown') return { refused: `Incorrect API key provided: ${maskedKey(key.slice(-4))}. Create a key on the platform's API keys page.` };
     const { record, limits } = known;
-    if (record.revoked) throw invalidApiKey(`The API key ${maskedKey(record.suffix)} has been revoked. Create a new key on the platform's API keys page.`);
+    if (record.revoked) return { refused: `The API key ${maskedKey(record.suffix)} has been revoked. Create a new key on the platform's API keys page.` };
     if (record.expiresAt !== null && Date.now() >= record.expiresAt) {
-      throw invalidApiKey(`The API key ${maskedKey(record.suffix)} expired at ${new Date(record.expiresAt).toISOString()}. Create a new key on the platform's API keys page.`);
+      return { refused: `The API key ${maskedKey(record.suffix)} expired at ${new Date(record.expiresAt).toISOString()}. Create a new key on the platform's API keys page.` };
     }
     this.noteUse(hash, known);
     return { account: record.account, keyId: record.id, limits, models: record.models, budget: record.budget };
@@ -92,7 +98,7 @@ export class KeyAuthenticator {
   }
 
   private async lookup(hash: string): Promise<KnownKey | 'unknown'> {
-    const known = await failClosed(this.fetch(hash));
+    const known = await this.fetch(hash);
     this.cache.set(hash, known);
     return known;
   }

@@ -12,7 +12,7 @@ import { usageCsv } from '../billing/usage-events.js';
 import { inputs, OperationRefused, operations, type Operator } from '../operator/operations.js';
 import { ApiError, routeNotFound } from '../protocol/errors.js';
 import { readJsonBody, sendJson } from '../protocol/http-io.js';
-import { failClosed } from '../redis/connection.js';
+import { failClosed } from './fail-closed.js';
 import type { GatewayContext } from './context.js';
 
 const MAX_BODY_BYTES = 64 * 1024;

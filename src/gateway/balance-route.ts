@@ -5,7 +5,7 @@ import type { Caller } from '../accounts/key-authenticator.js';
 import { balanceSummary } from '../billing/credit-ledger.js';
 import { formatMicros } from '../billing/prices.js';
 import { sendJson } from '../protocol/http-io.js';
-import { failClosed } from '../redis/connection.js';
+import { failClosed } from './fail-closed.js';
 import type { GatewayContext } from './context.js';
 
 export async function getBalance(res: ServerResponse, ctx: GatewayContext, caller: Caller): Promise<void> {

@@ -7,11 +7,12 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Span } from '@opentelemetry/api';
 import type { Caller } from '../accounts/key-authenticator.js';
 import type { ApiName } from '../config.js';
-import { apiNotServed, modelNotFound } from '../protocol/errors.js';
+import { apiNotServed, invalidApiKey, modelNotFound } from '../protocol/errors.js';
 import { readJsonBody } from '../protocol/http-io.js';
 import { findModel, type RoutedModel, type RoutingTable } from '../routing/routing-table.js';
 import { Cancellation } from '../upstream/cancellation.js';
 import type { GatewayContext } from './context.js';
+import { failClosed } from './fail-closed.js';
 import { randomId } from './random-ids.js';
 
 export interface Exchange {
@@ -24,9 +25,16 @@ export interface Exchange {
 }
 
 /** The key as `Authorization: Bearer`, or as Anthropic's clients send it, `x-api-key`. */
-export function credentialOf(req: IncomingMessage): string | undefined {
+function credentialOf(req: IncomingMessage): string | undefined {
   const apiKey = req.headers['x-api-key'];
   return req.headers.authorization ?? (typeof apiKey === 'string' ? `Bearer ${apiKey}` : undefined);
+}
+
+/** The caller its key names: a 401 for a key refused, a 503 when Redis cannot be reached. */
+export async function authenticate(req: IncomingMessage, ctx: GatewayContext): Promise<Caller> {
+  const outcome = await failClosed(ctx.keys.authenticate(credentialOf(req)));
+  if ('refused' in outcome) throw invalidApiKey(outcome.refused);
+  return outcome;
 }
 
 /** The request's id: the client's `x-request-id` (or `x-client-request-id`, as OpenAI's clients name it) when it is a sensible one, else a random one. */
@@ -44,7 +52,7 @@ export async function openExchange(req: IncomingMessage, res: ServerResponse, ct
     upstreamCall.cancel();
   });
   ctx.lifecycle.onStop(res, () => upstreamCall.cancel());
-  const caller = await ctx.keys.authenticate(credentialOf(req));
+  const caller = await authenticate(req, ctx);
   const table = ctx.routing();
   const body = await readJsonBody(req, table.settings.maxBodyBytes);
   return { caller, table, body, upstreamCall, clientGone: () => clientGone };

@@ -11,7 +11,7 @@ import { ApiError, insufficientBalance, keyBudgetSpent, shuttingDown } from '../
 import { budgetPeriodField, budgetRenewsAt } from '../accounts/api-keys.js';
 import { redisKeys } from '../redis/keys.js';
 import { rateCheck } from '../ratelimit/rate-limiter.js';
-import { failClosed } from '../redis/connection.js';
+import { failClosed } from './fail-closed.js';
 import { NotReplicated } from '../redis/replication.js';
 import type { RoutedModel, RoutingTable } from '../routing/routing-table.js';
 import type { GatewayContext } from './context.js';

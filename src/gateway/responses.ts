@@ -9,7 +9,7 @@ import { KEEPS_NO_STATE, parseResponsesRequest, responsesToChat } from '../proto
 import { renderResponse, ResponseEventRenderer } from '../protocol/responses-response.js';
 import { chatMapped } from './chat-mapped.js';
 import type { GatewayContext } from './context.js';
-import { credentialOf } from './exchange.js';
+import { authenticate } from './exchange.js';
 import { handleGeneration } from './generation.js';
 
 const responses = chatMapped({
@@ -27,6 +27,6 @@ export function handleResponses(req: IncomingMessage, res: ServerResponse, ctx: 
 
 /** GET or DELETE /v1/responses/{id}: nothing was stored, so there is nothing to read or delete. */
 export async function storedResponse(req: IncomingMessage, ctx: GatewayContext, id: string): Promise<never> {
-  await ctx.keys.authenticate(credentialOf(req));
+  await authenticate(req, ctx);
   throw new ApiError(404, 'invalid_request_error', `No response with id '${id}': ${KEEPS_NO_STATE}.`, 'response_not_found', 'response_id');
 }

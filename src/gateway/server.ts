@@ -9,7 +9,7 @@ import { getBalance } from './balance-route.js';
 import { handleChatCompletion } from './chat-completions.js';
 import { handleCompletion } from './completions.js';
 import { handleEmbeddings } from './embeddings.js';
-import { credentialOf, requestIdOf } from './exchange.js';
+import { authenticate, requestIdOf } from './exchange.js';
 import { countMessageTokens, handleMessages } from './messages.js';
 import { handleResponses, storedResponse } from './responses.js';
 import { anthropicError } from '../protocol/messages-response.js';
@@ -53,7 +53,7 @@ export function createGatewayServer(ctx: GatewayContext): Server {
     if (await handlePlatform(req, res, ctx, path, new URLSearchParams(search))) return;
     const authenticated = method === 'GET' && (path === '/v1/models' || path.startsWith('/v1/models/') || path === '/user/balance');
     if (!authenticated) throw routeNotFound(method, path);
-    const caller = await ctx.keys.authenticate(credentialOf(req));
+    const caller = await authenticate(req, ctx);
     if (path === '/user/balance') return getBalance(res, ctx, caller);
     const shape = anthropicClient(req, path) ? 'anthropic' : 'openai';
     if (path === '/v1/models') return listModels(res, ctx.routing(), caller, shape);

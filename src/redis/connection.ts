@@ -6,7 +6,6 @@
 import { readFileSync } from 'node:fs';
 import type { ConnectionOptions } from 'node:tls';
 import { Cluster, Redis, type RedisOptions } from 'ioredis';
-import { ApiError, stateUnavailable } from '../protocol/errors.js';
 import { ConfigError } from '../config.js';
 import { trackReplication } from './replication.js';
 
@@ -138,15 +137,3 @@ export function subscriberFor(redis: Redis): Redis {
   return sub;
 }
 
-/**
- * Awaits Redis work on a request's behalf: an ApiError raised meanwhile
- * passes through, and any failure to reach Redis becomes the 503 the request
- * is answered with.
- */
-export async function failClosed<T>(work: Promise<T>): Promise<T> {
-  try {
-    return await work;
-  } catch (err) {
-    throw err instanceof ApiError ? err : stateUnavailable();
-  }
-}
