@@ -7,6 +7,7 @@ import { readFileSync, watch, type FSWatcher } from 'node:fs';
 import { basename, dirname, resolve } from 'node:path';
 import { LineCounter, parseDocument, isNode } from 'yaml';
 import { z } from 'zod';
+import { ConfigError } from './config-error.js';
 import { chatCompletionRequest } from './protocol/chat-request.js';
 
 /** The APIs a model may serve: chat completions, text completions, embeddings. */
@@ -190,7 +191,6 @@ export type BillingSettings = z.infer<typeof billingSettings>;
 export type RateLimitSettings = z.infer<typeof rateLimitSettings>;
 export type PlatformSettings = z.infer<typeof platformSettings>;
 
-export class ConfigError extends Error {}
 
 function fieldPath(path: PropertyKey[]): string {
   return path.map((k) => (typeof k === 'number' ? `[${k}]` : `.${String(k)}`)).join('').replace(/^\./, '');

@@ -7,14 +7,14 @@ import { existsSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { ConfigError } from './config.js';
+import { ConfigError } from './config-error.js';
 import { DEFAULT_MODEL_CONTEXT, DEFAULT_MODEL_FILE, ensureDefaultModel } from './engine/model-maker.js';
 import { startEngine } from './engine/server.js';
-import { DEMO_EMAIL } from './accounts/demo-account.js';
+import { DEMO_EMAIL } from './operator/demo-account.js';
 import { startGateway } from './gateway/start.js';
 import { isOperatorCommand, OPERATOR_USAGE, runOperatorCommand } from './operator/commands.js';
 import { CannotListen } from './listen.js';
-import { sharedRedisFromEnv } from './redis/connection.js';
+import { sharedRedisFromEnv } from './redis/shared-redis.js';
 
 const PACKAGE_ROOT = fileURLToPath(new URL('..', import.meta.url));
 const USAGE = `usage: parley <command> [options]

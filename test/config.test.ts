@@ -1,5 +1,6 @@
 import { afterEach, describe, expect, it } from 'vitest';
-import { ConfigError, parseRoutingFile } from '../src/config.js';
+import { ConfigError } from '../src/config-error.js';
+import { parseRoutingFile } from '../src/config.js';
 import { completionBody, replyJson, sleep, startFakeUpstream, type FakeUpstream } from './support/fake-upstream.js';
 import { modelEntry, postChat, startTestGateway, type TestGateway } from './support/gateway.js';
 

@@ -4,7 +4,7 @@
 import { randomBytes } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { ConfigError } from '../config.js';
+import { ConfigError } from '../config-error.js';
 
 export function resolveKeySecret(dataDir: string, sharedRedis: boolean): string {
   const fromEnv = process.env.PARLEY_KEY_SECRET;

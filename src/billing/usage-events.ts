@@ -2,7 +2,6 @@
 // Each account has a stream of its own, so that reading one account's usage
 // costs what that account used, not what every account did.
 import type { Redis } from 'ioredis';
-import { listAccounts } from '../accounts/accounts.js';
 import { redisKeys } from '../redis/keys.js';
 import { formatMicros } from './prices.js';
 
@@ -74,11 +73,6 @@ export async function* readUsageEvents(redis: Redis, account: string, filter: Us
     if (page.length < 1000) return;
     start = `(${page[page.length - 1][0]}`;
   }
-}
-
-/** Every account's events: account by account, each in time order. */
-export async function* readAllUsageEvents(redis: Redis, filter: UsageFilter = {}): AsyncGenerator<UsageEvent> {
-  for (const account of await listAccounts(redis)) yield* readUsageEvents(redis, account.id, filter);
 }
 
 const CSV_COLUMNS = 'time,request_id,account,key,model,endpoint,outcome,reason,prompt_tokens,cached_tokens,completion_tokens,cost,charged,user,api,reply_id';

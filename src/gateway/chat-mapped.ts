@@ -4,9 +4,8 @@
 // the upstream's dialect, reading its reply).
 import type { ClientApi } from '../config.js';
 import type { ChatCompletionRequest } from '../protocol/chat-request.js';
-import type { Completion, ReplyIdentity } from '../protocol/chat-response.js';
+import type { Completion, ReplyIdentity, ReplyRenderer } from '../protocol/chat-response.js';
 import { ApiError } from '../protocol/errors.js';
-import type { ReplyRenderer } from '../protocol/reply-stream.js';
 import { chat } from './chat-completions.js';
 import type { GenerationApi } from './generation.js';
 

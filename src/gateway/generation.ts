@@ -8,8 +8,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Span } from '@opentelemetry/api';
 import type { ApiName, ClientApi } from '../config.js';
-import type { Completion, ReplyIdentity, StreamEvent, Usage } from '../protocol/chat-response.js';
-import type { ReplyRenderer } from '../protocol/reply-stream.js';
+import type { Completion, ReplyIdentity, StreamEvent, Usage, ReplyRenderer } from '../protocol/chat-response.js';
 import { ApiError, checkContextWindow, promptTooLong } from '../protocol/errors.js';
 import { sendJson } from '../protocol/http-io.js';
 import type { RoutedEndpoint, RoutedModel } from '../routing/routing-table.js';

@@ -4,7 +4,7 @@
 import type { FSWatcher } from 'node:fs';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
-import { ensureDemoAccount } from '../accounts/demo-account.js';
+import { ensureDemoAccount } from '../operator/demo-account.js';
 import { KeyAuthenticator } from '../accounts/key-authenticator.js';
 import { resolveKeySecret } from '../accounts/server-secret.js';
 import { MICROS_PER_UNIT } from '../billing/prices.js';
@@ -14,7 +14,8 @@ import { SettlementQueue } from '../billing/settlement-queue.js';
 import { loadRoutingFile, watchRoutingFile } from '../config.js';
 import { LocalEngines } from '../engine/supervisor.js';
 import { listen } from '../listen.js';
-import { connectRedis, type SharedRedis } from '../redis/connection.js';
+import { connectRedis } from '../redis/connection.js';
+import type { SharedRedis } from '../redis/shared-redis.js';
 import { checkKeyLayout } from '../redis/key-layout.js';
 import { startPrivateRedis } from '../redis/private-server.js';
 import { PrefixSharing } from '../routing/prefix-sharing.js';

@@ -3,10 +3,9 @@
 // interval (also before it answered at all), the reply's events, its close
 // with the usage, and the error event on a broken one.
 import type { ServerResponse } from 'node:http';
-import type { StreamEvent, Usage } from '../protocol/chat-response.js';
+import type { StreamEvent, Usage, ReplyRenderer } from '../protocol/chat-response.js';
 import type { ApiError } from '../protocol/errors.js';
 import { SSE_HEADERS } from '../protocol/http-io.js';
-import type { ReplyRenderer } from '../protocol/reply-stream.js';
 
 export type StreamOutcome =
   | { kind: 'complete'; usage: Usage }

@@ -11,7 +11,7 @@ import { BUDGET_PERIODS, createApiKey, findApiKeyById, keySpend, listApiKeys, re
 import { createCreditCode } from '../billing/credit-codes.js';
 import { balanceSummary, changeCredit } from '../billing/credit-ledger.js';
 import { formatMicros, parseAmount } from '../billing/prices.js';
-import { readAllUsageEvents, readUsageEvents, type UsageEvent } from '../billing/usage-events.js';
+import { readUsageEvents, type UsageEvent, type UsageFilter } from '../billing/usage-events.js';
 import { redisKeys } from '../redis/keys.js';
 
 /** Who is acting: `cli` for the command, the admin token's name for the API. */
@@ -106,6 +106,11 @@ function limitsOf(input: z.infer<typeof inputs.keyLimits>, current?: ApiKeyRecor
     limits.budget = { limit, period: input.budgetPeriod ?? current?.budget?.period ?? 'total' };
   }
   return limits;
+}
+
+/** Every account's events: account by account, each in time order. */
+async function* everyAccountsUsage(redis: Redis, filter: UsageFilter): AsyncGenerator<UsageEvent> {
+  for (const account of await listAccounts(redis)) yield* readUsageEvents(redis, account.id, filter);
 }
 
 export const operations = {
@@ -231,7 +236,7 @@ export const operations = {
       return name === 'until' ? ms + 86_400_000 - 1 : ms;
     };
     const filter = { since: day('since'), until: day('until') };
-    return query.account ? readUsageEvents(op.redis, (await accountNamed(op, query.account)).id, filter) : readAllUsageEvents(op.redis, filter);
+    return query.account ? readUsageEvents(op.redis, (await accountNamed(op, query.account)).id, filter) : everyAccountsUsage(op.redis, filter);
   },
 
   /** The newest audit entries first. */

@@ -2,7 +2,6 @@
 // and the two renderers built on them: one whole `chat.completion` object, or
 // `chat.completion.chunk` server-sent events (SPEC 2.3, 6).
 import { STREAM_BROKE_OFF_BODY, type ApiError } from './errors.js';
-import type { ReplyRenderer } from './reply-stream.js';
 
 export interface TokenLogprob {
   token: string;
@@ -103,6 +102,27 @@ export function renderCompletion(identity: ReplyIdentity, completion: Completion
     choices: completion.choices,
     usage: usageBody(completion.usage),
   };
+}
+
+/**
+ * What a client API's renderer of a streamed reply is: the text of its
+ * server-sent events for each stage of the one event sequence every
+ * generation produces (normalized by the upstream's dialect). The stream
+ * relay (gateway/stream-relay.ts) writes what it returns, in order.
+ */
+export interface ReplyRenderer {
+  /** What opens the stream, before any content ('' where the API opens nothing). */
+  start(): string;
+  /** A run of plain content: the text that opens its block or choice ('' once open), and its pieces, kept apart because the run is long and joining would copy it. */
+  content(run: ContentRun): [opening: string, pieces: string];
+  /** A batch of deltas ('' when there is nothing to send). */
+  deltas(choices: ChoiceDelta[]): string;
+  /** What closes a reply that finished, with its usage. */
+  end(usage: Usage): string;
+  /** Sent whenever the upstream has been silent for the keep-alive interval. */
+  readonly keepAlive: string;
+  /** The event that ends a stream which cannot finish: the upstream broke off (no `err`), or failed after keep-alives had begun. */
+  failure(err?: ApiError): string;
 }
 
 export const SSE_DONE = 'data: [DONE]\n\n';

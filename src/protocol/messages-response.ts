@@ -2,9 +2,8 @@
 // named events (message_start, content blocks opened, filled and closed,
 // message_delta with the stop reason and usage, message_stop), and
 // Anthropic's error body, each rendered from the one normalized reply.
-import type { ChoiceDelta, Completion, ContentRun, ReplyIdentity, ToolCallFragment, Usage } from './chat-response.js';
+import type { ChoiceDelta, Completion, ContentRun, ReplyIdentity, ToolCallFragment, Usage, ReplyRenderer } from './chat-response.js';
 import type { ApiError, ErrorShape } from './errors.js';
-import type { ReplyRenderer } from './reply-stream.js';
 
 /** What stands in a thinking block's signature: Parley's upstreams sign nothing, and what comes back is dropped (messages-request.ts). */
 const UNSIGNED = 'parley-unsigned';

@@ -3,9 +3,8 @@
 // echoed, and the stream of typed events, each with its sequence number,
 // that builds the same object item by item, rendered from the one
 // normalized reply.
-import { SSE_KEEP_ALIVE, type ChoiceDelta, type Completion, type ContentRun, type ReplyIdentity, type ToolCallFragment, type Usage } from './chat-response.js';
+import { SSE_KEEP_ALIVE, type ChoiceDelta, type Completion, type ContentRun, type ReplyIdentity, type ToolCallFragment, type Usage, type ReplyRenderer } from './chat-response.js';
 import type { ApiError } from './errors.js';
-import type { ReplyRenderer } from './reply-stream.js';
 import { NAMESPACE_SEPARATOR, type ResponsesRequest } from './responses-request.js';
 
 type OutputItem = Record<string, unknown>;

@@ -5,8 +5,9 @@
 // finished by running it again. Gateways and operator commands refuse a
 // Redis still in the old layout rather than write a mix of both.
 import type { Cluster } from 'ioredis';
-import { ConfigError } from '../config.js';
-import { isCluster, type Redis } from './connection.js';
+import { ConfigError } from '../config-error.js';
+import type { Redis } from './connection.js';
+import { isCluster } from './shared-redis.js';
 import { accountTag, redisKeys } from './keys.js';
 
 const LAYOUT = '2';

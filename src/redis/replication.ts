@@ -4,8 +4,9 @@
 // scripts that move money (lua-script.ts: runDurably) WAIT for these.
 import calculateSlot from 'cluster-key-slot';
 import type { Cluster } from 'ioredis';
-import { ConfigError } from '../config.js';
-import { isCluster, type Redis, type SharedRedis } from './connection.js';
+import { ConfigError } from '../config-error.js';
+import type { Redis } from 'ioredis';
+import { isCluster, type SharedRedis } from './shared-redis.js';
 
 /**
  * How many replicas must have a hold or a settlement before it counts

@@ -6,7 +6,8 @@
 // Cluster, a script may only touch keys of one slot: there a turn's work
 // becomes one call per slot.
 import calculateSlot from 'cluster-key-slot';
-import { isCluster, type Redis } from './connection.js';
+import type { Redis } from './connection.js';
+import { isCluster } from './shared-redis.js';
 
 // A script's KEYS and ARGV grow with its batch; past this many items a turn's work goes in several calls.
 const MAX_BATCH = 64;

@@ -17,7 +17,8 @@ import { createCreditCode, redeemCreditCode } from '../../src/billing/credit-cod
 import { changeCredit, readBalance } from '../../src/billing/credit-ledger.js';
 import { readUsageEvents } from '../../src/billing/usage-events.js';
 import { startGateway, type RunningGateway } from '../../src/gateway/start.js';
-import type { Redis, SharedRedis } from '../../src/redis/connection.js';
+import type { Redis } from '../../src/redis/connection.js';
+import type { SharedRedis } from '../../src/redis/shared-redis.js';
 import { redisKeys } from '../../src/redis/keys.js';
 import { answering, sleep, startFakeUpstream, until, type FakeUpstream } from '../support/fake-upstream.js';
 import { asAdmin, modelEntry, TEST_KEY_SECRET } from '../support/gateway.js';

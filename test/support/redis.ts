@@ -6,7 +6,7 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
-import type { SharedRedis } from '../../src/redis/connection.js';
+import type { SharedRedis } from '../../src/redis/shared-redis.js';
 
 export interface TestRedis {
   url: string;

@@ -3,8 +3,8 @@
 import type { Redis } from 'ioredis';
 import { changeCredit } from '../billing/credit-ledger.js';
 import { redisKeys } from '../redis/keys.js';
-import { createAccount, findAccountByEmail } from './accounts.js';
-import { createApiKey } from './api-keys.js';
+import { createAccount, findAccountByEmail } from '../accounts/accounts.js';
+import { createApiKey } from '../accounts/api-keys.js';
 
 export const DEMO_EMAIL = 'demo@parley.local';
 
