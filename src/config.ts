@@ -184,7 +184,6 @@ const routingFile = z
 
 export type RoutingFile = z.infer<typeof routingFile>;
 export type ModelConfig = z.infer<typeof model>;
-export type EndpointConfig = z.infer<typeof endpoint>;
 export type LocalEngineConfig = z.infer<typeof localEngine>;
 export type GatewaySettings = z.infer<typeof gatewaySettings>;
 export type BillingSettings = z.infer<typeof billingSettings>;

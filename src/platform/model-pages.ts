@@ -84,10 +84,14 @@ export function showModel(req: IncomingMessage, res: ServerResponse, ctx: Platfo
   const model = ctx.routing().models.get(id);
   if (!model) return false;
   const c = model.config;
-  const ex = examples(model, baseUrl(req));
+  const base = baseUrl(req);
+  const ex = examples(model, base);
+  // Anthropic's clients add /v1 themselves.
+  const origin = base.replace(/\/v1$/, '');
   const currency = ctx.routing().billing.currency;
   const body = html`<p><a href="/platform/models">← Models</a></p><h1>${c.id}</h1>
     ${c.description ? html`<p>${c.description}</p>` : ''}
+    ${c.aliases.length ? html`<p data-testid="aliases">Also answers to ${c.aliases.map((a, i) => html`${i ? ', ' : ''}<code>${a}</code>`)}.</p>` : ''}
     <div class="cards">
       <div class="card"><div class="label">Context window</div><div class="value" data-testid="context-window">${c.contextWindow.toLocaleString('en-US')} tokens</div></div>
       <div class="card"><div class="label">Input, cache hit</div><div class="value">${price(c.pricesPerMillion.inputCacheHit)}</div><div class="muted">${currency} per million tokens</div></div>
@@ -104,7 +108,21 @@ export function showModel(req: IncomingMessage, res: ServerResponse, ctx: Platfo
         const target = i === 0 ? `example-${lang}` : `example-${e.api}-${lang}`;
         return html`<h4>${lang === 'curl' ? 'curl' : lang === 'python' ? 'Python' : 'Node'}</h4>
       <pre id="${target}">${e.code[lang]}</pre><button type="button" class="secondary" data-copy="${target}">Copy</button>`;
-      })}`)}`;
+      })}`)}
+    ${c.api.includes('chat') ? html`<h2>Coding agents</h2>
+      <p>Claude Code (Anthropic's Messages API), with this model's window so that it compacts in time:</p>
+      <pre id="agent-claude">ANTHROPIC_BASE_URL=${origin} ANTHROPIC_API_KEY=$PARLEY_API_KEY \\
+  CLAUDE_CODE_MAX_CONTEXT_TOKENS=${c.contextWindow} CLAUDE_CODE_AUTO_COMPACT_WINDOW=${c.contextWindow} claude --model ${c.id}</pre>
+      <p>Codex (OpenAI's Responses API), in <code>~/.codex/config.toml</code>:</p>
+      <pre id="agent-codex">model = "${c.id}"
+model_provider = "parley"
+model_context_window = ${c.contextWindow}
+
+[model_providers.parley]
+name = "Parley"
+base_url = "${base}"
+env_key = "PARLEY_API_KEY"
+wire_api = "responses"</pre>` : ''}`;
   sendPage(res, 200, page({ title: c.id, email: session.email, csrf: csrfToken(req, res), active: 'models' }, body));
   return true;
 }

@@ -32,6 +32,7 @@ beforeAll(async () => {
         supports: { tools: true, jsonOutput: false },
         description: 'The team model.',
         setup: 'vLLM with `--enable-prefix-caching`, 2 replicas.',
+        aliases: ['gpt-4o', 'claude-*-haiku-*'],
       }),
     ],
   });
@@ -117,6 +118,10 @@ describe('the platform in a browser', () => {
     expect(await page.textContent('main')).toContain('vLLM with --enable-prefix-caching');
     expect(await page.textContent('.setup code')).toBe('--enable-prefix-caching');
     expect(await page.textContent('[data-testid=supports]')).toBe('Text in, text out, with tool calls (tools, tool_choice). response_format is not passed to it.');
+    expect(await page.textContent('[data-testid=aliases]')).toBe('Also answers to gpt-4o, claude-*-haiku-*.');
+    expect(await page.textContent('#agent-claude')).toContain(`ANTHROPIC_BASE_URL=${gw.url} `);
+    expect(await page.textContent('#agent-claude')).toContain('CLAUDE_CODE_MAX_CONTEXT_TOKENS=32768');
+    expect(await page.textContent('#agent-codex')).toContain(`base_url = "${gw.url}/v1"`);
     await shot(page, '07-model-page');
 
     await page.goto(`${gw.url}/platform/api-keys`);
