@@ -104,8 +104,9 @@ export const freePort = () => 20000 + Math.floor(Math.random() * 20000);
  * `nodeArgs` such as --cpu-prof); resolves to its URL and demo key. Given
  * `replicaOf` (what an earlier call resolved to), it starts another replica
  * on the same data folder, and so the same private Redis and demo key.
+ * `root` is the checkout whose build runs (another revision's, for an A/B).
  */
-export async function startParley(models, gateway = {}, nodeArgs = [], replicaOf = undefined) {
+export async function startParley(models, gateway = {}, nodeArgs = [], replicaOf = undefined, root = ROOT) {
   const dir = replicaOf?.dataDir ?? mkdtempSync(join(tmpdir(), 'parley-bench-'));
   const config = join(dir, 'routing.json');
   writeFileSync(config, JSON.stringify({
@@ -115,7 +116,7 @@ export async function startParley(models, gateway = {}, nodeArgs = [], replicaOf
     models,
   }));
   const port = freePort();
-  const bin = join(ROOT, 'bin/parley.js');
+  const bin = join(root, 'bin/parley.js');
   const args = ['serve', '--config', config, '--port', String(port), '--host', '127.0.0.1', '--data-dir', dir];
   // The bin as an executable, as Parley is run (its first line holds its Node flags), on this Node. Extra
   // Node flags (some, such as --cpu-prof, are refused in NODE_OPTIONS) go on a command line of the bin's own.

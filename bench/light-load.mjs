@@ -1,0 +1,52 @@
+// Light load, A/B: this build against another revision's (built here from
+// git, on this checkout's node_modules), one connection posting whole
+// 256-token chat replies to the same fast scripted upstream, the two taking
+// turns, in the reverse order every other round. Prints each round's
+// requests/s and the ratio this build ÷ the other.
+//
+//   npm run build && node bench/light-load.mjs [revision, default 95dfa38] [seconds per run, default 10] [rounds, default 4]
+import { execFileSync } from 'node:child_process';
+import { existsSync, mkdtempSync, symlinkSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { apiLoad, benchModel, forked, median, ROOT, startParley, stopAll, WARMUP_SECONDS } from './support.mjs';
+
+const REVISION = process.argv[2] ?? '95dfa38';
+const SECONDS = Number(process.argv[3] ?? 10);
+const ROUNDS = Number(process.argv[4] ?? 4);
+
+/** A checkout of `revision` with its build, sharing this one's node_modules. */
+function buildOf(revision) {
+  const dir = mkdtempSync(join(tmpdir(), `parley-${revision}-`));
+  execFileSync('sh', ['-c', `git -C "${ROOT}" archive "${revision}" | tar -x -C "${dir}"`]);
+  if (!existsSync(join(dir, 'node_modules'))) symlinkSync(join(ROOT, 'node_modules'), join(dir, 'node_modules'));
+  execFileSync(process.execPath, ['node_modules/typescript/bin/tsc', '-p', 'tsconfig.json'], { cwd: dir, stdio: 'inherit' });
+  // Earlier revisions built a native addon too.
+  if (existsSync(join(dir, 'scripts/build-native.mjs'))) execFileSync(process.execPath, ['scripts/build-native.mjs'], { cwd: dir, stdio: 'inherit' });
+  return dir;
+}
+
+try {
+  const other = buildOf(REVISION);
+  const { port } = await forked('bench/fast-upstream.mjs', ['0']);
+  // A chat model in the routing file both revisions read (earlier ones knew no `api`).
+  const { api: _api, ...model } = benchModel(`http://127.0.0.1:${port}`);
+  const models = [model];
+  const targets = [['this build', await startParley(models)], [REVISION, await startParley(models, {}, [], undefined, other)]];
+  const load = (parley, seconds) => apiLoad(`${parley.url}/v1`, { authorization: `Bearer ${parley.key}` }, 'whole', 1, seconds);
+  for (const [, parley] of targets) await load(parley, WARMUP_SECONDS);
+  const ratios = [];
+  for (let round = 0; round < ROUNDS; round++) {
+    const reqs = {};
+    for (const [name, parley] of round % 2 ? [...targets].reverse() : targets) {
+      const r = await load(parley, SECONDS);
+      if (r.non2xx || r.errors) throw new Error(`${name}: ${r.non2xx} non-2xx, ${r.errors} errors`);
+      reqs[name] = r.requests.average;
+    }
+    ratios.push(reqs['this build'] / reqs[REVISION]);
+    console.log(`round ${round + 1}: this build ${Math.round(reqs['this build'])} req/s, ${REVISION} ${Math.round(reqs[REVISION])} req/s, ratio ${ratios.at(-1).toFixed(2)}`);
+  }
+  console.log(`this build / ${REVISION}: median ${median(ratios).toFixed(2)} (rounds: ${ratios.map((r) => r.toFixed(2)).join(' ')})`);
+} finally {
+  stopAll();
+}
