@@ -5,7 +5,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Span } from '@opentelemetry/api';
 import { messageText, parseChatCompletionRequest, passThroughFields, requestedMaxTokens, type ChatCompletionRequest } from '../protocol/chat-request.js';
 import { ChunkRenderer, renderCompletion } from '../protocol/chat-response.js';
-import { conversationText } from '../routing/prefix-blocks.js';
+import { cacheKeyText, conversationText } from '../routing/prefix-blocks.js';
 import { readCompletion, readStream } from '../upstream/client.js';
 import type { GatewayContext } from './context.js';
 import { handleGeneration, perChoiceBodies, type GenerationApi } from './generation.js';
@@ -32,7 +32,7 @@ export const chat: GenerationApi<ChatCompletionRequest> = {
     for (const m of request.messages) bound += Buffer.byteLength(messageText(m)) + FRAMING_TOKENS_PER_MESSAGE;
     return { tokens: [bound], exact: false };
   },
-  leadingText: (r) => conversationText(r.messages),
+  leadingText: (r) => (r.prompt_cache_key ? cacheKeyText(r.prompt_cache_key) : conversationText(r.messages)),
   withMaxTokens: (r, maxTokens) => ({ ...r, max_tokens: maxTokens, max_completion_tokens: maxTokens }),
   passThrough: (body, model) => passThroughFields(body, model.config.passThrough),
   upstreamRequest(endpoint, model, request, passThrough) {

@@ -18,6 +18,14 @@ export function conversationText(messages: ChatMessage[]): string {
   return text;
 }
 
+/**
+ * What a request that names its cache (OpenAI's `prompt_cache_key`: Codex
+ * sends its session id) routes by, in place of its leading text: two agent
+ * sessions with the same long system prompt then each keep their own
+ * upstream, as a session's cache needs.
+ */
+export const cacheKeyText = (key: string) => `prompt_cache_key\n${key}`;
+
 export function prefixBlocks(text: string): string[] {
   const count = Math.min(MAX_BLOCKS, Math.max(1, Math.floor(text.length / BLOCK_CHARS)));
   const blocks: string[] = [];

@@ -193,6 +193,26 @@ describe('prefix affinity through the gateway', () => {
       expect(new Set([...homes.values()].map((s) => [...s][0])).size).toBeGreaterThan(1);
     });
   });
+
+  it('routes by prompt_cache_key where a client names one: sessions with one system prompt each keep their own endpoint, spread over the pool', async () => {
+    const scripts = [answer('a'), answer('b'), answer('c'), answer('d')];
+    await withGatewayOn(scripts, (urls) => ({ gateway: noProbe, models: [modelEntry('m', urls.map((u) => vllm(u)))] }), async (gw) => {
+      const system = 'You are a coding agent. '.repeat(60);
+      const homes = new Map<number, Set<string>>();
+      for (let turn = 0; turn < 3; turn++) {
+        for (let session = 0; session < 8; session++) {
+          const reply = await gw.client.chat.completions.create({ model: 'm', prompt_cache_key: `session-${session}`, messages: [{ role: 'system', content: system }, { role: 'user', content: `turn ${turn}` }] });
+          if (!homes.has(session)) homes.set(session, new Set());
+          homes.get(session)!.add(reply.choices[0].message.content!);
+        }
+      }
+      for (const served of homes.values()) expect(served.size).toBe(1);
+      // 8 sessions over 4 endpoints: 2 each, where one shared prompt alone would send all 8 to one.
+      const perEndpoint = new Map<string, number>();
+      for (const served of homes.values()) perEndpoint.set([...served][0], (perEndpoint.get([...served][0]) ?? 0) + 1);
+      expect([...perEndpoint.values()]).toEqual([2, 2, 2, 2]);
+    });
+  });
 });
 
 describe('the operators\' view', () => {
