@@ -20,7 +20,7 @@ const messages = chatMapped({
   parse: parseMessagesRequest,
   toChat: messagesToChat,
   renderWhole: renderMessage,
-  renderer: (identity, _source, counted) => new MessageEventRenderer(identity, counted),
+  renderer: (identity, source, counted) => new MessageEventRenderer(identity, counted, source.stop_sequences),
 });
 
 export function handleMessages(req: IncomingMessage, res: ServerResponse, ctx: GatewayContext, span: Span, id: string): Promise<void> {

@@ -41,6 +41,8 @@ export interface Choice {
   message: AssistantMessage;
   logprobs: { content: TokenLogprob[] | null } | null;
   finish_reason: string | null;
+  /** The stop string that ended the choice, where the upstream says which (Anthropic's clients are told; chat's are not). */
+  matched_stop?: string;
 }
 
 export interface Completion {
@@ -53,6 +55,7 @@ export interface ChoiceDelta {
   delta: { role?: 'assistant'; content?: string | null; reasoning_content?: string; tool_calls?: ToolCallFragment[]; refusal?: string | null };
   logprobs: { content: TokenLogprob[] | null } | null;
   finish_reason: string | null;
+  matched_stop?: string;
 }
 
 /**
@@ -99,7 +102,7 @@ export function renderCompletion(identity: ReplyIdentity, completion: Completion
     object: 'chat.completion',
     created: identity.created,
     model: identity.model,
-    choices: completion.choices,
+    choices: completion.choices.map(({ matched_stop: _stop, ...choice }) => choice),
     usage: usageBody(completion.usage),
   };
 }
@@ -222,7 +225,8 @@ export class ChunkRenderer extends OpenAiChunks {
       if (bare && emptyDelta) continue;
       // The usual finishing chunk is written from text: stringifying it was 0.7% of a streamed request's main-thread time.
       const finishing = emptyDelta && c.logprobs === null && c.finish_reason !== null;
-      const choice = finishing ? `[{"index":${c.index},"delta":{},"logprobs":null,"finish_reason":${jsonString(c.finish_reason!)}}]` : JSON.stringify([{ ...c, delta }]);
+      const { matched_stop: _stop, ...openAiChoice } = c;
+      const choice = finishing ? `[{"index":${c.index},"delta":{},"logprobs":null,"finish_reason":${jsonString(c.finish_reason!)}}]` : JSON.stringify([{ ...openAiChoice, delta }]);
       out += sseData(this.prefix + choice + this.suffix);
     }
     return out;

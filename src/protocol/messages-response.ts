@@ -4,12 +4,18 @@
 // Anthropic's error body, each rendered from the one normalized reply.
 import type { ChoiceDelta, Completion, ContentRun, ReplyIdentity, ToolCallFragment, Usage, ReplyRenderer } from './chat-response.js';
 import type { ApiError, ErrorShape } from './errors.js';
+import type { MessagesRequest } from './messages-request.js';
 
 /** What stands in a thinking block's signature: Parley's upstreams sign nothing, and what comes back is dropped (messages-request.ts). */
 const UNSIGNED = 'parley-unsigned';
 
 const STOP_REASONS: Record<string, string> = { stop: 'end_turn', length: 'max_tokens', tool_calls: 'tool_use', function_call: 'tool_use', content_filter: 'refusal' };
-const stopReason = (finish: string | null) => STOP_REASONS[finish ?? 'stop'] ?? 'end_turn';
+
+/** Anthropic's stop reason, and the stop sequence when one of the request's ended the reply. */
+function stopOf(finish: string | null, matched: string | undefined, stopSequences: string[] | undefined) {
+  if (matched !== undefined && stopSequences?.includes(matched)) return { stop_reason: 'stop_sequence', stop_sequence: matched };
+  return { stop_reason: STOP_REASONS[finish ?? 'stop'] ?? 'end_turn', stop_sequence: null };
+}
 
 /** Anthropic's ids for tool calls start `toolu_`; the upstream's own id follows, so a result sent back names the same call. */
 const toolUseId = (id: string | undefined, fallback: string) => (id ? (id.startsWith('toolu_') ? id : `toolu_${id}`) : `toolu_${fallback}`);
@@ -29,8 +35,8 @@ function toolInput(args: string | undefined): unknown {
   }
 }
 
-export function renderMessage(identity: ReplyIdentity, completion: Completion) {
-  const { message, finish_reason } = completion.choices[0];
+export function renderMessage(identity: ReplyIdentity, completion: Completion, req: MessagesRequest) {
+  const { message, finish_reason, matched_stop } = completion.choices[0];
   const content: unknown[] = [];
   if (message.reasoning_content) content.push({ type: 'thinking', thinking: message.reasoning_content, signature: UNSIGNED });
   if (message.content) content.push({ type: 'text', text: message.content });
@@ -43,8 +49,7 @@ export function renderMessage(identity: ReplyIdentity, completion: Completion) {
     role: 'assistant',
     model: identity.model,
     content,
-    stop_reason: stopReason(finish_reason),
-    stop_sequence: null,
+    ...stopOf(finish_reason, matched_stop, req.stop_sequences),
     usage: usageOf(completion.usage),
   };
 }
@@ -59,8 +64,9 @@ export class MessageEventRenderer implements ReplyRenderer {
   private open: { kind: BlockKind; index: number; toolIndex?: number } | undefined;
   private blocks = 0;
   private finish: string | null = null;
+  private matchedStop: string | undefined;
 
-  constructor(private readonly identity: ReplyIdentity, private readonly countedPromptTokens: number) {}
+  constructor(private readonly identity: ReplyIdentity, private readonly countedPromptTokens: number, private readonly stopSequences: string[] | undefined) {}
 
   start(): string {
     const message = { id: this.identity.id, type: 'message', role: 'assistant', model: this.identity.model, content: [], stop_reason: null, stop_sequence: null, usage: { input_tokens: this.countedPromptTokens, cache_creation_input_tokens: 0, cache_read_input_tokens: 0, output_tokens: 0 } };
@@ -82,13 +88,16 @@ export class MessageEventRenderer implements ReplyRenderer {
       if (thinking) out += this.ensure('thinking') + this.delta({ type: 'thinking_delta', thinking });
       if (text) out += this.ensure('text') + this.delta({ type: 'text_delta', text });
       for (const call of calls ?? []) out += this.toolPiece(call);
-      if (c.finish_reason) this.finish = c.finish_reason;
+      if (c.finish_reason) {
+        this.finish = c.finish_reason;
+        this.matchedStop = c.matched_stop;
+      }
     }
     return out;
   }
 
   end(usage: Usage): string {
-    const delta = { type: 'message_delta', delta: { stop_reason: stopReason(this.finish), stop_sequence: null }, usage: usageOf(usage) };
+    const delta = { type: 'message_delta', delta: stopOf(this.finish, this.matchedStop, this.stopSequences), usage: usageOf(usage) };
     return this.close() + event('message_delta', JSON.stringify(delta)) + event('message_stop', '{"type":"message_stop"}');
   }
 

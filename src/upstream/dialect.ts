@@ -60,6 +60,8 @@ export interface DialectQuirks {
   requestFaultMessage?: RegExp;
   /** The fields this upstream writes around every streamed chunk that say nothing; absent where its chunks are framed otherwise (no quick path). */
   chunkFraming?: ChunkFraming;
+  /** Where this upstream says which stop string ended a choice (vLLM's `stop_reason`, SGLang's `matched_stop`). */
+  matchedStop?: (choice: Record<string, any>) => unknown;
   /** Where this upstream reports cached prompt tokens. */
   cachedTokens: (usage: Record<string, any>, whole: Record<string, any>) => number | undefined;
 }
@@ -134,6 +136,13 @@ export function openAiCompatible(quirks: DialectQuirks): Dialect {
     return usage;
   };
 
+  /** `choice` with the stop string that ended it, where this upstream says one did. */
+  const withMatchedStop = <C extends Choice | ChoiceDelta>(c: Json, choice: C): C => {
+    const stop = c.finish_reason === 'stop' ? quirks.matchedStop?.(c) : undefined;
+    if (typeof stop === 'string') choice.matched_stop = stop;
+    return choice;
+  };
+
   const parse = (text: string): Json => {
     try {
       const v = JSON.parse(text);
@@ -158,7 +167,7 @@ export function openAiCompatible(quirks: DialectQuirks): Dialect {
     }
     const out: StreamEvent = {};
     if (Array.isArray(body.choices) && body.choices.length > 0) {
-      out.choices = body.choices.map((c: Json, i: number): ChoiceDelta => ({
+      out.choices = body.choices.map((c: Json, i: number): ChoiceDelta => withMatchedStop(c, {
         index: typeof c.index === 'number' ? c.index : i,
         ...choiceOf(c),
         finish_reason: c.finish_reason ?? null,
@@ -200,7 +209,7 @@ export function openAiCompatible(quirks: DialectQuirks): Dialect {
     completion(raw) {
       const body = raw as Json;
       if (!body || !Array.isArray(body.choices)) throw new UpstreamBrokeOff('the upstream reply has no choices');
-      const choices: Choice[] = body.choices.map((c: Json, i: number) => ({
+      const choices: Choice[] = body.choices.map((c: Json, i: number) => withMatchedStop(c, {
         index: typeof c.index === 'number' ? c.index : i,
         message: assistantMessage(c.message ?? {}),
         logprobs: logprobsOf(c.logprobs),

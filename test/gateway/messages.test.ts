@@ -6,8 +6,8 @@ import Anthropic from '@anthropic-ai/sdk';
 import { describe, expect, it } from 'vitest';
 import { readBalance } from '../../src/billing/credit-ledger.js';
 import { readUsageEvents, type UsageEvent } from '../../src/billing/usage-events.js';
-import { callingTool, chunk, greeting, sleep, until, type Script } from '../support/fake-upstream.js';
-import { makeAccount, modelEntry, withGatewayOn, type TestGateway } from '../support/gateway.js';
+import { callingTool, chunk, completionBody, greeting, replyJson, sleep, until, writeEvents, type Script } from '../support/fake-upstream.js';
+import { makeAccount, modelEntry, postChat, withGatewayOn, type TestGateway } from '../support/gateway.js';
 
 const model = (kind: string) => (urls: string[]) => ({
   models: [modelEntry('coder', urls.map((url) => ({ kind, url, upstreamModel: 'served-name' })), { supports: { tools: true }, contextWindow: 16_384, aliases: ['claude-*-haiku-*', 'gpt-4o'] })],
@@ -166,6 +166,29 @@ describe('the Messages API and its clients', () => {
       // 36 uncached × 1 + 64 cached × 0.1 + 5 output × 2 micro-units = 52.4, rounded up once.
       await until(async () => (await readBalance(gw.redis.client, gw.account))!.granted === before.granted - 53);
     });
+  });
+
+  it('says which stop sequence ended the reply where the upstream says (vLLM, SGLang), whole and streamed; chat clients are not told', async () => {
+    for (const [kind, field] of [['vllm', 'stop_reason'], ['sglang', 'matched_stop']]) {
+      const stopped: Script = (req, res) => {
+        if (!req.body.stream) {
+          const body = completionBody('Done', { prompt_tokens: 3, completion_tokens: 1 });
+          (body.choices[0] as Record<string, unknown>)[field] = '###';
+          return replyJson(res, body);
+        }
+        writeEvents(res, [chunk({ role: 'assistant', content: 'Done' }), { ...chunk({}, 'stop'), choices: [{ index: 0, delta: {}, finish_reason: 'stop', [field]: '###' }] }, { ...chunk({}), choices: [], usage: { prompt_tokens: 3, completion_tokens: 1 } }]);
+      };
+      await withGatewayOn([stopped], model(kind), async (gw) => {
+        const ask = { model: 'coder', max_tokens: 10, stop_sequences: ['###'], messages: [{ role: 'user' as const, content: 'hi' }] };
+        expect(await anthropic(gw).messages.create(ask)).toMatchObject({ stop_reason: 'stop_sequence', stop_sequence: '###' });
+        expect(await anthropic(gw).messages.stream(ask).finalMessage()).toMatchObject({ stop_reason: 'stop_sequence', stop_sequence: '###' });
+        expect(await anthropic(gw).messages.create({ ...ask, stop_sequences: ['END'] })).toMatchObject({ stop_reason: 'end_turn', stop_sequence: null });
+        const chat = await postChat(gw, { model: 'coder', messages: ask.messages, stop: ['###'] });
+        expect((await chat.json()).choices[0]).toEqual({ index: 0, message: { role: 'assistant', content: 'Done' }, logprobs: null, finish_reason: 'stop' });
+        const streamed = await (await postChat(gw, { model: 'coder', messages: ask.messages, stop: ['###'], stream: true })).text();
+        expect(streamed).not.toContain('###');
+      });
+    }
   });
 
   it('serves the names clients assume through aliases, and records the model that served', async () => {

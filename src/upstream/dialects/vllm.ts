@@ -3,6 +3,8 @@
 import { openAiCachedTokens, openAiCompatible } from '../dialect.js';
 
 export const vllm = openAiCompatible({
+  // The stop string that ended a choice (a token id when a stop token did).
+  matchedStop: (choice) => choice.stop_reason,
   // `user` is logged; `reasoning_effort` steers gpt-oss models.
   understands: ['user', 'reasoning_effort'],
   // Since 0.10.2: stop_reason and token_ids null on every choice, prompt_token_ids null on the first chunk.
