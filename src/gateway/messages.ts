@@ -8,6 +8,7 @@ import { messagesToChat, parseCountTokensRequest, parseMessagesRequest } from '.
 import { MessageEventRenderer, renderMessage } from '../protocol/messages-response.js';
 import { ApiError } from '../protocol/errors.js';
 import { sendJson } from '../protocol/http-io.js';
+import { upstreamPromptCount } from '../upstream/client.js';
 import { chat } from './chat-completions.js';
 import { chatMapped } from './chat-mapped.js';
 import type { GatewayContext } from './context.js';
@@ -29,7 +30,8 @@ export function handleMessages(req: IncomingMessage, res: ServerResponse, ctx: G
 
 /**
  * The prompt's tokens, not charged: the model's own tokenizer where it has
- * one, else an estimate from the text (about 3 bytes a token).
+ * one, else the count of an upstream that can count (vLLM's /tokenize), else
+ * an estimate from the text (about 3 bytes a token).
  */
 export async function countMessageTokens(req: IncomingMessage, res: ServerResponse, ctx: GatewayContext, span: Span): Promise<void> {
   const { caller, table, body } = await openExchange(req, res, ctx);
@@ -39,5 +41,8 @@ export async function countMessageTokens(req: IncomingMessage, res: ServerRespon
   if (request instanceof ApiError) throw request;
   const model = servingModel(table, request.model, 'chat', span, caller);
   const counted = chat.promptTokens(model, request);
-  sendJson(res, 200, { input_tokens: counted.exact ? counted.tokens[0] : estimatedTokens(counted.tokens[0]) });
+  if (counted.exact) return sendJson(res, 200, { input_tokens: counted.tokens[0] });
+  const counter = model.endpoints.find((e) => e.dialect.promptCount && ctx.router.state(e).breaker.isAvailable());
+  const upstreamCount = counter && (await upstreamPromptCount(counter, request.messages));
+  sendJson(res, 200, { input_tokens: upstreamCount ?? estimatedTokens(counted.tokens[0]) });
 }

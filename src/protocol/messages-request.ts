@@ -81,6 +81,8 @@ export function parseCountTokensRequest(body: unknown): MessagesRequest | ApiErr
  * prefix routing would scatter a session. It says nothing to the model.
  */
 const BILLING_HEADER = /^x-anthropic-billing-header:/;
+/** The header as the first line of a system prompt sent as one string. */
+const BILLING_HEADER_LINE = /^x-anthropic-billing-header:[^\n]*\n?/;
 
 type Block = z.infer<typeof block>;
 
@@ -88,7 +90,7 @@ const blocksText = (blocks: { type: string; text?: unknown }[]) => blocks.map((b
 
 function systemText(system: MessagesRequest['system']): string {
   if (system === undefined) return '';
-  if (typeof system === 'string') return system;
+  if (typeof system === 'string') return system.replace(BILLING_HEADER_LINE, '');
   return system.filter((b) => !BILLING_HEADER.test(b.text)).map((b) => b.text).join('\n');
 }
 

@@ -7,6 +7,7 @@
 // with the same backpressure: the socket pauses while the reader is behind.
 import { StringDecoder } from 'node:string_decoder';
 import { Agent, errors as undiciErrors, type Dispatcher } from 'undici';
+import type { ChatMessage } from '../protocol/chat-request.js';
 import type { StreamEvent } from '../protocol/chat-response.js';
 import { ApiError, Cancelled, upstreamFailed, upstreamUnreachable } from '../protocol/errors.js';
 import type { Cancellation } from './cancellation.js';
@@ -320,4 +321,23 @@ function describeFailure(err: unknown): string {
   if (err instanceof undiciErrors.BodyTimeoutError) return 'the upstream went silent past the idle timeout';
   const e = err as { code?: string; message?: string; cause?: { code?: string } };
   return e.cause?.code ?? e.code ?? e.message ?? 'unknown failure';
+}
+
+/** How long a prompt count may take before the gateway estimates instead. */
+const COUNT_TIMEOUT_MS = 2_000;
+
+/** The upstream's own count of a chat prompt, where its dialect can ask for one; undefined when it cannot or does not answer in time. */
+export async function upstreamPromptCount(endpoint: UpstreamEndpoint & { upstreamModel: string }, messages: ChatMessage[]): Promise<number | undefined> {
+  const counting = endpoint.dialect.promptCount;
+  if (!counting) return undefined;
+  const headers: Record<string, string> = { 'content-type': 'application/json' };
+  if (endpoint.apiKey) headers.authorization = `Bearer ${endpoint.apiKey}`;
+  try {
+    const res = await fetch(counting.url(endpoint.url), { method: 'POST', headers, body: JSON.stringify(counting.body(messages, endpoint.upstreamModel)), signal: AbortSignal.timeout(COUNT_TIMEOUT_MS) });
+    if (!res.ok) return undefined;
+    const count = counting.read(await res.json());
+    return typeof count === 'number' && Number.isInteger(count) && count >= 0 ? count : undefined;
+  } catch {
+    return undefined;
+  }
 }

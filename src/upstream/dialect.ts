@@ -24,6 +24,8 @@ export class UpstreamBrokeOff extends Error {}
 export interface Dialect {
   /** Whether one upstream call can return `n` choices; if not, the gateway fans out. */
   readonly multipleChoices: boolean;
+  /** Where this upstream counts a chat prompt's tokens as its template makes them, if it can. */
+  readonly promptCount?: PromptCount;
   /** The JSON body sent upstream. Streaming calls always ask for usage, so Parley can meter. */
   requestBody(req: ChatCompletionRequest, target: UpstreamTarget): Record<string, unknown>;
   /** A whole (non-streamed) reply. Throws UpstreamBrokeOff when it is not one. */
@@ -48,7 +50,15 @@ export interface Dialect {
   embeddingsInPlace(body: Buffer, model: string, encoding: 'float' | 'base64'): EmbeddingsInPlace | undefined;
 }
 
+/** An upstream's own count of a chat prompt: where to ask, what to send, where the count is in the answer. */
+export interface PromptCount {
+  url(baseUrl: string): string;
+  body(messages: ChatCompletionRequest['messages'], upstreamModel: string): Record<string, unknown>;
+  read(answer: Record<string, any>): unknown;
+}
+
 export interface DialectQuirks {
+  promptCount?: PromptCount;
   multipleChoices?: boolean;
   /** OpenAI takes `developer` and `max_completion_tokens`; most servers want `system` and `max_tokens`. */
   openAiNativeParams?: boolean;
@@ -180,6 +190,7 @@ export function openAiCompatible(quirks: DialectQuirks): Dialect {
 
   return {
     multipleChoices: quirks.multipleChoices ?? true,
+    promptCount: quirks.promptCount,
 
     requestBody(req, target) {
       const native = quirks.openAiNativeParams ?? false;

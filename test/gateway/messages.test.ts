@@ -126,10 +126,23 @@ describe('the Messages API and its clients', () => {
       // No tokenizer here: an estimate from the text, about 3 bytes a token.
       expect(counted.input_tokens).toBeGreaterThanOrEqual(100);
       expect(counted.input_tokens).toBeLessThan(120);
-      expect(up.received).toHaveLength(0);
+      expect(up.received.filter((r) => r.path.endsWith('/chat/completions'))).toHaveLength(0);
       expect(await readBalance(gw.redis.client, gw.account)).toEqual(before);
       const models = await anthropic(gw).models.list();
       expect(models.data).toEqual([{ type: 'model', id: 'coder', display_name: 'coder', created_at: expect.any(String), max_input_tokens: 16_384, max_tokens: 16_384 }]);
+    });
+  });
+
+  it("counts tokens with the upstream's own count where it has one (vLLM's /tokenize), and estimates where it cannot answer", async () => {
+    const counting: Script = (req, res) => (req.path === '/tokenize' ? replyJson(res, { count: 1234, max_model_len: 16_384, tokens: [] }) : greeting()(req, res));
+    await withGatewayOn([counting], model('vllm'), async (gw, [up]) => {
+      const ask = { model: 'coder', system: 'x-anthropic-billing-header: cc_version=1;', messages: [{ role: 'user' as const, content: 'count me' }] };
+      expect(await anthropic(gw).messages.countTokens(ask)).toEqual({ input_tokens: 1234 });
+      expect(up.received.at(-1)).toMatchObject({ path: '/tokenize', body: { model: 'served-name', messages: [{ role: 'user', content: 'count me' }] } });
+      up.setScript((_req, res) => replyJson(res, { error: 'not here' }, 404));
+      const estimated = await anthropic(gw).messages.countTokens(ask);
+      expect(estimated.input_tokens).toBeGreaterThan(0);
+      expect(estimated.input_tokens).toBeLessThan(20);
     });
   });
 

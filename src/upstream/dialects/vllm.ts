@@ -3,6 +3,12 @@
 import { openAiCachedTokens, openAiCompatible } from '../dialect.js';
 
 export const vllm = openAiCompatible({
+  // POST /tokenize at the server's root counts a chat prompt through the model's template.
+  promptCount: {
+    url: (base) => `${base.replace(/\/v1$/, '')}/tokenize`,
+    body: (messages, model) => ({ model, messages }),
+    read: (answer) => answer.count,
+  },
   // The stop string that ended a choice (a token id when a stop token did).
   matchedStop: (choice) => choice.stop_reason,
   // `user` is logged; `reasoning_effort` steers gpt-oss models.
