@@ -126,6 +126,17 @@ function chatMessagesOf(m: MessagesRequest['messages'][number], at: number): Cha
   return out;
 }
 
+/** The session Claude Code names in `metadata.user_id` (JSON holding a `session_id`), as a cache key: its turns then route together. */
+function claudeCodeSession(userId: string | null | undefined): string | undefined {
+  if (!userId?.startsWith('{')) return undefined;
+  try {
+    const session = (JSON.parse(userId) as { session_id?: unknown }).session_id;
+    return typeof session === 'string' && session ? `claude-code-session:${session}` : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
 const EFFORT: Record<string, ChatCompletionRequest['reasoning_effort']> = { low: 'low', medium: 'medium', high: 'high', max: 'high' };
 
 /** Anthropic's tool choice as OpenAI's, and whether parallel calls are allowed. */
@@ -151,6 +162,7 @@ export function messagesToChat(req: MessagesRequest): ChatCompletionRequest | Ap
   const tools = req.tools?.filter((t) => t.input_schema).map((t) => ({ type: 'function' as const, function: { name: t.name, description: t.description, parameters: t.input_schema } }));
   const effort = req.thinking?.type === 'disabled' ? undefined : req.output_config?.effort;
   const user = req.metadata?.user_id?.slice(0, 256);
+  const session = claudeCodeSession(req.metadata?.user_id);
   return {
     model: req.model,
     messages,
@@ -162,5 +174,6 @@ export function messagesToChat(req: MessagesRequest): ChatCompletionRequest | Ap
     ...(tools?.length ? { tools, ...toolChoiceOf(req.tool_choice) } : {}),
     ...(effort ? { reasoning_effort: EFFORT[effort] } : {}),
     ...(user ? { user } : {}),
+    ...(session ? { prompt_cache_key: session } : {}),
   };
 }

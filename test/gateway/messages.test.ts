@@ -146,6 +146,25 @@ describe('the Messages API and its clients', () => {
     });
   });
 
+  it("routes by Claude Code's session (metadata.user_id's session_id): sessions with one system prompt each keep their own endpoint", async () => {
+    const scripts = ['a', 'b', 'c', 'd'].map((name): Script => (req, res) => (req.path.endsWith('/chat/completions') ? replyJson(res, completionBody(name, { prompt_tokens: 3, completion_tokens: 1 })) : replyJson(res, { data: [] })));
+    await withGatewayOn(scripts, (urls) => ({ models: [modelEntry('coder', urls.map((url) => ({ kind: 'vllm', url })))] }), async (gw) => {
+      const system = 'You are Claude Code. '.repeat(80);
+      const homes = new Map<number, Set<string>>();
+      for (let turn = 0; turn < 3; turn++) {
+        for (let session = 0; session < 8; session++) {
+          const user_id = JSON.stringify({ device_id: 'd', account_uuid: '', session_id: `s-${session}` });
+          const reply = await anthropic(gw).messages.create({ model: 'coder', max_tokens: 10, system, metadata: { user_id }, messages: [{ role: 'user', content: `turn ${turn}` }] });
+          homes.set(session, (homes.get(session) ?? new Set()).add((reply.content[0] as { text: string }).text));
+        }
+      }
+      for (const served of homes.values()) expect(served.size).toBe(1);
+      const perEndpoint = new Map<string, number>();
+      for (const served of homes.values()) perEndpoint.set([...served][0], (perEndpoint.get([...served][0]) ?? 0) + 1);
+      expect([...perEndpoint.values()]).toEqual([2, 2, 2, 2]);
+    });
+  });
+
   it("answers every refusal with Anthropic's error body and status, which the SDK types", async () => {
     await withGatewayOn([greeting()], model('vllm'), async (gw) => {
       const ok = { model: 'coder', max_tokens: 10, messages: [{ role: 'user' as const, content: 'hi' }] };
