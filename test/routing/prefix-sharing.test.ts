@@ -1,12 +1,16 @@
 // Prefix placement as a fleet: three gateway replicas on one Redis learn the
-// same prefixes in the same order, and so send every tenant to the same
-// endpoint, without asking one another on the request path.
+// same prefixes in the same order, and so send every tenant (and every agent
+// session that names itself) to the same endpoint, without asking one
+// another on the request path.
+import Anthropic from '@anthropic-ai/sdk';
+import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { readBalance } from '../../src/billing/credit-ledger.js';
 import { PrefixAffinityPolicy } from '../../src/routing/policies/prefix-affinity.js';
 import { PrefixSharing, SHARE_INTERVAL_MS } from '../../src/routing/prefix-sharing.js';
 import { conversationText, prefixBlocks } from '../../src/routing/prefix-blocks.js';
-import { completionBody, replyJson, sleep, type Script } from '../support/fake-upstream.js';
-import { modelEntry, startTestGateway, withGatewayOn } from '../support/gateway.js';
+import { completionBody, replyJson, sleep, until, type Script } from '../support/fake-upstream.js';
+import { makeAccount, modelEntry, startTestGateway, withGatewayOn } from '../support/gateway.js';
 import { startTestRedis, type TestRedis } from '../support/redis.js';
 
 const tenantRequest = (tenant: number, question: string) => ({
@@ -90,4 +94,55 @@ describe('three gateway replicas on one Redis', () => {
       }
     });
   });
+
+  it("keep each agent session on one endpoint whichever replica it reaches, through the Messages and Responses APIs, with every account's books exact", async () => {
+    const named = (name: string): Script => (req, res) => (req.path.endsWith('/chat/completions') ? replyJson(res, completionBody(name, { prompt_tokens: 100, completion_tokens: 2, prompt_tokens_details: { cached_tokens: 60 } })) : replyJson(res, { data: [] }));
+    await withGatewayOn([named('a'), named('b'), named('c'), named('d')], (urls) => ({
+      gateway: { health: { probe: { intervalMs: 0 } } },
+      models: [modelEntry('m', urls.map((url) => ({ kind: 'vllm', url })))],
+    }), async (gw) => {
+      const config = { gateway: { health: { probe: { intervalMs: 0 } } }, models: [modelEntry('m', gw.context.routing().models.get('m')!.endpoints.map((e) => ({ kind: 'vllm', url: e.url })))] };
+      const others = [await startTestGateway(config, { redis: gw.redis }), await startTestGateway(config, { redis: gw.redis })];
+      const tenants = await Promise.all([0, 1, 2].map(() => makeAccount(gw.redis, 1)));
+      try {
+        const replicas = [gw, ...others];
+        const system = 'You are a coding agent with one long shared system prompt. '.repeat(30);
+        // Sessions 0-3 are Claude Code's (Messages, their session in metadata.user_id); 4-7 are Codex's (Responses, prompt_cache_key).
+        const turn = async (replica: number, session: number, text: string): Promise<string> => {
+          const { url } = replicas[replica];
+          const apiKey = tenants[session % 3].key;
+          if (session < 4) {
+            const metadata = { user_id: JSON.stringify({ device_id: 'd', account_uuid: '', session_id: `cc-${session}` }) };
+            const reply = await new Anthropic({ baseURL: url, apiKey, maxRetries: 0 }).messages.create({ model: 'm', max_tokens: 16, system, metadata, messages: [{ role: 'user', content: text }] });
+            return (reply.content[0] as { text: string }).text;
+          }
+          const reply = await new OpenAI({ baseURL: `${url}/v1`, apiKey, maxRetries: 0 }).responses.create({ model: 'm', instructions: system, input: text, prompt_cache_key: `codex-${session}` });
+          return reply.output_text;
+        };
+        for (let session = 0; session < 8; session++) await turn(session % 3, session, 'first');
+        await sleep(3 * SHARE_INTERVAL_MS);
+        const served = new Map<number, Set<string>>();
+        await Promise.all([0, 1, 2].map(async (round) => {
+          for (let session = 0; session < 8; session++) {
+            const endpoint = await turn((session + round) % 3, session, `turn ${round}`);
+            served.set(session, (served.get(session) ?? new Set()).add(endpoint));
+          }
+        }));
+        for (const endpoints of served.values()) expect(endpoints.size).toBe(1);
+        const homes = [...served.values()].map((s) => [...s][0]);
+        for (const e of ['a', 'b', 'c', 'd']) expect(homes.filter((h) => h === e)).toHaveLength(2);
+        // Each reply: 40 uncached × 1 + 60 cached × 0.1 + 2 output × 2 micro-units = 50.
+        for (const [i, tenant] of tenants.entries()) {
+          const replies = [0, 1, 2, 3, 4, 5, 6, 7].filter((session) => session % 3 === i).length * 4;
+          await until(async () => {
+            const b = (await readBalance(gw.redis.client, tenant.account))!;
+            return b.held === 0 && b.granted === 1_000_000 - 50 * replies;
+          });
+        }
+      } finally {
+        for (const o of others) await o.close();
+      }
+    });
+  });
 });
+
