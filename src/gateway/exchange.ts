@@ -1,8 +1,8 @@
 // The stages every API's request goes through before its own: the
-// request's id, the cancellation of its upstream call (when the client
-// leaves, even while its hold is on the way, or when shutdown's grace period
-// is over), the caller's key, the body, and the model, which must serve the
-// API asked for.
+// cancellation of its upstream call (when the client leaves, even while its
+// hold is on the way, or when shutdown's grace period is over), the caller's
+// key, the body, and the model, which must serve the API asked for. Also the
+// request's id, which the server gives every reply.
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Span } from '@opentelemetry/api';
 import type { Caller } from '../accounts/key-authenticator.js';

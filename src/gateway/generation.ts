@@ -1,5 +1,6 @@
 // The request path of the APIs that generate text (chat completions, text
-// completions), in one direction: the shared front (gateway/exchange.ts:
+// completions, and through chat's, Anthropic's Messages and OpenAI's
+// Responses: gateway/chat-mapped.ts), in one direction: the shared front (gateway/exchange.ts:
 // authenticate, read, find the model) → validate → check the context window
 // → rate limit and hold credit → route and forward (failing over before the
 // first byte) → normalize through the dialect → render (stream or whole) →
