@@ -21,7 +21,11 @@ const redactedThinkingBlock = z.looseObject({ type: z.literal('redacted_thinking
 /** Blocks a text model cannot take; refused with their place named (messagesToChat). */
 const unreadableBlock = z.looseObject({ type: z.enum(['image', 'document', 'search_result', 'container_upload']) });
 
-const block = z.discriminatedUnion('type', [textBlock, toolUseBlock, toolResultBlock, thinkingBlock, redactedThinkingBlock, unreadableBlock], {
+const knownBlock = z.discriminatedUnion('type', [textBlock, toolUseBlock, toolResultBlock, thinkingBlock, redactedThinkingBlock, unreadableBlock]);
+const KNOWN_BLOCK_TYPES = new Set(['text', 'tool_use', 'tool_result', 'thinking', 'redacted_thinking', 'image', 'document', 'search_result', 'container_upload']);
+/** Blocks of Anthropic's server tools (their calls and results) and later kinds: nothing a model here can read, so left out, as unknown fields are. */
+const otherBlock = z.looseObject({ type: z.string().refine((t) => !KNOWN_BLOCK_TYPES.has(t), 'this block lacks a field its type needs (a tool_use needs id, name and input; a tool_result, tool_use_id)') });
+const block = z.union([knownBlock, otherBlock], {
   error: 'expected a content block of type text, tool_use, tool_result, thinking, redacted_thinking, image or document',
 });
 const content = z.union([z.string(), z.array(block)], { error: 'expected a string or an array of content blocks' });
@@ -84,7 +88,7 @@ const BILLING_HEADER = /^x-anthropic-billing-header:/;
 /** The header as the first line of a system prompt sent as one string. */
 const BILLING_HEADER_LINE = /^x-anthropic-billing-header:[^\n]*\n?/;
 
-type Block = z.infer<typeof block>;
+type Block = z.infer<typeof knownBlock>;
 
 const blocksText = (blocks: { type: string; text?: unknown }[]) => blocks.map((b) => (b.type === 'text' && typeof b.text === 'string' ? b.text : '')).join('');
 
@@ -100,7 +104,9 @@ function chatMessagesOf(m: MessagesRequest['messages'][number], at: number): Cha
   const out: ChatMessage[] = [];
   let text = '';
   const toolCalls: { id: string; type: 'function'; function: { name: string; arguments: string } }[] = [];
-  for (const [i, b] of (m.content as Block[]).entries()) {
+  for (const [i, entry] of m.content.entries()) {
+    if (!KNOWN_BLOCK_TYPES.has(entry.type)) continue;
+    const b = entry as Block;
     switch (b.type) {
       case 'text':
         if (!(m.role === 'system' && BILLING_HEADER.test(b.text))) text += b.text;

@@ -29,8 +29,13 @@ const functionCallOutputItem = z.looseObject({
 });
 const reasoningItem = z.looseObject({ type: z.literal('reasoning'), summary: z.array(z.looseObject({ text: z.string().optional() })).optional() });
 const referenceItem = z.looseObject({ type: z.literal('item_reference'), id: z.string() });
+const knownItem = z.union([messageItem, functionCallItem, functionCallOutputItem, reasoningItem, referenceItem]);
+type KnownItem = z.infer<typeof knownItem>;
+const KNOWN_ITEM_TYPES = new Set(['message', 'function_call', 'function_call_output', 'reasoning', 'item_reference']);
+/** Items of tools Parley never offers (a hosted tool's call, a custom tool's): nothing a model here can read, so left out, as unknown fields are. */
+const otherItem = z.looseObject({ type: z.string().refine((t) => !KNOWN_ITEM_TYPES.has(t), 'this item lacks a field its type needs (a function_call needs call_id, name and arguments; a message, role and content)') });
 
-const item = z.union([messageItem, functionCallItem, functionCallOutputItem, reasoningItem, referenceItem], {
+const item = z.union([knownItem, otherItem], {
   error: 'expected an input item: a message, function_call, function_call_output, reasoning or item_reference',
 });
 
@@ -104,7 +109,9 @@ const partsText = (parts: { type: string; text?: unknown; refusal?: unknown }[])
 function chatMessagesOf(input: ResponsesRequest['input']): ChatMessage[] | ApiError {
   if (typeof input === 'string') return [{ role: 'user', content: input }];
   const messages: ChatMessage[] = [];
-  for (const [i, it] of input.entries()) {
+  for (const [i, entry] of input.entries()) {
+    if (!KNOWN_ITEM_TYPES.has(entry.type ?? 'message')) continue;
+    const it = entry as KnownItem;
     if (it.type === 'item_reference') {
       return invalidParameter(`input[${i}]`, `${KEEPS_NO_STATE}: input[${i}] is an item_reference to ${it.id}; send the item itself.`);
     }

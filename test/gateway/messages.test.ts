@@ -32,7 +32,7 @@ describe.each(['vllm', 'sglang', 'llamacpp'])('POST /v1/messages on %s', (kind) 
         system: [{ type: 'text', text: 'x-anthropic-billing-header: cc_version=2.1.328.593; cc_entrypoint=sdk-cli;' }, { type: 'text', text: 'You are a coding agent.', cache_control: { type: 'ephemeral' } }],
         messages: [
           { role: 'user', content: [{ type: 'text', text: 'hi', cache_control: { type: 'ephemeral' } }] },
-          { role: 'assistant', content: [{ type: 'thinking', thinking: 'earlier thoughts', signature: 'sig' }, { type: 'text', text: 'Hello.' }] },
+          { role: 'assistant', content: [{ type: 'thinking', thinking: 'earlier thoughts', signature: 'sig' }, { type: 'server_tool_use', id: 'srvtoolu_1', name: 'web_search', input: {} } as never, { type: 'text', text: 'Hello.' }] },
           { role: 'user', content: 'say hi' },
         ],
         stop_sequences: ['###'],
@@ -176,6 +176,8 @@ describe('the Messages API and its clients', () => {
       expect(await missing.json()).toEqual({ type: 'error', error: { type: 'invalid_request_error', message: "Missing required parameter: 'max_tokens'." } });
       const image = anthropic(gw).messages.create({ ...ok, messages: [{ role: 'user', content: [{ type: 'image', source: { type: 'base64', media_type: 'image/png', data: 'AAAA' } }] }] });
       await expect(image).rejects.toMatchObject({ status: 400, error: { error: { type: 'invalid_request_error', message: expect.stringContaining('messages.0.content.0: image blocks are not supported') } } });
+      const noId = anthropic(gw).messages.create({ ...ok, messages: [{ role: 'assistant', content: [{ type: 'tool_use', name: 'f', input: {} } as never] }] });
+      await expect(noId).rejects.toMatchObject({ status: 400, error: { error: { type: 'invalid_request_error' } } });
       const broke = await makeAccount(gw.redis, 0);
       await expect(anthropic(gw, broke.key).messages.create(ok)).rejects.toMatchObject({ status: 402, error: { type: 'error', error: { type: 'billing_error' } } });
     });

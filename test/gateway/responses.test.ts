@@ -30,6 +30,7 @@ describe.each(['vllm', 'sglang', 'llamacpp'])('POST /v1/responses on %s', (kind)
           { role: 'developer', content: [{ type: 'input_text', text: 'You are a coding agent.' }] },
           { type: 'message', role: 'user', content: [{ type: 'input_text', text: 'hi' }] },
           { type: 'reasoning', id: 'rs_1', summary: [], encrypted_content: 'opaque' },
+          { type: 'web_search_call', id: 'ws_1', status: 'completed', action: { type: 'search', query: 'q' } } as never,
           { role: 'assistant', content: 'Hello.' },
           { role: 'user', content: 'say hi' },
         ],
@@ -125,6 +126,7 @@ describe('the Responses API, stateless', () => {
       await expect(gw.client.responses.create({ model: 'coder', input: 'hi', conversation: 'conv_1' })).rejects.toMatchObject({ status: 400, param: 'conversation' });
       await expect(gw.client.responses.create({ model: 'coder', input: [{ type: 'item_reference', id: 'msg_1' }] })).rejects.toMatchObject({ status: 400, param: 'input[0]', message: expect.stringContaining('send the item itself') });
       await expect(gw.client.responses.create({ model: 'coder', input: [{ role: 'user', content: [{ type: 'input_image', image_url: 'https://x/y.png', detail: 'auto' }] }] })).rejects.toMatchObject({ status: 400, param: 'input[0].content[0]' });
+      await expect(gw.client.responses.create({ model: 'coder', input: [{ type: 'function_call', name: 'f', arguments: '{}' } as never] })).rejects.toMatchObject({ status: 400, message: expect.stringContaining('needs call_id') });
       await expect(gw.client.responses.retrieve('resp_1')).rejects.toMatchObject({ status: 404, message: expect.stringContaining('keeps no state') });
       await expect(gw.client.responses.delete('resp_1')).rejects.toMatchObject({ status: 404 });
       expect(up.received.filter((r) => r.path.endsWith('/chat/completions'))).toHaveLength(0);
