@@ -70,7 +70,12 @@ function responseObject(identity: ReplyIdentity, req: ResponsesRequest, output: 
   };
 }
 
-/** A text delta event: its head (up to its sequence number, made per item), then these around its literal. */
+/**
+ * A text delta event: its head (up to its sequence number, made per item),
+ * then these around its literal. Written from text, not an object per piece:
+ * `node bench/client-apis.mjs 8 4` gave streamed Responses ÷ chat 0.53 with
+ * an event object stringified per piece, 0.89 (6 rounds) written this way.
+ */
 const DELTA_MIDDLE = ',"delta":';
 const DELTA_TAIL = ',"logprobs":[]}\n\n';
 /** Stands for a sequence number, or a place, until it is written: a JSON string literal holds no raw control character. */
