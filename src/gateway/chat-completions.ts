@@ -1,5 +1,5 @@
 // POST /v1/chat/completions: what chat brings to the shared generation path
-// (gateway/generation.ts): OpenAI's chat schema, a prompt of messages, and
+// (gateway/api-path.ts): OpenAI's chat schema, a prompt of messages, and
 // `chat.completion` replies and chunks.
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Span } from '@opentelemetry/api';
@@ -7,14 +7,15 @@ import { messageText, parseChatCompletionRequest, passThroughFields, requestedMa
 import { ChunkRenderer, renderCompletion } from '../protocol/chat-response.js';
 import { cacheKeyText, conversationText } from '../routing/prefix-blocks.js';
 import { readCompletion, readStream } from '../upstream/client.js';
+import { mergeCompletions } from '../upstream/fan-out.js';
 import type { GatewayContext } from './context.js';
-import { handleGeneration, perChoiceBodies, type GenerationApi } from './generation.js';
+import { handleApiRequest, perChoiceBodies, type ApiDescriptor } from './api-path.js';
 
 // Without a tokenizer, a prompt is bounded by its UTF-8 bytes (a byte-level
 // tokenizer never makes more tokens than bytes) plus the template's framing.
 const FRAMING_TOKENS_PER_MESSAGE = 8;
 
-export const chat: GenerationApi<ChatCompletionRequest> = {
+export const chat: ApiDescriptor<ChatCompletionRequest> = {
   name: 'chat',
   serves: 'chat',
   idPrefix: 'chatcmpl-',
@@ -45,11 +46,11 @@ export const chat: GenerationApi<ChatCompletionRequest> = {
     return { path: '/chat/completions', bodies: perChoiceBodies(endpoint, body, request.n ?? 1, request.seed) };
   },
   readWhole: readCompletion,
-  readStream,
+  mergeWhole: mergeCompletions,
   renderWhole: renderCompletion,
-  renderer: (identity, r) => new ChunkRenderer(identity, r.stream_options?.include_usage === true),
+  streaming: { read: readStream, renderer: (identity, r) => new ChunkRenderer(identity, r.stream_options?.include_usage === true) },
 };
 
 export function handleChatCompletion(req: IncomingMessage, res: ServerResponse, ctx: GatewayContext, span: Span, id: string): Promise<void> {
-  return handleGeneration(chat, req, res, ctx, span, id);
+  return handleApiRequest(chat, req, res, ctx, span, id);
 }

@@ -6,8 +6,9 @@ import type { ClientApi } from '../config.js';
 import type { ChatCompletionRequest } from '../protocol/chat-request.js';
 import type { Completion, ReplyIdentity, ReplyRenderer } from '../protocol/chat-response.js';
 import { ApiError } from '../protocol/errors.js';
+import { readStream } from '../upstream/client.js';
 import { chat } from './chat-completions.js';
-import type { GenerationApi } from './generation.js';
+import type { ApiDescriptor } from './api-path.js';
 
 /** A request of such an API: as the client sent it, and as chat carries it. */
 export interface ChatMapped<S> {
@@ -24,7 +25,7 @@ export interface ChatMappedApi<S> {
   renderer(identity: ReplyIdentity, source: S, countedPromptTokens: number): ReplyRenderer;
 }
 
-export function chatMapped<S>(api: ChatMappedApi<S>): GenerationApi<ChatMapped<S>> {
+export function chatMapped<S>(api: ChatMappedApi<S>): ApiDescriptor<ChatMapped<S>> {
   return {
     name: api.name,
     serves: 'chat',
@@ -41,9 +42,9 @@ export function chatMapped<S>(api: ChatMappedApi<S>): GenerationApi<ChatMapped<S
     withMaxTokens: (r, maxTokens) => ({ ...r, chat: chat.withMaxTokens(r.chat, maxTokens) }),
     passThrough: chat.passThrough,
     upstreamRequest: (endpoint, model, r, passThrough) => chat.upstreamRequest(endpoint, model, r.chat, passThrough),
-    readWhole: chat.readWhole,
-    readStream: chat.readStream,
+    readWhole: (endpoint, body, r) => chat.readWhole(endpoint, body, r.chat),
+    mergeWhole: chat.mergeWhole,
     renderWhole: (identity, completion, r) => api.renderWhole(identity, completion, r.source),
-    renderer: (identity, r, counted) => api.renderer(identity, r.source, counted),
+    streaming: { read: readStream, renderer: (identity, r, counted) => api.renderer(identity, r.source, counted) },
   };
 }

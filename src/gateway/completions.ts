@@ -1,15 +1,16 @@
 // POST /v1/completions: what text completions bring to the shared generation
-// path (gateway/generation.ts): the legacy schema, a prompt of raw text (the
+// path (gateway/api-path.ts): the legacy schema, a prompt of raw text (the
 // prefix, for routing), and `text_completion` replies and chunks.
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Span } from '@opentelemetry/api';
 import { passThroughFields } from '../protocol/chat-request.js';
 import { parseCompletionRequest, promptsOf, renderTextCompletion, TextChunkRenderer, type CompletionRequest } from '../protocol/completions.js';
 import { readTextCompletion, readTextStream } from '../upstream/client.js';
+import { mergeCompletions } from '../upstream/fan-out.js';
 import type { GatewayContext } from './context.js';
-import { handleGeneration, perChoiceBodies, type GenerationApi } from './generation.js';
+import { handleApiRequest, perChoiceBodies, type ApiDescriptor } from './api-path.js';
 
-const completions: GenerationApi<CompletionRequest> = {
+const completions: ApiDescriptor<CompletionRequest> = {
   name: 'completions',
   serves: 'completions',
   idPrefix: 'cmpl-',
@@ -42,11 +43,11 @@ const completions: GenerationApi<CompletionRequest> = {
     return { path: '/completions', bodies };
   },
   readWhole: readTextCompletion,
-  readStream: readTextStream,
+  mergeWhole: mergeCompletions,
   renderWhole: renderTextCompletion,
-  renderer: (identity, r) => new TextChunkRenderer(identity, r.stream_options?.include_usage === true),
+  streaming: { read: readTextStream, renderer: (identity, r) => new TextChunkRenderer(identity, r.stream_options?.include_usage === true) },
 };
 
 export function handleCompletion(req: IncomingMessage, res: ServerResponse, ctx: GatewayContext, span: Span, id: string): Promise<void> {
-  return handleGeneration(completions, req, res, ctx, span, id);
+  return handleApiRequest(completions, req, res, ctx, span, id);
 }

@@ -1,57 +1,55 @@
-// POST /v1/embeddings through the same stages as chat: the shared front
-// (authenticate, read, find a model that serves embeddings) → validate →
-// rate limit and hold credit for the input at the input price → route and
-// forward, failing over before the first byte → read the vectors through
-// the dialect → reply → settle what the upstream counted.
+// POST /v1/embeddings: what embeddings bring to the shared path
+// (gateway/api-path.ts): OpenAI's embeddings schema, input held at the input
+// price for its upper bound and charged what the upstream counted, and the
+// vectors passed on as the upstream wrote them where they come in the
+// encoding asked for. Never streamed.
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Span } from '@opentelemetry/api';
+import type { Usage } from '../protocol/chat-response.js';
 import { embeddingInputs, parseEmbeddingsRequest, renderEmbeddings, type EmbeddingsRequest } from '../protocol/embeddings.js';
-import { ApiError } from '../protocol/errors.js';
-import { sendJson, sendJsonParts } from '../protocol/http-io.js';
 import { readBytes, readWhole } from '../upstream/client.js';
+import { handleApiRequest, WrittenReply, type ApiDescriptor } from './api-path.js';
 import type { GatewayContext } from './context.js';
-import { openExchange, servingModel } from './exchange.js';
-import { callWithFailover, type UpstreamCall } from './failover.js';
-import { Meter } from './metering.js';
-import { randomId } from './random-ids.js';
 
 /** The most tokens the input can be: token ids are counted, text is bounded by its UTF-8 bytes (a byte-level tokenizer never makes more). */
 function inputTokensBound(req: EmbeddingsRequest): number {
   return embeddingInputs(req).reduce((sum, input) => sum + (typeof input === 'string' ? Buffer.byteLength(input) + 2 : input.length), 0);
 }
 
-export async function handleEmbeddings(req: IncomingMessage, res: ServerResponse, ctx: GatewayContext, span: Span, id: string): Promise<void> {
-  const { caller, body, table, upstreamCall, clientGone } = await openExchange(req, res, ctx);
-  const request = parseEmbeddingsRequest(body);
-  if (request instanceof ApiError) throw request;
-  const model = servingModel(table, request.model, 'embeddings', span, caller);
-  const meter = await Meter.open(ctx, span, { table, caller, model, settlementId: randomId(), clientIds: { requestId: id, replyId: '' }, promptTokens: inputTokensBound(request), n: 0, maxReplyTokens: 0, user: request.user ?? undefined, api: 'embeddings' });
-  const first = embeddingInputs(request)[0];
-  const plan = ctx.router.plan(model, () => (typeof first === 'string' ? first : first.join(' ')));
-  let call: UpstreamCall | undefined;
-  try {
-    const upstreamRequest = (endpoint: UpstreamCall['endpoint']) => ({ path: '/embeddings', bodies: [endpoint.dialect.embeddingsBody(request, endpoint.upstreamModel)] });
-    call = await callWithFailover(ctx, span, { model, settings: table.settings, upstreamRequest, plan, account: caller.account, cancellation: upstreamCall });
-    const { endpoint } = call;
-    const encoding = request.encoding_format ?? 'float';
-    const headers = meter.rateLimitHeaders;
-    const bytes = await readBytes(call.bodies[0]);
-    const inPlace = endpoint.dialect.embeddingsInPlace(bytes, request.model, encoding);
-    let promptTokens: number;
-    if (inPlace) {
-      sendJsonParts(res, inPlace.parts, headers);
-      promptTokens = inPlace.promptTokens;
-    } else {
-      const reply = await readWhole(bytes.toString('utf8'), (json) => endpoint.dialect.embeddings(json));
-      sendJson(res, 200, renderEmbeddings(request.model, reply, encoding), headers);
-      promptTokens = reply.promptTokens;
-    }
-    const usage = { prompt_tokens: promptTokens, completion_tokens: 0, cached_tokens: 0 };
-    ctx.telemetry.recordUsage(model.config.id, usage);
-    meter.settle('complete', endpoint.name, usage);
-  } catch (err) {
-    throw meter.fail(err, call?.endpoint.name ?? '', clientGone());
-  } finally {
-    call?.release();
-  }
+/** An embeddings reply as read: the client's body (written, or to write) and what the upstream counted. */
+interface EmbeddingsWhole {
+  reply: WrittenReply | object;
+  usage: Usage;
+}
+
+const embeddings: ApiDescriptor<EmbeddingsRequest, EmbeddingsWhole> = {
+  name: 'embeddings',
+  serves: 'embeddings',
+  idPrefix: null,
+  parse: parseEmbeddingsRequest,
+  // No reply tokens: the hold is the input at the input price.
+  common: (r) => ({ model: r.model, n: 0, stream: false, maxTokens: 0, user: r.user ?? undefined }),
+  promptTokens: (_model, r) => ({ tokens: [inputTokensBound(r)], exact: false }),
+  leadingText: (r) => {
+    const first = embeddingInputs(r)[0];
+    return typeof first === 'string' ? first : first.join(' ');
+  },
+  withMaxTokens: (r) => r,
+  passThrough: () => ({}),
+  upstreamRequest: (endpoint, _model, r) => ({ path: '/embeddings', bodies: [endpoint.dialect.embeddingsBody(r, endpoint.upstreamModel)] }),
+  async readWhole(endpoint, body, r) {
+    const encoding = r.encoding_format ?? 'float';
+    const bytes = await readBytes(body);
+    const inPlace = endpoint.dialect.embeddingsInPlace(bytes, r.model, encoding);
+    if (inPlace) return { reply: new WrittenReply(inPlace.parts), usage: { prompt_tokens: inPlace.promptTokens, completion_tokens: 0, cached_tokens: 0 } };
+    const read = await readWhole(bytes.toString('utf8'), (json) => endpoint.dialect.embeddings(json));
+    return { reply: renderEmbeddings(r.model, read, encoding), usage: { prompt_tokens: read.promptTokens, completion_tokens: 0, cached_tokens: 0 } };
+  },
+  // One call per request.
+  mergeWhole: ([whole]) => whole,
+  renderWhole: (_identity, whole) => whole.reply,
+};
+
+export function handleEmbeddings(req: IncomingMessage, res: ServerResponse, ctx: GatewayContext, span: Span, id: string): Promise<void> {
+  return handleApiRequest(embeddings, req, res, ctx, span, id);
 }

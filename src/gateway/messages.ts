@@ -13,7 +13,7 @@ import { chat } from './chat-completions.js';
 import { chatMapped } from './chat-mapped.js';
 import type { GatewayContext } from './context.js';
 import { openExchange, servingModel } from './exchange.js';
-import { estimatedTokens, handleGeneration } from './generation.js';
+import { estimatedTokens, handleApiRequest } from './api-path.js';
 
 const messages = chatMapped({
   name: 'messages',
@@ -25,7 +25,7 @@ const messages = chatMapped({
 });
 
 export function handleMessages(req: IncomingMessage, res: ServerResponse, ctx: GatewayContext, span: Span, id: string): Promise<void> {
-  return handleGeneration(messages, req, res, ctx, span, id);
+  return handleApiRequest(messages, req, res, ctx, span, id);
 }
 
 /**

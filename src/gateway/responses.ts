@@ -10,7 +10,7 @@ import { renderResponse, ResponseEventRenderer } from '../protocol/responses-res
 import { chatMapped } from './chat-mapped.js';
 import type { GatewayContext } from './context.js';
 import { authenticate } from './exchange.js';
-import { handleGeneration } from './generation.js';
+import { handleApiRequest } from './api-path.js';
 
 const responses = chatMapped({
   name: 'responses',
@@ -22,7 +22,7 @@ const responses = chatMapped({
 });
 
 export function handleResponses(req: IncomingMessage, res: ServerResponse, ctx: GatewayContext, span: Span, id: string): Promise<void> {
-  return handleGeneration(responses, req, res, ctx, span, id);
+  return handleApiRequest(responses, req, res, ctx, span, id);
 }
 
 /** GET or DELETE /v1/responses/{id}: nothing was stored, so there is nothing to read or delete. */

@@ -1,20 +1,20 @@
-// The request path of the APIs that generate text (chat completions, text
-// completions, and through chat's, Anthropic's Messages and OpenAI's
-// Responses: gateway/chat-mapped.ts), in one direction: the shared front (gateway/exchange.ts:
+// The request path every API's request takes (chat completions, text
+// completions, embeddings, and through chat's, Anthropic's Messages and
+// OpenAI's Responses: gateway/chat-mapped.ts), in one direction: the shared front (gateway/exchange.ts:
 // authenticate, read, find the model) → validate → check the context window
 // → rate limit and hold credit → route and forward (failing over before the
 // first byte) → normalize through the dialect → render (stream or whole) →
 // settle. An API adds its schema, its upstream bodies, its readers and its
-// renderers (GenerationApi), not a second pipeline.
+// renderers (ApiDescriptor), not a second pipeline.
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Span } from '@opentelemetry/api';
 import type { ApiName, ClientApi } from '../config.js';
 import type { Completion, ReplyIdentity, StreamEvent, Usage, ReplyRenderer } from '../protocol/chat-response.js';
 import { ApiError, checkContextWindow, promptTooLong } from '../protocol/errors.js';
-import { sendJson } from '../protocol/http-io.js';
+import { sendJson, sendJsonParts } from '../protocol/http-io.js';
 import type { RoutedEndpoint, RoutedModel } from '../routing/routing-table.js';
 import type { UpstreamBody } from '../upstream/client.js';
-import { mergeCompletions, mergeStreams } from '../upstream/fan-out.js';
+import { mergeStreams, type FanOut } from '../upstream/fan-out.js';
 import type { GatewayContext } from './context.js';
 import { openExchange, servingModel } from './exchange.js';
 import { callWithFailover, type UpstreamCall, type UpstreamRequest } from './failover.js';
@@ -22,14 +22,26 @@ import { Meter } from './metering.js';
 import { randomId } from './random-ids.js';
 import { StreamRelay } from './stream-relay.js';
 
-/** What an API that generates text brings to the shared path. */
-export interface GenerationApi<R> {
+/** A reply already written, in parts (text around bytes passed on as they came): sent as it is. */
+export class WrittenReply {
+  constructor(readonly parts: (string | Buffer)[]) {}
+}
+
+/** A streamed reply: how the upstream's stream is read, and how the API renders it. */
+export interface Streaming<R> {
+  read(endpoint: RoutedEndpoint, body: UpstreamBody): AsyncGenerator<StreamEvent[]>;
+  /** The renderer of one streamed reply; `countedPromptTokens` is the prompt's exact count where the gateway has one, else 0. */
+  renderer(identity: ReplyIdentity, request: R, countedPromptTokens: number): ReplyRenderer;
+}
+
+/** What an API brings to the shared path. `W` is a whole reply as read from the upstream. */
+export interface ApiDescriptor<R, W extends { usage: Usage } = Completion> {
   /** The API, as usage events name it. */
   name: ClientApi;
   /** What a model must serve to be called through this API. */
-  serves: Extract<ApiName, 'chat' | 'completions'>;
-  /** What reply ids start with: `chatcmpl-`, `cmpl-`, `msg_`. */
-  idPrefix: string;
+  serves: ApiName;
+  /** What reply ids start with: `chatcmpl-`, `cmpl-`, `msg_`; null for replies without one (embeddings). */
+  idPrefix: string | null;
   parse(body: unknown): R | ApiError;
   /**
    * The fields every generation request has, under whatever names. With
@@ -48,11 +60,13 @@ export interface GenerationApi<R> {
   upstreamRequest(endpoint: RoutedEndpoint, model: RoutedModel, request: R, passThrough: Record<string, unknown>): UpstreamRequest;
   /** Engine extras the model passes through, from the raw body; a 400 where one holds invalid text. */
   passThrough(body: unknown, model: RoutedModel): Record<string, unknown> | ApiError;
-  readWhole(endpoint: RoutedEndpoint, body: UpstreamBody): Promise<Completion>;
-  readStream(endpoint: RoutedEndpoint, body: UpstreamBody): AsyncGenerator<StreamEvent[]>;
-  renderWhole(identity: ReplyIdentity, completion: Completion, request: R): unknown;
-  /** The renderer of one streamed reply; `countedPromptTokens` is the prompt's exact count where the gateway has one, else 0. */
-  renderer(identity: ReplyIdentity, request: R, countedPromptTokens: number): ReplyRenderer;
+  readWhole(endpoint: RoutedEndpoint, body: UpstreamBody, request: R): Promise<W>;
+  /** The whole replies of several calls as one (`n` fanned out, a batch of prompts). */
+  mergeWhole(parts: W[], fanOut: FanOut): W;
+  /** The reply's body: JSON, or a WrittenReply. */
+  renderWhole(identity: ReplyIdentity, whole: W, request: R): unknown;
+  /** Absent for an API that never streams. */
+  streaming?: Streaming<R>;
 }
 
 /**
@@ -68,7 +82,7 @@ const BYTES_PER_TOKEN_ESTIMATE = 3;
 export const estimatedTokens = (bytesBound: number) => Math.ceil(bytesBound / BYTES_PER_TOKEN_ESTIMATE);
 
 /** The reply cap per choice: what was asked, checked against the room the longest prompt leaves in the window, or fitted into it. */
-function replyCap(window: number, prompts: { tokens: number[]; exact: boolean }, asked: ReturnType<GenerationApi<unknown>['common']>): number {
+function replyCap(window: number, prompts: { tokens: number[]; exact: boolean }, asked: ReturnType<ApiDescriptor<unknown>['common']>): number {
   const longest = Math.max(...prompts.tokens);
   if (asked.fitToWindow) {
     const prompt = prompts.exact ? longest : estimatedTokens(longest);
@@ -90,7 +104,7 @@ export function perChoiceBodies(endpoint: RoutedEndpoint, body: Record<string, u
   });
 }
 
-export async function handleGeneration<R>(api: GenerationApi<R>, req: IncomingMessage, res: ServerResponse, ctx: GatewayContext, span: Span, id: string): Promise<void> {
+export async function handleApiRequest<R, W extends { usage: Usage }>(api: ApiDescriptor<R, W>, req: IncomingMessage, res: ServerResponse, ctx: GatewayContext, span: Span, id: string): Promise<void> {
   const started = performance.now();
   const { caller, table, body, upstreamCall, clientGone } = await openExchange(req, res, ctx);
   const parsed = api.parse(body);
@@ -104,17 +118,18 @@ export async function handleGeneration<R>(api: GenerationApi<R>, req: IncomingMe
   const maxReplyTokens = replyCap(model.config.contextWindow, prompts, asked);
   const replies = prompts.tokens.length * asked.n;
 
-  const identity: ReplyIdentity = { id: `${api.idPrefix}${id}`, created: Math.floor(Date.now() / 1000), model: asked.model };
-  span.setAttribute('parley.reply_id', identity.id);
-  const clientIds = { requestId: id, replyId: identity.id };
+  const identity: ReplyIdentity = { id: `${api.idPrefix ?? ''}${id}`, created: Math.floor(Date.now() / 1000), model: asked.model };
+  const clientIds = { requestId: id, replyId: api.idPrefix === null ? '' : identity.id };
+  if (clientIds.replyId) span.setAttribute('parley.reply_id', clientIds.replyId);
   const meter = await Meter.open(ctx, span, { table, caller, model, settlementId: randomId(), clientIds, promptTokens, n: replies, maxReplyTokens, user: asked.user, api: api.name });
   // A window or a balance that leaves room for fewer reply tokens than asked lowers the limit sent upstream.
   const request = meter.maxReplyTokens < (asked.maxTokens ?? maxReplyTokens) ? api.withMaxTokens(parsed, meter.maxReplyTokens) : parsed;
 
   const headers = meter.rateLimitHeaders;
-  const relay = asked.stream
+  const streaming = asked.stream ? api.streaming : undefined;
+  const relay = streaming
     ? new StreamRelay(res, {
-        renderer: api.renderer(identity, request, prompts.exact ? promptTokens : 0),
+        renderer: streaming.renderer(identity, request, prompts.exact ? promptTokens : 0),
         keepAliveMs: table.settings.keepAliveMs,
         headers,
         countedPromptTokens: prompts.exact ? promptTokens : 0,
@@ -134,14 +149,16 @@ export async function handleGeneration<R>(api: GenerationApi<R>, req: IncomingMe
     call = await callWithFailover(ctx, span, { model, settings: table.settings, upstreamRequest, plan: ctx.router.plan(model, () => api.leadingText(request)), account: caller.account, cancellation: upstreamCall });
     const { endpoint } = call;
     const fanOut = { choicesPerCall: replies / call.bodies.length, callsPerPrompt: call.bodies.length / prompts.tokens.length };
-    if (!relay) {
-      const parts = await Promise.all(call.bodies.map((b) => api.readWhole(endpoint, b)));
-      const completion = parts.length === 1 ? parts[0] : mergeCompletions(parts, fanOut);
-      sendJson(res, 200, api.renderWhole(identity, completion, request), headers);
-      complete(call, completion.usage);
+    if (!relay || !streaming) {
+      const parts = await Promise.all(call.bodies.map((b) => api.readWhole(endpoint, b, request)));
+      const whole = parts.length === 1 ? parts[0] : api.mergeWhole(parts, fanOut);
+      const reply = api.renderWhole(identity, whole, request);
+      if (reply instanceof WrittenReply) sendJsonParts(res, reply.parts, headers);
+      else sendJson(res, 200, reply, headers);
+      complete(call, whole.usage);
       return;
     }
-    const streams = call.bodies.map((b) => api.readStream(endpoint, b));
+    const streams = call.bodies.map((b) => streaming.read(endpoint, b));
     const outcome = await relay.run(streams.length === 1 ? streams[0] : mergeStreams(streams, fanOut));
     if (outcome.kind === 'complete') complete(call, outcome.usage);
     else if (outcome.kind === 'client_gone') meter.settle('client_gone', endpoint.name);
