@@ -61,6 +61,26 @@ describe('prefixes shared through Redis', () => {
   });
 });
 
+/**
+ * Asks each of 8 keys (tenants, sessions) once, through the replicas in
+ * turn, lets the fleet share what it saw, then asks 3 rounds more, each key
+ * through another replica each round (the rounds one after another, or at
+ * once): every key must keep one endpoint of a, b, c, d, two keys each.
+ */
+async function expectOneHomeEach(ask: (replica: number, key: number, text: string) => Promise<string>, rounds: 'in turn' | 'at once'): Promise<void> {
+  for (let k = 0; k < 8; k++) await ask(k % 3, k, 'first');
+  await sleep(3 * SHARE_INTERVAL_MS);
+  const served = new Map<number, Set<string>>();
+  const round = async (r: number) => {
+    for (let k = 0; k < 8; k++) served.set(k, (served.get(k) ?? new Set()).add(await ask((k + r) % 3, k, `round ${r}`)));
+  };
+  if (rounds === 'at once') await Promise.all([0, 1, 2].map(round));
+  else for (const r of [0, 1, 2]) await round(r);
+  for (const endpoints of served.values()) expect(endpoints.size).toBe(1);
+  const homes = [...served.values()].map((s) => [...s][0]);
+  for (const e of ['a', 'b', 'c', 'd']) expect(homes.filter((h) => h === e)).toHaveLength(2);
+}
+
 describe('three gateway replicas on one Redis', () => {
   it('send each tenant to one endpoint, whichever replica the client reaches', async () => {
     const named = (name: string): Script => (_req, res) => replyJson(res, completionBody(name, { prompt_tokens: 10, completion_tokens: 1 }));
@@ -77,18 +97,7 @@ describe('three gateway replicas on one Redis', () => {
           const reply = await r.client.chat.completions.create({ model: 'm', messages: [{ role: 'system', content: `Tenant ${tenant} has its own long instructions. `.repeat(20) }, { role: 'user', content: question }] });
           return reply.choices[0].message.content!;
         };
-        for (let t = 0; t < 8; t++) await ask(t % 3, t, 'hello');
-        await sleep(3 * SHARE_INTERVAL_MS);
-        const served = new Map<number, Set<string>>();
-        for (let round = 0; round < 3; round++) {
-          for (let t = 0; t < 8; t++) {
-            const endpoint = await ask((t + round) % 3, t, `question ${round}`);
-            served.set(t, (served.get(t) ?? new Set()).add(endpoint));
-          }
-        }
-        for (const endpoints of served.values()) expect(endpoints.size).toBe(1);
-        const homes = [...served.values()].map((s) => [...s][0]);
-        for (const e of ['a', 'b', 'c', 'd']) expect(homes.filter((h) => h === e)).toHaveLength(2);
+        await expectOneHomeEach(ask, 'in turn');
       } finally {
         for (const o of others) await o.close();
       }
@@ -119,18 +128,7 @@ describe('three gateway replicas on one Redis', () => {
           const reply = await new OpenAI({ baseURL: `${url}/v1`, apiKey, maxRetries: 0 }).responses.create({ model: 'm', instructions: system, input: text, prompt_cache_key: `codex-${session}` });
           return reply.output_text;
         };
-        for (let session = 0; session < 8; session++) await turn(session % 3, session, 'first');
-        await sleep(3 * SHARE_INTERVAL_MS);
-        const served = new Map<number, Set<string>>();
-        await Promise.all([0, 1, 2].map(async (round) => {
-          for (let session = 0; session < 8; session++) {
-            const endpoint = await turn((session + round) % 3, session, `turn ${round}`);
-            served.set(session, (served.get(session) ?? new Set()).add(endpoint));
-          }
-        }));
-        for (const endpoints of served.values()) expect(endpoints.size).toBe(1);
-        const homes = [...served.values()].map((s) => [...s][0]);
-        for (const e of ['a', 'b', 'c', 'd']) expect(homes.filter((h) => h === e)).toHaveLength(2);
+        await expectOneHomeEach(turn, 'at once');
         // Each reply: 40 uncached × 1 + 60 cached × 0.1 + 2 output × 2 micro-units = 50.
         for (const [i, tenant] of tenants.entries()) {
           const replies = [0, 1, 2, 3, 4, 5, 6, 7].filter((session) => session % 3 === i).length * 4;
