@@ -8,10 +8,11 @@
 // renderers (ApiDescriptor), not a second pipeline.
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Span } from '@opentelemetry/api';
-import type { ApiName, ClientApi } from '../config.js';
+import type { ApiName, ClientApi, GatewaySettings } from '../config.js';
 import type { Completion, ReplyIdentity, StreamEvent, Usage, ReplyRenderer } from '../protocol/chat-response.js';
 import { ApiError, checkContextWindow, promptTooLong } from '../protocol/errors.js';
 import { sendJson, sendJsonParts } from '../protocol/http-io.js';
+import { hintKey } from '../routing/affinity-key.js';
 import type { RoutedEndpoint, RoutedModel } from '../routing/routing-table.js';
 import type { UpstreamBody } from '../upstream/client.js';
 import { mergeStreams, type FanOut } from '../upstream/fan-out.js';
@@ -52,8 +53,10 @@ export interface ApiDescriptor<R, W extends { usage: Usage } = Completion> {
   common(request: R): { model: string; n: number; stream: boolean; maxTokens: number | undefined; user: string | undefined; fitToWindow?: boolean };
   /** Each prompt's tokens (one prompt, or a batch): counted exactly where the model has a tokenizer or the prompt is token ids, else an upper bound from the text. */
   promptTokens(model: RoutedModel, request: R): { tokens: number[]; exact: boolean };
-  /** The prompt from its start, for prefix routing. */
-  leadingText(request: R): string;
+  /** What prefix affinity keys the request by when the client gives no hint (routing/affinity-key.ts). */
+  affinityKey(request: R): string;
+  /** The client's own name for the cache it needs, where the API has one (`prompt_cache_key`). */
+  cacheHint?(request: R): string | null | undefined;
   /** The request with its reply cap lowered to what the balance pays for. */
   withMaxTokens(request: R, maxTokens: number): R;
   /** The upstream calls, prompt by prompt (see upstream/fan-out.ts). */
@@ -104,6 +107,24 @@ export function perChoiceBodies(endpoint: RoutedEndpoint, body: Record<string, u
   });
 }
 
+/** Claude Code names its session in this header, as well as in `metadata.user_id`, which the Messages mapping reads. */
+const CLAUDE_CODE_SESSION_HEADER = 'x-claude-code-session-id';
+
+/** The session a request header names: the one the routing file's `sessionHeader` names, else Claude Code's. */
+function sessionHeader(req: IncomingMessage, settings: GatewaySettings): string | undefined {
+  for (const name of [settings.sessionHeader, CLAUDE_CODE_SESSION_HEADER]) {
+    const value = name ? req.headers[name] : undefined;
+    if (typeof value === 'string' && value !== '') return value;
+  }
+  return undefined;
+}
+
+/** The request's affinity key: the client's hint (its `prompt_cache_key`, else a session header), else what its prompt says. */
+function affinityKey<R>(api: Pick<ApiDescriptor<R>, 'affinityKey' | 'cacheHint'>, request: R, req: IncomingMessage, settings: GatewaySettings): string {
+  const hint = api.cacheHint?.(request) ?? sessionHeader(req, settings);
+  return hint ? hintKey(hint) : api.affinityKey(request);
+}
+
 export async function handleApiRequest<R, W extends { usage: Usage }>(api: ApiDescriptor<R, W>, req: IncomingMessage, res: ServerResponse, ctx: GatewayContext, span: Span, id: string): Promise<void> {
   const started = performance.now();
   const { caller, table, body, upstreamCall, clientGone } = await openExchange(req, res, ctx);
@@ -146,7 +167,7 @@ export async function handleApiRequest<R, W extends { usage: Usage }>(api: ApiDe
   let call: UpstreamCall | undefined;
   try {
     const upstreamRequest = (endpoint: RoutedEndpoint) => api.upstreamRequest(endpoint, model, request, passThrough);
-    call = await callWithFailover(ctx, span, { model, settings: table.settings, upstreamRequest, plan: ctx.router.plan(model, () => api.leadingText(request)), account: caller.account, cancellation: upstreamCall });
+    call = await callWithFailover(ctx, span, { model, settings: table.settings, upstreamRequest, plan: ctx.router.plan(model, () => affinityKey(api, request, req, table.settings)), account: caller.account, cancellation: upstreamCall });
     const { endpoint } = call;
     const fanOut = { choicesPerCall: replies / call.bodies.length, callsPerPrompt: call.bodies.length / prompts.tokens.length };
     if (!relay || !streaming) {

@@ -5,7 +5,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Span } from '@opentelemetry/api';
 import { messageText, parseChatCompletionRequest, passThroughFields, requestedMaxTokens, type ChatCompletionRequest } from '../protocol/chat-request.js';
 import { ChunkRenderer, renderCompletion } from '../protocol/chat-response.js';
-import { cacheKeyText, conversationText } from '../routing/prefix-blocks.js';
+import { conversationKey } from '../routing/affinity-key.js';
 import { readCompletion, readStream } from '../upstream/client.js';
 import { mergeCompletions } from '../upstream/fan-out.js';
 import type { GatewayContext } from './context.js';
@@ -33,7 +33,8 @@ export const chat: ApiDescriptor<ChatCompletionRequest> = {
     for (const m of request.messages) bound += Buffer.byteLength(messageText(m)) + FRAMING_TOKENS_PER_MESSAGE;
     return { tokens: [bound], exact: false };
   },
-  leadingText: (r) => (r.prompt_cache_key ? cacheKeyText(r.prompt_cache_key) : conversationText(r.messages)),
+  affinityKey: (r) => conversationKey(r.messages),
+  cacheHint: (r) => r.prompt_cache_key,
   withMaxTokens: (r, maxTokens) => ({ ...r, max_tokens: maxTokens, max_completion_tokens: maxTokens }),
   passThrough: (body, model) => passThroughFields(body, model.config.passThrough),
   upstreamRequest(endpoint, model, request, passThrough) {

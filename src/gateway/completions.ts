@@ -5,6 +5,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Span } from '@opentelemetry/api';
 import { passThroughFields } from '../protocol/chat-request.js';
 import { parseCompletionRequest, promptsOf, renderTextCompletion, TextChunkRenderer, type CompletionRequest } from '../protocol/completions.js';
+import { leadingTextKey, PLACEMENT_CHARS } from '../routing/affinity-key.js';
 import { readTextCompletion, readTextStream } from '../upstream/client.js';
 import { mergeCompletions } from '../upstream/fan-out.js';
 import type { GatewayContext } from './context.js';
@@ -31,10 +32,11 @@ const completions: ApiDescriptor<CompletionRequest> = {
     return { tokens, exact: prompts.every((p) => typeof p !== 'string') };
   },
   // A batch routes by its first prompt.
-  leadingText: (r) => {
+  affinityKey: (r) => {
     const prompt = promptsOf(r)[0];
-    return typeof prompt === 'string' ? prompt : prompt.join(' ');
+    return leadingTextKey(typeof prompt === 'string' ? prompt : prompt.slice(0, PLACEMENT_CHARS).join(' '));
   },
+  cacheHint: (r) => r.prompt_cache_key,
   withMaxTokens: (r, maxTokens) => ({ ...r, max_tokens: maxTokens }),
   passThrough: (body, model) => passThroughFields(body, model.config.passThrough),
   upstreamRequest(endpoint, model, request, passThrough) {

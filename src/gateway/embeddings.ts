@@ -7,6 +7,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Span } from '@opentelemetry/api';
 import type { Usage } from '../protocol/chat-response.js';
 import { embeddingInputs, parseEmbeddingsRequest, renderEmbeddings, type EmbeddingsRequest } from '../protocol/embeddings.js';
+import { leadingTextKey, PLACEMENT_CHARS } from '../routing/affinity-key.js';
 import { readBytes, readWhole } from '../upstream/client.js';
 import { handleApiRequest, WrittenReply, type ApiDescriptor } from './api-path.js';
 import type { GatewayContext } from './context.js';
@@ -30,9 +31,9 @@ const embeddings: ApiDescriptor<EmbeddingsRequest, EmbeddingsWhole> = {
   // No reply tokens: the hold is the input at the input price.
   common: (r) => ({ model: r.model, n: 0, stream: false, maxTokens: 0, user: r.user ?? undefined }),
   promptTokens: (_model, r) => ({ tokens: [inputTokensBound(r)], exact: false }),
-  leadingText: (r) => {
+  affinityKey: (r) => {
     const first = embeddingInputs(r)[0];
-    return typeof first === 'string' ? first : first.join(' ');
+    return leadingTextKey(typeof first === 'string' ? first : first.slice(0, PLACEMENT_CHARS).join(' '));
   },
   withMaxTokens: (r) => r,
   passThrough: () => ({}),

@@ -9,7 +9,8 @@
 // is over, and only when the endpoint is to blame: not when the request
 // failed the same way everywhere it went (two endpoints answering it with
 // the same 5xx: its content is the cause, and counting it would let one
-// tenant's poison requests open a circuit every tenant shares).
+// tenant's poison requests open a circuit every tenant shares). A failure
+// that another endpoint then did not repeat is the endpoint's for certain.
 import { SpanStatusCode, type Span } from '@opentelemetry/api';
 import { ApiError, noHealthyUpstream, upstreamsBusy } from '../protocol/errors.js';
 import { QueueTimeout, type EndpointState } from '../routing/endpoint-state.js';
@@ -40,12 +41,12 @@ function requestAtFault(failed: FailedAttempt[]): boolean {
   return failed.length >= 2 && status !== undefined && failed.every((f) => f.err.upstreamStatus === status);
 }
 
-/** Counts the failed attempts against their endpoints, unless the request itself was at fault. */
-function blame(failed: FailedAttempt[], account: string, gaveUp: boolean): void {
-  const exonerated = gaveUp && requestAtFault(failed);
+/** Counts the failed attempts against their endpoints, unless the request itself was at fault; `served`: another endpoint then served it. */
+function blame(failed: FailedAttempt[], account: string, served: boolean): void {
+  const exonerated = !served && requestAtFault(failed);
   for (const { state, err } of failed) {
     if (exonerated) state.breaker.onNoVerdict();
-    else state.recordFailure(account, err.code === 'upstream_unreachable');
+    else state.recordFailure(account, err.code === 'upstream_unreachable', served);
   }
 }
 
@@ -70,10 +71,10 @@ export async function callWithFailover(ctx: GatewayContext, span: Span, forwardi
   const failed: FailedAttempt[] = [];
   try {
     const call = await walkPlan(ctx, span, forwarding, failed);
-    blame(failed, forwarding.account, false);
+    blame(failed, forwarding.account, true);
     return call;
   } catch (err) {
-    blame(failed, forwarding.account, true);
+    blame(failed, forwarding.account, false);
     throw err;
   }
 }

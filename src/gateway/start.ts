@@ -75,7 +75,7 @@ export async function startGateway(opts: GatewayOptions): Promise<RunningGateway
     let table: RoutingTable = await buildRoutingTable(routingFile, engines);
     const sharing = new PrefixSharing(redis);
     started.push(() => sharing.close());
-    const router = new Router(sharing);
+    const router = new Router(sharing, redis);
     router.apply(table);
     started.push(() => router.close());
     const lifecycle = new Lifecycle();

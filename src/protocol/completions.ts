@@ -35,6 +35,7 @@ export const completionRequest = z.object({
   stream: z.boolean().nullish(),
   stream_options: z.object({ include_usage: z.boolean().optional() }).nullish(),
   user: z.string().max(256).nullish(),
+  prompt_cache_key: z.string().max(1024).nullish(),
 });
 
 export type CompletionRequest = z.infer<typeof completionRequest>;

@@ -57,6 +57,8 @@ export const redisKeys = {
   loginAttempts: (client: string) => `${P}login-attempts:${client}`,
   /** Sorted sets of a model's prompt prefixes (routing placement keys), by when the fleet first and last saw each. */
   prefixes: (model: string) => ({ firstSeen: `${P}{prefixes:${model}}:first-seen`, lastSeen: `${P}{prefixes:${model}}:last-seen` }),
+  /** Hash: per gateway replica, when it last wrote (Redis time, ms) and its requests at each endpoint (JSON). */
+  fleetLoad: `${P}fleet-load`,
   /** Set when the demo account was made, so it is made once per Redis. */
   demoAccount: `${P}demo-account`,
   /** Stream of every operator action (CLI or admin API): actor, action, target, before, after. */

@@ -3,7 +3,10 @@
 // last `windowMs`, at least `failureThreshold` failures, making up at least
 // `failureRate` of the outcomes, from at least `minCallers` different
 // accounts. One tenant's requests, however many fail, cannot open a circuit
-// that every tenant shares. The active probe is a caller of its own, and
+// that every tenant shares, unless another endpoint then served them: a
+// failure that another endpoint does not repeat is the endpoint's, whoever
+// sent the request, and `failureThreshold` of those are evidence enough
+// (with the failure rate). The active probe is a caller of its own, and
 // `failureThreshold` probe failures in a row open the circuit by themselves;
 // a refused connection (nothing is listening) opens it at once. After
 // `openMs` the circuit half-opens and lets one request (or a probe) test it:
@@ -28,6 +31,8 @@ interface Slice {
   start: number;
   outcomes: number;
   failures: number;
+  /** Failures of requests that another endpoint then served. */
+  confirmed: number;
   failingCallers: Set<string>;
 }
 
@@ -76,11 +81,14 @@ export class CircuitBreaker {
     this.record(false, caller);
   }
 
-  /** `refused`: the connection itself was refused, so the endpoint is down now, not flaky. */
-  onFailure(caller: string, refused = false): void {
+  /**
+   * `refused`: the connection itself was refused, so the endpoint is down now, not flaky. `confirmed`: another
+   * endpoint then served the request, so the request was not the cause.
+   */
+  onFailure(caller: string, refused = false, confirmed = false): void {
     this.trialInFlight = false;
     if (caller === PROBE_CALLER) this.probeFailuresInARow++;
-    this.record(true, caller);
+    this.record(true, caller, confirmed);
     // Open or half-open already: any failure (the trial's included) opens it anew.
     if (refused || this.opened || this.probeFailuresInARow >= this.settings.failureThreshold || this.evidenceIsEnough()) {
       this.opened = true;
@@ -93,18 +101,19 @@ export class CircuitBreaker {
     this.trialInFlight = false;
   }
 
-  private record(failed: boolean, caller: string): void {
+  private record(failed: boolean, caller: string, confirmed = false): void {
     const now = this.now();
     const sliceMs = Math.max(1, this.settings.windowMs / SLICES);
     while (this.slices.length > 0 && this.slices[0].start <= now - this.settings.windowMs) this.slices.shift();
     let slice = this.slices.at(-1);
     if (!slice || now - slice.start >= sliceMs) {
-      slice = { start: now, outcomes: 0, failures: 0, failingCallers: new Set() };
+      slice = { start: now, outcomes: 0, failures: 0, confirmed: 0, failingCallers: new Set() };
       this.slices.push(slice);
     }
     slice.outcomes++;
     if (failed) {
       slice.failures++;
+      if (confirmed) slice.confirmed++;
       slice.failingCallers.add(caller);
     }
   }
@@ -113,12 +122,14 @@ export class CircuitBreaker {
     const { failureThreshold, failureRate, minCallers } = this.settings;
     const failing = new Set<string>();
     let failures = 0;
+    let confirmed = 0;
     let outcomes = 0;
     for (const s of this.slices) {
       outcomes += s.outcomes;
       failures += s.failures;
+      confirmed += s.confirmed;
       for (const caller of s.failingCallers) failing.add(caller);
     }
-    return failures >= failureThreshold && failures >= failureRate * outcomes && failing.size >= minCallers;
+    return failures >= failureThreshold && failures >= failureRate * outcomes && (failing.size >= minCallers || confirmed >= failureThreshold);
   }
 }

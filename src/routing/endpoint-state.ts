@@ -27,6 +27,7 @@ export interface EndpointSnapshot {
   queued: number;
   requests: number;
   failures: number;
+  /** The share of prompt tokens the upstream reported served from its cache, over the last CACHE_SHARE_MINUTES. */
   cachedTokenShare: number;
   latencyMs: { ewma: number | null; lastFirstByte: number | null };
 }
@@ -37,6 +38,14 @@ interface Waiter {
 }
 
 const EWMA_WEIGHT = 0.2;
+export const CACHE_SHARE_MINUTES = 5;
+
+/** Prompt and cached tokens of one minute. */
+interface MinuteOfUsage {
+  minute: number;
+  prompt: number;
+  cached: number;
+}
 
 export class QueueTimeout extends Error {}
 
@@ -48,13 +57,13 @@ export class EndpointState {
   readonly breaker: CircuitBreaker;
   private requests = 0;
   private failures = 0;
-  private promptTokens = 0;
-  private cachedTokens = 0;
+  /** The last CACHE_SHARE_MINUTES minutes that had usage, oldest first. */
+  private recentUsage: MinuteOfUsage[] = [];
   private latencyEwma: number | null = null;
   private lastLatency: number | null = null;
   limits: EndpointLimits;
 
-  constructor(readonly name: string, limits: EndpointLimits, breaker: BreakerSettings) {
+  constructor(readonly name: string, limits: EndpointLimits, breaker: BreakerSettings, private readonly now: () => number = Date.now) {
     this.limits = limits;
     this.breaker = new CircuitBreaker(breaker);
   }
@@ -145,15 +154,33 @@ export class EndpointState {
     this.latencyEwma = this.latencyEwma === null ? firstByteMs : this.latencyEwma * (1 - EWMA_WEIGHT) + firstByteMs * EWMA_WEIGHT;
   }
 
-  recordFailure(caller: string, refused: boolean): void {
+  recordFailure(caller: string, refused: boolean, confirmed: boolean): void {
     this.requests++;
     this.failures++;
-    this.breaker.onFailure(caller, refused);
+    this.breaker.onFailure(caller, refused, confirmed);
   }
 
   recordUsage(promptTokens: number, cachedTokens: number): void {
-    this.promptTokens += promptTokens;
-    this.cachedTokens += cachedTokens;
+    const minute = Math.floor(this.now() / 60_000);
+    let last = this.recentUsage.at(-1);
+    if (last?.minute !== minute) {
+      last = { minute, prompt: 0, cached: 0 };
+      this.recentUsage = [...this.recentUsage.filter((m) => m.minute > minute - CACHE_SHARE_MINUTES), last];
+    }
+    last.prompt += promptTokens;
+    last.cached += cachedTokens;
+  }
+
+  private recentCachedShare(): number {
+    const since = Math.floor(this.now() / 60_000) - CACHE_SHARE_MINUTES;
+    let prompt = 0;
+    let cached = 0;
+    for (const m of this.recentUsage) {
+      if (m.minute <= since) continue;
+      prompt += m.prompt;
+      cached += m.cached;
+    }
+    return prompt === 0 ? 0 : cached / prompt;
   }
 
   snapshot(): EndpointSnapshot {
@@ -166,7 +193,7 @@ export class EndpointState {
       queued: this.waiters,
       requests: this.requests,
       failures: this.failures,
-      cachedTokenShare: this.promptTokens === 0 ? 0 : this.cachedTokens / this.promptTokens,
+      cachedTokenShare: this.recentCachedShare(),
       latencyMs: { ewma: this.latencyEwma === null ? null : Math.round(this.latencyEwma), lastFirstByte: this.lastLatency },
     };
   }

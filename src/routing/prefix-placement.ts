@@ -57,7 +57,7 @@ function bound(placed: number, weight: number, totalWeight: number, slack: numbe
 
 export class PrefixPlacement<E extends PlacementEndpoint> {
   private readonly homes = new Map<string, E>();
-  private readonly counts = new Map<string, number>();
+  private readonly homeCounts = new Map<string, number>();
   private readonly totalWeight: number;
 
   /** `prefixes` in the order they were first seen. */
@@ -79,7 +79,12 @@ export class PrefixPlacement<E extends PlacementEndpoint> {
     const home = this.next(key);
     if (!home) return;
     this.homes.set(key, home);
-    this.counts.set(home.name, (this.counts.get(home.name) ?? 0) + 1);
+    this.homeCounts.set(home.name, (this.homeCounts.get(home.name) ?? 0) + 1);
+  }
+
+  /** How many prefixes each endpoint is home to. */
+  homesPerEndpoint(): Map<string, number> {
+    return new Map(this.homeCounts);
   }
 
   /** The home of `key`: its place among the known prefixes, or for a new one, where it would go next. */
@@ -90,6 +95,6 @@ export class PrefixPlacement<E extends PlacementEndpoint> {
   private next(key: string): E | undefined {
     const placed = this.homes.size + 1;
     const order = rendezvousOrder(key, this.endpoints);
-    return order.find((e) => (this.counts.get(e.name) ?? 0) < bound(placed, e.weight, this.totalWeight, this.slack)) ?? order[0];
+    return order.find((e) => (this.homeCounts.get(e.name) ?? 0) < bound(placed, e.weight, this.totalWeight, this.slack)) ?? order[0];
   }
 }

@@ -9,8 +9,9 @@ import { PROBE_CALLER } from './circuit-breaker.js';
 import { EndpointState, type EndpointSnapshot } from './endpoint-state.js';
 import { createPolicy } from './policies/index.js';
 import type { RoutingPolicy, RoutingRequest } from './policies/policy.js';
+import type { Redis } from 'ioredis';
+import { FleetLoad } from './fleet-load.js';
 import type { PrefixSharing } from './prefix-sharing.js';
-import { prefixBlocks } from './prefix-blocks.js';
 import type { RoutedEndpoint, RoutedModel, RoutingTable } from './routing-table.js';
 
 export interface RoutePlan {
@@ -19,9 +20,26 @@ export interface RoutePlan {
   request: RoutingRequest;
 }
 
+export interface EndpointView extends EndpointSnapshot {
+  /** Requests in flight and waiting there from every gateway replica. */
+  fleetLoad: number;
+  /** Affinity keys placed there (prefix affinity only). */
+  affinityKeys: number;
+  url: string;
+  priority: number;
+  weight: number;
+}
+
 export class Router {
-  /** `sharing`: where prefix placement learns the fleet's prefixes (without it, each replica goes by what it sees). */
-  constructor(private readonly sharing?: PrefixSharing) {}
+  private readonly fleet: FleetLoad | undefined;
+
+  /**
+   * With Redis, prefix placement learns the fleet's affinity keys (`sharing`) and loads count the fleet's requests
+   * (`redis`); without, each replica goes by what it sees.
+   */
+  constructor(private readonly sharing?: PrefixSharing, redis?: Redis) {
+    this.fleet = redis && new FleetLoad(redis, () => [...this.states].map(([name, state]): [string, number] => [name, state.load]));
+  }
 
   private readonly states = new Map<string, EndpointState>();
   private readonly policies = new Map<string, { key: string; policy: RoutingPolicy }>();
@@ -63,16 +81,16 @@ export class Router {
     }
   }
 
-  /** `leadingText`: the request's prompt from its start, asked for only by a policy that needs it. */
-  plan(model: RoutedModel, leadingText: () => string): RoutePlan {
+  /** `affinityKey`: which cache the request needs, asked for only by a policy that reads it. */
+  plan(model: RoutedModel, affinityKey: () => string): RoutePlan {
     const entry = this.policies.get(model.config.id)!;
-    const request: RoutingRequest = { prefixBlocks: model.endpoints.length > 1 && entry.policy.needsPrefix ? prefixBlocks(leadingText()) : [] };
+    const request: RoutingRequest = model.endpoints.length > 1 && entry.policy.needsKey ? { key: affinityKey() } : {};
     const priorities = [...new Set(model.endpoints.map((e) => e.priority))].sort((a, b) => a - b);
     const endpoints: RoutedEndpoint[] = [];
     for (const priority of priorities) {
       const group = model.endpoints
         .filter((e) => e.priority === priority && this.state(e).breaker.isAvailable())
-        .map((e) => ({ endpoint: e, name: e.name, load: this.state(e).load, weight: e.weight }));
+        .map((e) => ({ endpoint: e, name: e.name, load: this.state(e).load + (this.fleet?.othersAt(e.name) ?? 0), weight: e.weight }));
       endpoints.push(...entry.policy.order(group, request).map((c) => c.endpoint));
     }
     return { endpoints, request };
@@ -94,17 +112,28 @@ export class Router {
     return state;
   }
 
-  /** For operators: every model's endpoints with health, circuit, load, cache share and latency. */
-  snapshot(): { model: string; policy: string; endpoints: (EndpointSnapshot & { url: string; priority: number; weight: number })[] }[] {
+  /**
+   * For operators: every model's endpoints with health, circuit, load (this replica's and the fleet's), cache
+   * share, latency, and how many affinity keys (tenants, sessions) prefix affinity has placed on each.
+   */
+  snapshot(): { model: string; policy: string; endpoints: EndpointView[] }[] {
     if (!this.table) return [];
-    return [...this.table.models.values()].map((m) => ({
-      model: m.config.id,
-      policy: m.config.routing.policy,
-      endpoints: m.endpoints.map((e) => ({ ...this.state(e).snapshot(), url: e.url, priority: e.priority, weight: e.weight })),
-    }));
+    return [...this.table.models.values()].map((m) => {
+      const homes = this.policies.get(m.config.id)?.policy.homes?.();
+      return {
+        model: m.config.id,
+        policy: m.config.routing.policy,
+        endpoints: m.endpoints.map((e) => {
+          const state = this.state(e).snapshot();
+          const fleetLoad = state.inFlight + state.queued + (this.fleet?.othersAt(e.name) ?? 0);
+          return { ...state, fleetLoad, affinityKeys: homes?.get(e.name) ?? 0, url: e.url, priority: e.priority, weight: e.weight };
+        }),
+      };
+    });
   }
 
   close(): void {
+    this.fleet?.close();
     for (const timer of this.probes.values()) clearInterval(timer);
     this.probes.clear();
   }

@@ -5,29 +5,29 @@ import { EndpointState, QueueTimeout } from '../../src/routing/endpoint-state.js
 import { LeastLoadPolicy } from '../../src/routing/policies/least-load.js';
 import type { Candidate, RoutingPolicy } from '../../src/routing/policies/policy.js';
 import { KnownPrefixes } from '../../src/routing/known-prefixes.js';
-import { PLACEMENT_BLOCKS, PrefixAffinityPolicy } from '../../src/routing/policies/prefix-affinity.js';
+import { PrefixAffinityPolicy } from '../../src/routing/policies/prefix-affinity.js';
 import { PrefixPlacement, rendezvousOrder, type PlacementEndpoint } from '../../src/routing/prefix-placement.js';
 import { RoundRobinPolicy } from '../../src/routing/policies/round-robin.js';
-import { BLOCK_CHARS, conversationText, prefixBlocks } from '../../src/routing/prefix-blocks.js';
+import { conversationKey, hintKey, leadingTextKey } from '../../src/routing/affinity-key.js';
 import { Cancellation } from '../../src/upstream/cancellation.js';
+import type { ChatMessage } from '../../src/protocol/chat-request.js';
 
 const pool = (...loads: number[]): Candidate[] => loads.map((load, i) => ({ name: `e${i}`, load, weight: 1 }));
 const names = (cs: Candidate[]) => cs.map((c) => c.name);
 const system = (tenant: number) => ({ role: 'system' as const, content: `Tenant ${tenant} instructions. `.repeat(60) });
 const conversation = (tenant: number, question: string) => [system(tenant), { role: 'user' as const, content: question }];
-const placementKeyOf = (request: { prefixBlocks: string[] }) => request.prefixBlocks[Math.min(request.prefixBlocks.length, PLACEMENT_BLOCKS) - 1];
 
 describe('least-load', () => {
   it('puts the least loaded first, relative to weight', () => {
     const policy: RoutingPolicy = new LeastLoadPolicy();
-    expect(names(policy.order(pool(3, 1, 2), { prefixBlocks: [] }))).toEqual(['e1', 'e2', 'e0']);
+    expect(names(policy.order(pool(3, 1, 2), {}))).toEqual(['e1', 'e2', 'e0']);
     const weighted = [{ name: 'big', load: 4, weight: 4 }, { name: 'small', load: 2, weight: 1 }];
-    expect(policy.order(weighted, { prefixBlocks: [] })[0].name).toBe('big');
+    expect(policy.order(weighted, {})[0].name).toBe('big');
   });
 
   it('rotates among equally loaded endpoints', () => {
     const policy: RoutingPolicy = new LeastLoadPolicy();
-    const firsts = Array.from({ length: 6 }, () => policy.order(pool(0, 0, 0), { prefixBlocks: [] })[0].name);
+    const firsts = Array.from({ length: 6 }, () => policy.order(pool(0, 0, 0), {})[0].name);
     expect(new Set(firsts)).toEqual(new Set(['e0', 'e1', 'e2']));
   });
 });
@@ -36,25 +36,38 @@ describe('round-robin', () => {
   it('gives each endpoint its weight\'s share, interleaved', () => {
     const policy: RoutingPolicy = new RoundRobinPolicy();
     const candidates = [{ name: 'a', load: 0, weight: 3 }, { name: 'b', load: 0, weight: 1 }];
-    const picks = Array.from({ length: 8 }, () => policy.order(candidates, { prefixBlocks: [] })[0].name);
+    const picks = Array.from({ length: 8 }, () => policy.order(candidates, {})[0].name);
     expect(picks.filter((p) => p === 'a')).toHaveLength(6);
     expect(picks.join('')).not.toContain('aaaa');
   });
 });
 
-describe('prefix blocks', () => {
-  it('share their leading hashes exactly as far as two conversations share their text', () => {
-    const a = prefixBlocks(conversationText(conversation(1, 'What is a token?')));
-    const b = prefixBlocks(conversationText(conversation(1, 'How do caches work?')));
-    const c = prefixBlocks(conversationText(conversation(2, 'What is a token?')));
-    // "system\n" + the system prompt + "\n\nuser\n" is the text both share.
-    const sharedChars = `system\n${system(1).content}\n\nuser\n`.length;
-    expect(a.findIndex((h, i) => h !== b[i])).toBe(Math.floor(sharedChars / BLOCK_CHARS));
-    expect(a[0]).not.toBe(c[0]);
+describe('affinity keys', () => {
+  const session = (task: string, turns: number) => {
+    const messages: ChatMessage[] = [system(0), { role: 'user', content: task }];
+    for (let t = 1; t < turns; t++) messages.push({ role: 'assistant', content: `step ${t} done` }, { role: 'user', content: `go on with step ${t + 1}` });
+    return messages;
+  };
+
+  it("key a tenant's single questions alike, by the leading text its system prompt fills", () => {
+    expect(conversationKey(conversation(1, 'What is a token?'))).toBe(conversationKey(conversation(1, 'How do caches work?')));
+    expect(conversationKey(conversation(1, 'What is a token?'))).not.toBe(conversationKey(conversation(2, 'What is a token?')));
   });
 
-  it('hash a short conversation as one block', () => {
-    expect(prefixBlocks(conversationText([{ role: 'user', content: 'hi' }]))).toHaveLength(1);
+  it('key each agent session by its opening, the same at every turn, and apart from the sessions that share its system prompt', () => {
+    const keys = [2, 5, 30].map((turns) => conversationKey(session('fix the failing test in parser.ts', turns)));
+    expect(new Set(keys).size).toBe(1);
+    expect(conversationKey(session('rename the config loader', 2))).not.toBe(keys[0]);
+  });
+
+  it('read an opening past the first 512 characters, as far as 64 KB', () => {
+    const long = { role: 'system' as const, content: 'Shared agent instructions. '.repeat(2000) };
+    const opening = (task: string): ChatMessage[] => [long, { role: 'user', content: task }, { role: 'assistant', content: 'ok' }, { role: 'user', content: 'next' }];
+    expect(conversationKey(opening('task one'))).not.toBe(conversationKey(opening('task two')));
+  });
+
+  it('keep hints, leading texts and conversations apart', () => {
+    expect(new Set([hintKey('abc'), leadingTextKey('abc'), conversationKey([{ role: 'user', content: 'abc' }])]).size).toBe(3);
   });
 });
 
@@ -108,7 +121,7 @@ describe('prefix placement', () => {
 
 describe('prefix affinity', () => {
   const settings = { loadFactor: 1.25, maxImbalance: 2, placementSlack: 0.25 };
-  const requestOf = (tenant: number, question = 'q') => ({ prefixBlocks: prefixBlocks(conversationText(conversation(tenant, question))) });
+  const requestOf = (tenant: number, question = 'q') => ({ key: conversationKey(conversation(tenant, question)) });
 
   it("sends a tenant's requests to one endpoint", () => {
     const policy = new PrefixAffinityPolicy(settings);
@@ -139,7 +152,7 @@ describe('prefix affinity', () => {
     const spills = policies.map((policy) => policy.order(busy, request)[0].name);
     expect(spills[0]).not.toBe(home);
     expect(spills[1]).toBe(spills[0]);
-    expect(spills[0]).toBe(rendezvousOrder(placementKeyOf(request), busy).filter((c) => c.name !== home)[0].name);
+    expect(spills[0]).toBe(rendezvousOrder(request.key, busy).filter((c) => c.name !== home)[0].name);
   });
 
   it('spreads a single hot prefix over as many endpoints as its load needs, not one', () => {

@@ -8,13 +8,13 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readBalance } from '../../src/billing/credit-ledger.js';
 import { PrefixAffinityPolicy } from '../../src/routing/policies/prefix-affinity.js';
 import { PrefixSharing, SHARE_INTERVAL_MS } from '../../src/routing/prefix-sharing.js';
-import { conversationText, prefixBlocks } from '../../src/routing/prefix-blocks.js';
+import { conversationKey } from '../../src/routing/affinity-key.js';
 import { completionBody, replyJson, sleep, until, type Script } from '../support/fake-upstream.js';
 import { makeAccount, modelEntry, startTestGateway, withGatewayOn } from '../support/gateway.js';
 import { startTestRedis, type TestRedis } from '../support/redis.js';
 
 const tenantRequest = (tenant: number, question: string) => ({
-  prefixBlocks: prefixBlocks(conversationText([{ role: 'system', content: `Tenant ${tenant} has its own long instructions. `.repeat(20) }, { role: 'user', content: question }])),
+  key: conversationKey([{ role: 'system', content: `Tenant ${tenant} has its own long instructions. `.repeat(20) }, { role: 'user', content: question }]),
 });
 const pool = () => ['a', 'b', 'c', 'd'].map((name) => ({ name, load: 0, weight: 1 }));
 

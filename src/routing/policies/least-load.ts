@@ -4,7 +4,7 @@
 import { byLoad, type Candidate, type RoutingPolicy } from './policy.js';
 
 export class LeastLoadPolicy implements RoutingPolicy {
-  readonly needsPrefix = false;
+  readonly needsKey = false;
   private turn = 0;
 
   order<C extends Candidate>(candidates: C[]): C[] {

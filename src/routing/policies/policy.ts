@@ -1,5 +1,5 @@
 // The one interface every way of choosing an endpoint implements. A policy
-// sees plain data (names, loads, weights, the request's prefix hashes), so it
+// sees plain data (names, loads, weights, the request's affinity key), so it
 // can be tested alone; the router calls `order` and then `onRouted`.
 export interface Candidate {
   name: string;
@@ -10,17 +10,19 @@ export interface Candidate {
 }
 
 export interface RoutingRequest {
-  /** Chained hashes of the request's leading content in fixed-size blocks: [0] covers block 1, [i] blocks 1..i+1. */
-  prefixBlocks: string[];
+  /** Which upstream cache the request needs (routing/affinity-key.ts); absent where the policy does not read it. */
+  key?: string;
 }
 
 export interface RoutingPolicy {
-  /** Whether `order` reads the request's prefix blocks (SGLang's needs_request_text): only then are they hashed. */
-  readonly needsPrefix: boolean;
+  /** Whether `order` reads the request's affinity key (SGLang's needs_request_text): only then is it computed. */
+  readonly needsKey: boolean;
   /** The candidates in the order to try them: the first is the choice, the rest are for failover. */
   order<C extends Candidate>(candidates: C[], request: RoutingRequest): C[];
   /** The request was sent to `endpoint` (the choice, or where failover took it). */
   onRouted(endpoint: string, request: RoutingRequest): void;
+  /** How many affinity keys each endpoint is home to, where the policy places keys. */
+  homes?(): Map<string, number>;
 }
 
 /** Least loaded first, relative to weight; ties keep the given order. */

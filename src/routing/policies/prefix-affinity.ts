@@ -1,24 +1,22 @@
-// Prefix affinity: requests that share leading content (a tenant's system
-// prompt, the earlier turns of a conversation) go to the same endpoint, whose
-// prefix cache then holds it, and every gateway replica sends them to the
-// same one. A request's placement key is its leading PLACEMENT_BLOCKS blocks;
-// its home comes from PrefixPlacement over the fleet's known prefixes
-// (consistent hashing with bounded loads, in rendezvous order), so replicas
-// agree without asking one another on the request path.
+// Prefix affinity: requests that need the same upstream cache (a tenant's
+// system prompt, an agent session's growing conversation) go to the same
+// endpoint, and every gateway replica sends them to the same one. A
+// request's affinity key (routing/affinity-key.ts) gets its home from
+// PrefixPlacement over the fleet's known keys (consistent hashing with
+// bounded loads, in rendezvous order), so replicas agree without asking one
+// another on the request path.
 //
 // Load is bounded too: when the home has more requests than `loadFactor`
 // times the mean and `maxImbalance` more than it (relative to weight; the
 // second keeps a few requests in flight from spilling, which would cost two
 // caches a prompt each), the request spills to the next endpoint in the
-// prefix's own order, the same second home on every replica,
-// whose cache then fills once. A single hot prefix thus spreads over as many
-// endpoints as its load needs.
+// key's own order, the same second home on every replica, whose cache then
+// fills once. A single hot key thus spreads over as many endpoints as its
+// load needs. The loads are the fleet's (routing/fleet-load.ts), so three
+// replicas spill as one would.
 import { KnownPrefixes } from '../known-prefixes.js';
 import { PrefixPlacement, rendezvousOrder, type PlacementEndpoint } from '../prefix-placement.js';
 import { type Candidate, type RoutingPolicy, type RoutingRequest } from './policy.js';
-
-/** Blocks (of 128 characters) that make a placement key: a system prompt of this length and more identifies its tenant. */
-export const PLACEMENT_BLOCKS = 4;
 
 export interface PrefixAffinitySettings {
   /** A home with more than this many times the mean load (relative to weight) spills the request to the next endpoint... */
@@ -30,13 +28,13 @@ export interface PrefixAffinitySettings {
 }
 
 export class PrefixAffinityPolicy implements RoutingPolicy {
-  readonly needsPrefix = true;
+  readonly needsKey = true;
   private placement: { epoch: number; endpoints: string; placement: PrefixPlacement<PlacementEndpoint> } | undefined;
 
   constructor(private readonly settings: PrefixAffinitySettings, private readonly known: KnownPrefixes = new KnownPrefixes()) {}
 
   order<C extends Candidate>(candidates: C[], request: RoutingRequest): C[] {
-    const key = placementKey(request);
+    const { key } = request;
     if (candidates.length <= 1 || !key) return candidates;
     const homeName = this.placementFor(candidates).homeOf(key)?.name;
     const order = rendezvousOrder(key, candidates);
@@ -52,8 +50,12 @@ export class PrefixAffinityPolicy implements RoutingPolicy {
   }
 
   onRouted(_endpoint: string, request: RoutingRequest): void {
-    const key = placementKey(request);
-    if (key) this.known.saw(key);
+    if (request.key) this.known.saw(request.key);
+  }
+
+  /** How many known keys each endpoint is home to, by the last placement computed. */
+  homes(): Map<string, number> {
+    return this.placement?.placement.homesPerEndpoint() ?? new Map();
   }
 
   /**
@@ -71,9 +73,4 @@ export class PrefixAffinityPolicy implements RoutingPolicy {
     for (let i = placement.size; i < keys.length; i++) placement.add(keys[i]);
     return placement;
   }
-}
-
-function placementKey(request: RoutingRequest): string | undefined {
-  const blocks = request.prefixBlocks;
-  return blocks.length === 0 ? undefined : blocks[Math.min(blocks.length, PLACEMENT_BLOCKS) - 1];
 }

@@ -3,7 +3,7 @@
 import type { Candidate, RoutingPolicy } from './policy.js';
 
 export class RoundRobinPolicy implements RoutingPolicy {
-  readonly needsPrefix = false;
+  readonly needsKey = false;
   private readonly current = new Map<string, number>();
 
   order<C extends Candidate>(candidates: C[]): C[] {
