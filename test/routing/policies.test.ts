@@ -202,6 +202,14 @@ describe('circuit breaker', () => {
     expect(breaker.state).toBe('closed');
   });
 
+  it("opens on one account's failures that another endpoint did not repeat", () => {
+    const breaker = new CircuitBreaker(settings);
+    for (let i = 0; i < 2; i++) breaker.onFailure('team-a', false, true);
+    expect(breaker.state).toBe('closed');
+    breaker.onFailure('team-a', false, true);
+    expect(breaker.state).toBe('open');
+  });
+
   it('stays closed while failures are under the failure rate of the window', () => {
     const breaker = new CircuitBreaker(settings);
     for (let i = 0; i < 10; i++) {
@@ -262,6 +270,20 @@ describe('circuit breaker', () => {
 });
 
 const BREAKER = { failureThreshold: 3, failureRate: 0.5, windowMs: 10_000, minCallers: 2, openMs: 1000 };
+
+describe('endpoint cache share', () => {
+  it('is the share of the last 5 minutes, so that the view shows a cache that has gone cold', () => {
+    let now = 0;
+    const state = new EndpointState('e', { maxConcurrent: 1, maxQueue: 1, accountQueueShare: 1 }, BREAKER, () => now);
+    state.recordUsage(1000, 900);
+    now = 4 * 60_000;
+    state.recordUsage(1000, 100);
+    expect(state.snapshot().cachedTokenShare).toBe(0.5);
+    now = 6 * 60_000;
+    state.recordUsage(1000, 0);
+    expect(state.snapshot().cachedTokenShare).toBe(0.05);
+  });
+});
 
 describe('endpoint concurrency', () => {
   it('admits up to maxConcurrent, queues the next in order, and hands a released slot to the first waiter', async () => {

@@ -10,7 +10,8 @@ import { PrefixAffinityPolicy } from '../../src/routing/policies/prefix-affinity
 import { PrefixSharing, SHARE_INTERVAL_MS } from '../../src/routing/prefix-sharing.js';
 import { conversationKey } from '../../src/routing/affinity-key.js';
 import { completionBody, replyJson, sleep, until, type Script } from '../support/fake-upstream.js';
-import { makeAccount, modelEntry, startTestGateway, withGatewayOn } from '../support/gateway.js';
+import { asAdmin, makeAccount, modelEntry, postChat, startTestGateway, withGatewayOn, type TestGateway } from '../support/gateway.js';
+import { FLEET_LOAD_INTERVAL_MS } from '../../src/routing/fleet-load.js';
 import { startTestRedis, type TestRedis } from '../support/redis.js';
 
 const tenantRequest = (tenant: number, question: string) => ({
@@ -81,7 +82,103 @@ async function expectOneHomeEach(ask: (replica: number, key: number, text: strin
   for (const e of ['a', 'b', 'c', 'd']) expect(homes.filter((h) => h === e)).toHaveLength(2);
 }
 
+/** Starts two more replicas of `gw` on its Redis, with its routing file (and `gateway` settings), runs `body` on all three, and stops the two. */
+async function asFleet<T>(gw: TestGateway, gateway: Record<string, unknown>, routing: Record<string, unknown>, body: (replicas: TestGateway[]) => Promise<T>): Promise<T> {
+  const config = { gateway, models: [modelEntry('m', gw.context.routing().models.get('m')!.endpoints.map((e) => ({ kind: 'vllm', url: e.url })), { routing })] };
+  const others = [await startTestGateway(config, { redis: gw.redis }), await startTestGateway(config, { redis: gw.redis })];
+  try {
+    return await body([gw, ...others]);
+  } finally {
+    for (const o of others) await o.close();
+  }
+}
+
+/** An upstream that answers chat and text completions with its name. */
+const named = (name: string): Script => (req, res) => {
+  const usage = { prompt_tokens: 10, completion_tokens: 1, total_tokens: 11 };
+  if (req.path.endsWith('/chat/completions')) return replyJson(res, completionBody(name, usage));
+  replyJson(res, { id: 'cmpl-1', object: 'text_completion', created: 1, model: 'm', choices: [{ index: 0, text: name, finish_reason: 'stop' }], usage });
+};
+const noProbe = { health: { probe: { intervalMs: 0 } } };
+const fourNamed = (gateway: Record<string, unknown> = noProbe): [Script[], (urls: string[]) => unknown] => [[named('a'), named('b'), named('c'), named('d')], (urls) => ({ gateway, models: [modelEntry('m', urls.map((url) => ({ kind: 'vllm', url })))] })];
+const agentSystemPrompt = 'You are a coding agent with one long shared system prompt. '.repeat(30);
+
 describe('three gateway replicas on one Redis', () => {
+  it('keep each agent session on one endpoint from its second turn, with no hint, though every session shares a long system prompt', async () => {
+    await withGatewayOn(...fourNamed(), async (gw) => {
+      await asFleet(gw, noProbe, {}, async (replicas) => {
+        const ask = async (replica: number, session: number, text: string) => {
+          const messages = [
+            { role: 'system' as const, content: agentSystemPrompt },
+            { role: 'user' as const, content: `Task ${session}: make the tests pass.` },
+            { role: 'assistant' as const, content: 'I will read the tests first.' },
+            { role: 'user' as const, content: text },
+          ];
+          return (await replicas[replica].client.chat.completions.create({ model: 'm', messages })).choices[0].message.content!;
+        };
+        await expectOneHomeEach(ask, 'in turn');
+        const view = await (await fetch(`${gw.url}/admin/endpoints`, { headers: asAdmin })).json();
+        expect(view.data[0].endpoints.map((e: { affinityKeys: number }) => e.affinityKeys)).toEqual([2, 2, 2, 2]);
+      });
+    });
+  });
+
+  it("keep each session a header names on one endpoint from its first turn: Claude Code's, or the one the routing file names", async () => {
+    for (const header of ['x-claude-code-session-id', 'x-team-session']) {
+      await withGatewayOn(...fourNamed({ ...noProbe, sessionHeader: 'X-Team-Session' }), async (gw) => {
+        await asFleet(gw, { ...noProbe, sessionHeader: 'X-Team-Session' }, {}, async (replicas) => {
+          const ask = async (replica: number, session: number, text: string) => {
+            const res = await postChat(replicas[replica], { model: 'm', messages: [{ role: 'system', content: agentSystemPrompt }, { role: 'user', content: text }] }, { [header]: `session-${session}` });
+            return (await res.json()).choices[0].message.content;
+          };
+          await expectOneHomeEach(ask, 'at once');
+        });
+      });
+    }
+  });
+
+  it('keep each prompt_cache_key of the completions API on one endpoint', async () => {
+    await withGatewayOn(...fourNamed({ ...noProbe }), async (gw) => {
+      await gw.writeConfig({ gateway: noProbe, models: [modelEntry('m', gw.context.routing().models.get('m')!.endpoints.map((e) => ({ kind: 'vllm', url: e.url })), { api: ['chat', 'completions'] })] });
+      await until(async () => gw.context.routing().models.get('m')!.config.api.includes('completions'));
+      const ask = async (_replica: number, session: number, text: string) => {
+        const reply = await gw.client.completions.create({ model: 'm', prompt: `${agentSystemPrompt}\n${text}`, max_tokens: 4, prompt_cache_key: `batch-${session}` } as never);
+        return reply.choices[0].text;
+      };
+      await expectOneHomeEach(ask, 'in turn');
+    });
+  });
+
+  it('spill a busy home as one replica would: by the requests the whole fleet has there', async () => {
+    let release!: () => void;
+    const released = new Promise<void>((resolve) => (release = resolve));
+    const held = (name: string): Script => async (_req, res) => {
+      await released;
+      replyJson(res, completionBody(name, { prompt_tokens: 10, completion_tokens: 1 }));
+    };
+    await withGatewayOn([held('a'), held('b')], (urls) => ({ gateway: noProbe, models: [modelEntry('m', urls.map((url) => ({ kind: 'vllm', url })))] }), async (gw) => {
+      await asFleet(gw, noProbe, {}, async (replicas) => {
+        const messages = [{ role: 'system' as const, content: agentSystemPrompt }, { role: 'user' as const, content: 'one hot tenant' }];
+        const sent: Promise<string>[] = [];
+        const send = async (replica: number) => {
+          sent.push(replicas[replica].client.chat.completions.create({ model: 'm', messages }).then((r) => r.choices[0].message.content!));
+          await sleep(30);
+        };
+        // Six in flight through the first replica, all at the home (under its bound of mean + 4)...
+        for (let i = 0; i < 6; i++) await send(0);
+        await sleep(5 * FLEET_LOAD_INTERVAL_MS);
+        // ... so that the second replica, which alone has none there, spills its third and later ones while the home has
+        // more than the bound (mean + 4 of the fleet's requests, the spilled ones included).
+        for (let i = 0; i < 6; i++) await send(1);
+        release();
+        const served = await Promise.all(sent);
+        const home = served[0];
+        expect(served.slice(0, 8).every((e) => e === home)).toBe(true);
+        expect(served.slice(8).filter((e) => e !== home).length).toBeGreaterThanOrEqual(2);
+      });
+    });
+  });
+
   it('send each tenant to one endpoint, whichever replica the client reaches', async () => {
     const named = (name: string): Script => (_req, res) => replyJson(res, completionBody(name, { prompt_tokens: 10, completion_tokens: 1 }));
     await withGatewayOn([named('a'), named('b'), named('c'), named('d')], (urls) => ({

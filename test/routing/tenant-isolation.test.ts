@@ -59,6 +59,16 @@ describe('poison requests', () => {
     });
   });
 
+  it("open the circuit of an endpoint whose failures another endpoint does not repeat, though one tenant sent them all", async () => {
+    const broken: Script = (_req, res) => replyJson(res, { error: { message: 'Internal Server Error' } }, 500);
+    const fine: Script = (_req, res) => replyJson(res, completionBody('fine', { prompt_tokens: 5, completion_tokens: 1 }));
+    // Round robin sends every other request to the broken endpoint first, whatever prefix affinity would choose.
+    await withGatewayOn([broken, fine], (urls) => ({ gateway: health, models: [{ ...modelEntry('m', urls.map((url) => ({ kind: 'vllm', url }))), routing: { policy: 'round-robin' } }] }), async (gw) => {
+      for (let i = 0; i < 4; i++) expect((await postChat(gw, { model: 'm', messages })).status).toBe(200);
+      expect(await circuits(gw)).toEqual(['open', 'closed']);
+    });
+  });
+
   it("llama.cpp's 500 for a body its JSON library cannot read is a 400 for the client, and no failure of the endpoint", async () => {
     const llamaServer: Script = (req, res) => {
       if (JSON.stringify(req.body).includes('POISON')) {
