@@ -167,7 +167,7 @@ export async function handleApiRequest<R, W extends { usage: Usage }>(api: ApiDe
   let call: UpstreamCall | undefined;
   try {
     const upstreamRequest = (endpoint: RoutedEndpoint) => api.upstreamRequest(endpoint, model, request, passThrough);
-    call = await callWithFailover(ctx, span, { model, settings: table.settings, upstreamRequest, plan: ctx.router.plan(model, () => affinityKey(api, request, req, table.settings)), account: caller.account, cancellation: upstreamCall });
+    call = await callWithFailover(ctx, span, { model, settings: table.settings, upstreamRequest, plan: await ctx.router.plan(model, () => affinityKey(api, request, req, table.settings)), account: caller.account, cancellation: upstreamCall });
     const { endpoint } = call;
     const fanOut = { choicesPerCall: replies / call.bodies.length, callsPerPrompt: call.bodies.length / prompts.tokens.length };
     if (!relay || !streaming) {

@@ -104,7 +104,6 @@ async function walkPlan(ctx: GatewayContext, span: Span, forwarding: Forwarding,
       const { path, bodies: sent } = forwarding.upstreamRequest(endpoint);
       const bodies = await Promise.all(sent.map((b) => postUpstream(endpoint, path, b, cancellation, timeouts)));
       state.recordSuccess(account, Date.now() - started);
-      ctx.router.routed(model, endpoint, plan.request);
       attemptSpan.end();
       let released = false;
       return { endpoint, bodies, release: () => void (released || ((released = true), state.release())) };

@@ -55,8 +55,8 @@ export const redisKeys = {
   session: (id: string) => `${P}session:${id}`,
   /** Counter of login attempts per client address in a window. */
   loginAttempts: (client: string) => `${P}login-attempts:${client}`,
-  /** Sorted sets of a model's prompt prefixes (routing placement keys), by when the fleet first and last saw each. */
-  prefixes: (model: string) => ({ firstSeen: `${P}{prefixes:${model}}:first-seen`, lastSeen: `${P}{prefixes:${model}}:last-seen` }),
+  /** Sorted sets of a model's affinity keys (routing/affinity-key.ts), by when the fleet first and last saw each (Redis time, µs). */
+  prefixes: (model: string) => ({ firstSeen: `${P}{affinity-keys:${model}}:first-seen`, lastSeen: `${P}{affinity-keys:${model}}:last-seen` }),
   /** Hash: per gateway replica, when it last wrote (Redis time, ms) and its requests at each endpoint (JSON). */
   fleetLoad: `${P}fleet-load`,
   /** Set when the demo account was made, so it is made once per Redis. */

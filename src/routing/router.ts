@@ -81,10 +81,16 @@ export class Router {
     }
   }
 
-  /** `affinityKey`: which cache the request needs, asked for only by a policy that reads it. */
-  plan(model: RoutedModel, affinityKey: () => string): RoutePlan {
+  /**
+   * `affinityKey`: which cache the request needs, asked for only by a policy that reads it. A key the policy has
+   * not seen waits for the fleet's order of keys (routing/prefix-sharing.ts), so that every replica places it alike.
+   */
+  async plan(model: RoutedModel, affinityKey: () => string): Promise<RoutePlan> {
     const entry = this.policies.get(model.config.id)!;
-    const request: RoutingRequest = model.endpoints.length > 1 && entry.policy.needsKey ? { key: affinityKey() } : {};
+    const key = model.endpoints.length > 1 && entry.policy.needsKey ? affinityKey() : undefined;
+    const { sharing } = this;
+    if (sharing && key && entry.policy.isKnown?.(key) === false) await sharing.place(model.config.id, key);
+    const request: RoutingRequest = { key };
     const priorities = [...new Set(model.endpoints.map((e) => e.priority))].sort((a, b) => a - b);
     const endpoints: RoutedEndpoint[] = [];
     for (const priority of priorities) {
@@ -94,11 +100,6 @@ export class Router {
       endpoints.push(...entry.policy.order(group, request).map((c) => c.endpoint));
     }
     return { endpoints, request };
-  }
-
-  /** The request went to `endpoint`: prefix affinity notes its prefix. */
-  routed(model: RoutedModel, endpoint: RoutedEndpoint, request: RoutingRequest): void {
-    this.policies.get(model.config.id)?.policy.onRouted(endpoint.name, request);
   }
 
   /** The endpoint's live state; a request still on a table a reload replaced may ask for a removed one. */

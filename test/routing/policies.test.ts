@@ -126,7 +126,6 @@ describe('prefix affinity', () => {
   it("sends a tenant's requests to one endpoint", () => {
     const policy = new PrefixAffinityPolicy(settings);
     const home = policy.order(pool(0, 0, 0), requestOf(1, 'first'))[0].name;
-    policy.onRouted(home, requestOf(1, 'first'));
     for (const question of ['second', 'third', 'fourth']) expect(policy.order(pool(1, 1, 1), requestOf(1, question))[0].name).toBe(home);
   });
 
@@ -134,8 +133,8 @@ describe('prefix affinity', () => {
     const replicas = [new KnownPrefixes(), new KnownPrefixes()];
     const policies = replicas.map((known) => new PrefixAffinityPolicy(settings, known));
     const tenants = Array.from({ length: 8 }, (_, t) => t);
-    tenants.forEach((t) => policies[0].onRouted('', requestOf(t)));
-    [...tenants].reverse().forEach((t) => policies[1].onRouted('', requestOf(t)));
+    tenants.forEach((t) => policies[0].order(pool(0, 0, 0, 0), requestOf(t)));
+    [...tenants].reverse().forEach((t) => policies[1].order(pool(0, 0, 0, 0), requestOf(t)));
     // What sharing through Redis does: both take the fleet's first-seen order.
     const fleetOrder = [...replicas[0].keys()];
     replicas.forEach((known) => known.adopt(fleetOrder));

@@ -32,7 +32,7 @@ describe('prefixes shared through Redis', () => {
       const policies = sharings.map((s) => new PrefixAffinityPolicy({ loadFactor: 1.25, maxImbalance: 4, placementSlack: 0.25 }, s.known('m')));
       const tenants = [0, 1, 2, 3, 4, 5, 6, 7];
       policies.forEach((policy, r) => {
-        for (const t of [...tenants.slice(r * 3), ...tenants.slice(0, r * 3)]) policy.onRouted('', tenantRequest(t, `first at ${r}`));
+        for (const t of [...tenants.slice(r * 3), ...tenants.slice(0, r * 3)]) policy.order(pool(), tenantRequest(t, `first at ${r}`));
       });
       await sleep(3 * SHARE_INTERVAL_MS);
       const homes = policies.map((policy) => tenants.map((t) => policy.order(pool(), tenantRequest(t, 'later'))[0].name));
@@ -50,7 +50,7 @@ describe('prefixes shared through Redis', () => {
     try {
       const settings = { loadFactor: 1.25, maxImbalance: 4, placementSlack: 0.25 };
       const early = new PrefixAffinityPolicy(settings, first.known('m2'));
-      for (let t = 0; t < 8; t++) early.onRouted('', tenantRequest(t, 'q'));
+      for (let t = 0; t < 8; t++) early.order(pool(), tenantRequest(t, 'q'));
       await sleep(3 * SHARE_INTERVAL_MS);
       const joined = new PrefixAffinityPolicy(settings, late.known('m2'));
       await sleep(3 * SHARE_INTERVAL_MS);
@@ -175,6 +175,23 @@ describe('three gateway replicas on one Redis', () => {
         const home = served[0];
         expect(served.slice(0, 8).every((e) => e === home)).toBe(true);
         expect(served.slice(8).filter((e) => e !== home).length).toBeGreaterThanOrEqual(2);
+      });
+    });
+  });
+
+  it('place a tenant that none of them has seen alike from its first requests, which reach all three at once', async () => {
+    await withGatewayOn(...fourNamed(), async (gw) => {
+      await asFleet(gw, noProbe, {}, async (replicas) => {
+        const ask = async (replica: number, tenant: number) => {
+          const messages = [{ role: 'system' as const, content: `Tenant ${tenant} has its own long instructions. `.repeat(20) }, { role: 'user' as const, content: `from replica ${replica}` }];
+          return (await replicas[replica].client.chat.completions.create({ model: 'm', messages })).choices[0].message.content!;
+        };
+        // Each replica meets the tenants in its own order, all at once.
+        const tenants = [0, 1, 2, 3, 4, 5, 6, 7];
+        const served = await Promise.all([0, 1, 2].map((r) => Promise.all(tenants.map((t) => ask(r, (t + 3 * r) % 8)).map(async (e, t) => [(t + 3 * r) % 8, await e] as const))));
+        const homes = new Map<number, Set<string>>();
+        for (const [tenant, endpoint] of served.flat()) homes.set(tenant, (homes.get(tenant) ?? new Set()).add(endpoint));
+        for (const endpoints of homes.values()) expect(endpoints.size).toBe(1);
       });
     });
   });

@@ -12,6 +12,4 @@ export class LeastLoadPolicy implements RoutingPolicy {
     const start = this.turn++ % candidates.length;
     return byLoad([...candidates.slice(start), ...candidates.slice(0, start)]);
   }
-
-  onRouted(): void {}
 }

@@ -1,6 +1,6 @@
 // The one interface every way of choosing an endpoint implements. A policy
 // sees plain data (names, loads, weights, the request's affinity key), so it
-// can be tested alone; the router calls `order` and then `onRouted`.
+// can be tested alone.
 export interface Candidate {
   name: string;
   /** Requests in flight plus waiting. */
@@ -19,8 +19,8 @@ export interface RoutingPolicy {
   readonly needsKey: boolean;
   /** The candidates in the order to try them: the first is the choice, the rest are for failover. */
   order<C extends Candidate>(candidates: C[], request: RoutingRequest): C[];
-  /** The request was sent to `endpoint` (the choice, or where failover took it). */
-  onRouted(endpoint: string, request: RoutingRequest): void;
+  /** Whether the policy has placed `key` before (a key new to it may first be shared with the fleet). */
+  isKnown?(key: string): boolean;
   /** How many affinity keys each endpoint is home to, where the policy places keys. */
   homes?(): Map<string, number>;
 }

@@ -36,6 +36,7 @@ export class PrefixAffinityPolicy implements RoutingPolicy {
   order<C extends Candidate>(candidates: C[], request: RoutingRequest): C[] {
     const { key } = request;
     if (candidates.length <= 1 || !key) return candidates;
+    this.known.saw(key);
     const homeName = this.placementFor(candidates).homeOf(key)?.name;
     const order = rendezvousOrder(key, candidates);
     const home = order.find((c) => c.name === homeName) ?? order[0];
@@ -49,8 +50,8 @@ export class PrefixAffinityPolicy implements RoutingPolicy {
     return [chosen, ...preference.filter((c) => c !== chosen)];
   }
 
-  onRouted(_endpoint: string, request: RoutingRequest): void {
-    if (request.key) this.known.saw(request.key);
+  isKnown(key: string): boolean {
+    return this.known.has(key);
   }
 
   /** How many known keys each endpoint is home to, by the last placement computed. */

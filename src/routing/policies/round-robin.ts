@@ -17,6 +17,4 @@ export class RoundRobinPolicy implements RoutingPolicy {
     this.current.set(best.name, this.current.get(best.name)! - total);
     return [best, ...candidates.filter((c) => c !== best)];
   }
-
-  onRouted(): void {}
 }
