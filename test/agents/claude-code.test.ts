@@ -38,9 +38,11 @@ const agentUpstream: Script = (req, res) => {
 let setup: GatewayOnUpstreams;
 let home: string;
 
+/** Four upstreams of the model, all the agent's. */
 beforeAll(async () => {
-  setup = await startGatewayOn([agentUpstream], ([url]) => ({
-    models: [modelEntry('coder', [{ kind: 'vllm', url }], { contextWindow: 131_072, supports: { tools: true }, aliases: ['claude-*'] })],
+  setup = await startGatewayOn([agentUpstream, agentUpstream, agentUpstream, agentUpstream], (urls) => ({
+    gateway: { health: { probe: { intervalMs: 0 } } },
+    models: [modelEntry('coder', urls.map((url) => ({ kind: 'vllm', url })), { contextWindow: 131_072, supports: { tools: true }, aliases: ['claude-*'] })],
   }));
   home = mkdtempSync(join(tmpdir(), 'parley-claude-home-'));
 });
@@ -50,7 +52,8 @@ afterAll(async () => {
   rmSync(home, { recursive: true, force: true });
 });
 
-const chatCalls = () => setup.upstreams[0].received.filter((r) => r.path.endsWith('/chat/completions'));
+const callsAt = (upstream: number) => setup.upstreams[upstream].received.filter((r) => r.path.endsWith('/chat/completions'));
+const chatCalls = () => [0, 1, 2, 3].flatMap(callsAt);
 
 function claude(prompt: string, ...flags: string[]) {
   return run(CLAUDE, ['-p', prompt, '--model', 'coder', ...flags], {
@@ -85,4 +88,17 @@ describe('Claude Code through Parley', () => {
     const toolMessage = followUp.body.messages.find((m: { role: string }) => m.role === 'tool');
     expect(toolMessage).toMatchObject({ tool_call_id: 'toolu_call_bash_1', content: expect.stringContaining('parley-tool-ok') });
   }, 120_000);
+
+  it('keeps each session on one upstream for all its turns, though every session starts with the same system prompt', async () => {
+    const sessions = ['alpha', 'bravo', 'charlie', 'delta'];
+    await Promise.all(sessions.map((s) => claude(`please run the echo tool for task ${s}`, '--allowedTools', 'Bash')));
+    const homes = sessions.map((s) => {
+      const at = [0, 1, 2, 3].filter((u) => callsAt(u).some((r) => JSON.stringify(r.body.messages).includes(`task ${s}`)));
+      // Its first turn and the turn that carries the tool's output back.
+      expect([0, 1, 2, 3].flatMap(callsAt).filter((r) => JSON.stringify(r.body.messages).includes(`task ${s}`)).length).toBeGreaterThanOrEqual(2);
+      expect(at).toHaveLength(1);
+      return at[0];
+    });
+    expect(new Set(homes).size).toBeGreaterThanOrEqual(2);
+  }, 180_000);
 });
