@@ -39,9 +39,11 @@ const agentUpstream: Script = (req, res) => {
 let setup: GatewayOnUpstreams;
 let home: string;
 
+/** Four upstreams of the model, all the agent's. */
 beforeAll(async () => {
-  setup = await startGatewayOn([agentUpstream], ([url]) => ({
-    models: [modelEntry('coder', [{ kind: 'vllm', url }], { contextWindow: 131_072, supports: { tools: true } })],
+  setup = await startGatewayOn([agentUpstream, agentUpstream, agentUpstream, agentUpstream], (urls) => ({
+    gateway: { health: { probe: { intervalMs: 0 } } },
+    models: [modelEntry('coder', urls.map((url) => ({ kind: 'vllm', url })), { contextWindow: 131_072, supports: { tools: true } })],
   }));
   home = mkdtempSync(join(tmpdir(), 'parley-codex-home-'));
   mkdirSync(join(home, '.codex'));
@@ -63,7 +65,8 @@ afterAll(async () => {
   rmSync(home, { recursive: true, force: true });
 });
 
-const chatCalls = () => setup.upstreams[0].received.filter((r) => r.path.endsWith('/chat/completions'));
+const callsAt = (upstream: number) => setup.upstreams[upstream].received.filter((r) => r.path.endsWith('/chat/completions'));
+const chatCalls = () => [0, 1, 2, 3].flatMap(callsAt);
 
 function codex(prompt: string) {
   const running = run(CODEX, ['exec', '--skip-git-repo-check', '--dangerously-bypass-approvals-and-sandbox', prompt], {
@@ -90,4 +93,17 @@ describe('Codex through Parley', () => {
     const toolMessage = followUp.body.messages.find((m: { role: string }) => m.role === 'tool');
     expect(toolMessage).toMatchObject({ tool_call_id: 'call_exec_1', content: expect.stringContaining('parley-tool-ok') });
   }, 120_000);
+
+  it('keeps each session on one upstream for all its turns by the prompt_cache_key it sends, though every session starts with the same instructions', async () => {
+    const sessions = ['alpha', 'bravo', 'charlie', 'delta'];
+    await Promise.all(sessions.map((s) => codex(`please run the echo tool for task ${s}`)));
+    const homes = sessions.map((s) => {
+      const mine = (u: number) => callsAt(u).filter((r) => JSON.stringify(r.body.messages).includes(`task ${s}`));
+      expect(chatCalls().filter((r) => JSON.stringify(r.body.messages).includes(`task ${s}`)).length).toBeGreaterThanOrEqual(2);
+      const at = [0, 1, 2, 3].filter((u) => mine(u).length > 0);
+      expect(at).toHaveLength(1);
+      return at[0];
+    });
+    expect(new Set(homes).size).toBeGreaterThanOrEqual(2);
+  }, 180_000);
 });
