@@ -58,6 +58,12 @@ const endpoint = z
     }
   });
 
+const prices = z.strictObject({
+  inputCacheMiss: z.number().nonnegative(),
+  inputCacheHit: z.number().nonnegative(),
+  output: z.number().nonnegative(),
+});
+
 const model = z.strictObject({
   id: z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._:/-]*$/, 'letters, digits and . _ : / - only'),
   contextWindow: z.int().positive(),
@@ -67,11 +73,9 @@ const model = z.strictObject({
    * own id comes first, then exact aliases, then patterns in file order.
    */
   aliases: z.array(z.string().regex(/^[A-Za-z0-9*][A-Za-z0-9._:/*@\[\]-]*$/, 'letters, digits, . _ : / @ [ ] - and * only')).default([]),
-  pricesPerMillion: z.strictObject({
-    inputCacheMiss: z.number().nonnegative(),
-    inputCacheHit: z.number().nonnegative(),
-    output: z.number().nonnegative(),
-  }),
+  pricesPerMillion: prices,
+  /** Prices of a service tier where they differ from the default: flex is half of pricesPerMillion unless given here. */
+  tierPrices: z.strictObject({ flex: prices.optional(), priority: prices.optional() }).default({}),
   supports: z.strictObject({ tools: z.boolean().default(false), jsonOutput: z.boolean().default(false) }).prefault({}),
   /** A GGUF whose tokenizer and chat template count prompt tokens before any upstream call. */
   tokenizer: z.strictObject({ gguf: z.string() }).optional(),

@@ -4,6 +4,7 @@
 // its creation.
 import { createHmac, randomBytes } from 'node:crypto';
 import type { Redis } from 'ioredis';
+import { isServiceTier, type ServiceTier } from '../protocol/service-tier.js';
 import { redisKeys } from '../redis/keys.js';
 
 export const API_KEY_PREFIX = 'sk-parley-';
@@ -24,6 +25,8 @@ export interface ApiKeyRecord {
   expiresAt: number | null;
   /** The most the key may spend per period, in micro-units; null for no budget. */
   budget: KeyBudget | null;
+  /** The tier its requests are served at unless they ask for another; only a `priority` key may ask for `priority`. */
+  tier: ServiceTier;
 }
 
 export const BUDGET_PERIODS = ['day', 'month', 'total'] as const;
@@ -39,6 +42,8 @@ export interface KeyLimits {
   models?: string[] | null;
   expiresAt?: number | null;
   budget?: KeyBudget | null;
+  /** null: back to `default`. */
+  tier?: ServiceTier | null;
 }
 
 /** The field of a key's budget hash its spending in the period that holds `now` (UTC) is counted in. */
@@ -82,6 +87,7 @@ function toRecord(h: Record<string, string>): ApiKeyRecord {
     models: h.models ? (JSON.parse(h.models) as string[]) : null,
     expiresAt: h.expires_at ? Number(h.expires_at) : null,
     budget: h.budget ? { limit: Number(h.budget), period: (h.budget_period || 'total') as BudgetPeriod } : null,
+    tier: isServiceTier(h.tier) ? h.tier : 'default',
   };
 }
 
@@ -94,6 +100,7 @@ function limitFields(limits: KeyLimits): Record<string, string> {
     fields.budget = limits.budget === null ? '' : String(limits.budget.limit);
     fields.budget_period = limits.budget === null ? '' : limits.budget.period;
   }
+  if (limits.tier !== undefined) fields.tier = limits.tier ?? '';
   return fields;
 }
 
@@ -112,6 +119,7 @@ export async function createApiKey(redis: Redis, secret: string, account: string
     models: limits.models ?? null,
     expiresAt: limits.expiresAt ?? null,
     budget: limits.budget ?? null,
+    tier: limits.tier ?? 'default',
   };
   // Three keys in three slots on a cluster; the key works from the last write on, once it can be found and listed.
   await redis.set(redisKeys.apiKeyById(record.id), hash);

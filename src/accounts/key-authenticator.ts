@@ -6,6 +6,7 @@
 import { hash as oneShotHash } from 'node:crypto';
 import { LRUCache } from 'lru-cache';
 import type { Redis } from 'ioredis';
+import type { ServiceTier } from '../protocol/service-tier.js';
 import type { RateLimits } from '../ratelimit/rate-limiter.js';
 import { subscriberFor } from '../redis/connection.js';
 import { redisKeys } from '../redis/keys.js';
@@ -21,6 +22,8 @@ export interface Caller {
   models: string[] | null;
   /** The key's spending budget; null for none. */
   budget: KeyBudget | null;
+  /** The key's service tier: what its requests are served at unless they ask for another. */
+  tier: ServiceTier;
 }
 
 /** Why a key is refused, in words for its client. */
@@ -90,7 +93,7 @@ export class KeyAuthenticator {
       return { refused: `The API key ${maskedKey(record.suffix)} expired at ${new Date(record.expiresAt).toISOString()}. Create a new key on the platform's API keys page.` };
     }
     this.noteUse(hash, known);
-    return { account: record.account, keyId: record.id, limits, models: record.models, budget: record.budget };
+    return { account: record.account, keyId: record.id, limits, models: record.models, budget: record.budget, tier: record.tier };
   }
 
   async close(): Promise<void> {

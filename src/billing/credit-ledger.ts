@@ -18,6 +18,7 @@ import { LUA_INT, LUA_NOW_MS, luaJson, luaScript } from '../redis/lua-script.js'
 import { RATE_LIMIT_LUA, rateUse, type RateCheck, type RateUse } from '../ratelimit/rate-limiter.js';
 import type { Usage } from '../protocol/chat-response.js';
 import type { TokenPrices } from './prices.js';
+import type { ServiceTier } from '../protocol/service-tier.js';
 
 /** How long a reclaimed hold is remembered: longer than a settlement is retried, however long Redis was away. */
 const RECLAIMED_KEPT_MS = 2 * 86_400_000;
@@ -223,7 +224,7 @@ return redis.call('ZADD', KEYS[1], 'XX', 'CH', int(now_ms + tonumber(ARGV[2])), 
 // settlements (each_item), each with two more keys, the account's usage
 // stream and daily usage, and 15 arguments: hold id, cost, outcome, model,
 // prompt, cached, completion, account, key id, endpoint, reason, end user, API,
-// the request id and the reply id the client was given. Replies
+// the request id and the reply id the client was given, the service tier. Replies
 // with a pair each: 1 and the charge when settled now, 0 when settled
 // before, -1 when refused (amounts that are not whole numbers), with nothing
 // written. Daily totals are summed in Lua and added once per batch and model.
@@ -272,7 +273,7 @@ local function settle(K, A)
   end
   redis.call('XADD', K[6], 'MINID', '=', keep_after, '*', 'request_id', A[14], 'reply_id', A[15], 'account', A[8], 'key', A[9], 'model', A[4], 'endpoint', A[10],
     'outcome', A[3], 'reason', A[11], 'prompt_tokens', int(A[5]), 'cached_tokens', int(A[6]), 'completion_tokens', int(A[7]),
-    'cost', int(A[2]), 'charged', int(charge), 'user', A[12], 'api', A[13])
+    'cost', int(A[2]), 'charged', int(charge), 'user', A[12], 'api', A[13], 'service_tier', A[16])
   return 1, charge
 end
 local reply = {}
@@ -448,6 +449,8 @@ export interface Settlement {
   user?: string;
   /** Which API the request came through: chat, completions, embeddings (chat where not said: a journal from before). */
   api?: string;
+  /** The service tier that served it, whose prices `cost` is at (default where not said: a journal from before). */
+  tier?: ServiceTier;
   usage: Usage;
   /** What the reply costs in micro-units (charged only when complete). */
   cost: number;
@@ -483,7 +486,7 @@ export async function settleHolds(redis: Redis, batch: Settlement[], keepEventsM
     return [
       keys.account(s.account), keys.key(redisKeys.usageEvents(s.account)), keys.key(redisKeys.dailyUsage(s.account, day)),
       s.requestId, s.cost, s.outcome, s.model, u.prompt_tokens, u.cached_tokens, u.completion_tokens, s.account, s.keyId, s.endpoint, s.reason ?? '', s.user ?? '', s.api ?? 'chat',
-      s.clientIds?.requestId ?? s.requestId, s.clientIds?.replyId ?? '',
+      s.clientIds?.requestId ?? s.requestId, s.clientIds?.replyId ?? '', s.tier ?? 'default',
     ];
   });
   const reply = (await SETTLE.runDurably(redis, keys.list, [keepEventsMs, luaJson(items)])) as number[];

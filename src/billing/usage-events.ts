@@ -21,6 +21,8 @@ export interface UsageEvent {
   user: string;
   /** The API the request came through (events from before APIs were recorded are chat's). */
   api: string;
+  /** The service tier that served it (events from before tiers are default's). */
+  tier: string;
   promptTokens: number;
   cachedTokens: number;
   completionTokens: number;
@@ -44,6 +46,7 @@ function toEvent(id: string, fields: string[]): UsageEvent {
     reason: f.reason,
     user: f.user ?? '',
     api: f.api || 'chat',
+    tier: f.service_tier || 'default',
     promptTokens: Number(f.prompt_tokens),
     cachedTokens: Number(f.cached_tokens),
     completionTokens: Number(f.completion_tokens),
@@ -75,7 +78,7 @@ export async function* readUsageEvents(redis: Redis, account: string, filter: Us
   }
 }
 
-const CSV_COLUMNS = 'time,request_id,account,key,model,endpoint,outcome,reason,prompt_tokens,cached_tokens,completion_tokens,cost,charged,user,api,reply_id';
+const CSV_COLUMNS = 'time,request_id,account,key,model,endpoint,outcome,reason,prompt_tokens,cached_tokens,completion_tokens,cost,charged,user,api,reply_id,service_tier';
 
 const csvField = (v: string) => (/[",\n\r]/.test(v) ? `"${v.replace(/"/g, '""')}"` : v);
 
@@ -84,7 +87,7 @@ export async function* usageCsv(events: AsyncIterable<UsageEvent>): AsyncGenerat
   for await (const e of events) {
     const row = [
       new Date(e.time).toISOString(), e.requestId, e.account, e.key, e.model, e.endpoint, e.outcome, e.reason,
-      String(e.promptTokens), String(e.cachedTokens), String(e.completionTokens), formatMicros(e.cost, 6), formatMicros(e.charged, 6), e.user, e.api, e.replyId,
+      String(e.promptTokens), String(e.cachedTokens), String(e.completionTokens), formatMicros(e.cost, 6), formatMicros(e.charged, 6), e.user, e.api, e.replyId, e.tier,
     ];
     yield `${row.map(csvField).join(',')}\n`;
   }

@@ -128,7 +128,7 @@ export async function startEngine(opts: EngineOptions): Promise<RunningEngine> {
         maxTokens,
         topLogprobs: request.logprobs ? request.topLogprobs : null,
       });
-      const identity: ReplyIdentity = { id: `${idPrefix}${randomUUID()}`, created: Math.floor(Date.now() / 1000), model: opts.modelId };
+      const identity: ReplyIdentity = { id: `${idPrefix}${randomUUID()}`, created: Math.floor(Date.now() / 1000), model: opts.modelId, serviceTier: 'default' };
       const run = (onPiece: (i: number, p: Piece) => void) =>
         Promise.all(seqs.map((seq: LlamaContextSequence, i) => generateChoice(model, seq, tokens, sampling(i), (p) => onPiece(i, p), abort.signal)));
       const usage = (results: ChoiceResult[]) => ({

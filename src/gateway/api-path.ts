@@ -12,6 +12,7 @@ import type { ApiName, ClientApi, GatewaySettings } from '../config.js';
 import type { Completion, ReplyIdentity, StreamEvent, Usage, ReplyRenderer } from '../protocol/chat-response.js';
 import { ApiError, checkContextWindow, promptTooLong } from '../protocol/errors.js';
 import { sendJson, sendJsonParts } from '../protocol/http-io.js';
+import { servingTier } from '../protocol/service-tier.js';
 import { hintKey } from '../routing/affinity-key.js';
 import type { RoutedEndpoint, RoutedModel } from '../routing/routing-table.js';
 import type { UpstreamBody } from '../upstream/client.js';
@@ -50,7 +51,7 @@ export interface ApiDescriptor<R, W extends { usage: Usage } = Completion> {
    * lowered to that room (Anthropic's clients ask for 32,000 whatever the
    * model), where chat's contract refuses it.
    */
-  common(request: R): { model: string; n: number; stream: boolean; maxTokens: number | undefined; user: string | undefined; fitToWindow?: boolean };
+  common(request: R): { model: string; n: number; stream: boolean; maxTokens: number | undefined; user: string | undefined; serviceTier: string | null | undefined; fitToWindow?: boolean };
   /** Each prompt's tokens (one prompt, or a batch): counted exactly where the model has a tokenizer or the prompt is token ids, else an upper bound from the text. */
   promptTokens(model: RoutedModel, request: R): { tokens: number[]; exact: boolean };
   /** What prefix affinity keys the request by when the client gives no hint (routing/affinity-key.ts). */
@@ -139,10 +140,12 @@ export async function handleApiRequest<R, W extends { usage: Usage }>(api: ApiDe
   const maxReplyTokens = replyCap(model.config.contextWindow, prompts, asked);
   const replies = prompts.tokens.length * asked.n;
 
-  const identity: ReplyIdentity = { id: `${api.idPrefix ?? ''}${id}`, created: Math.floor(Date.now() / 1000), model: asked.model };
+  const tier = servingTier(asked.serviceTier, caller.tier);
+  span.setAttribute('parley.service_tier', tier);
+  const identity: ReplyIdentity = { id: `${api.idPrefix ?? ''}${id}`, created: Math.floor(Date.now() / 1000), model: asked.model, serviceTier: tier };
   const clientIds = { requestId: id, replyId: api.idPrefix === null ? '' : identity.id };
   if (clientIds.replyId) span.setAttribute('parley.reply_id', clientIds.replyId);
-  const meter = await Meter.open(ctx, span, { table, caller, model, settlementId: randomId(), clientIds, promptTokens, n: replies, maxReplyTokens, user: asked.user, api: api.name });
+  const meter = await Meter.open(ctx, span, { table, caller, model, settlementId: randomId(), clientIds, promptTokens, n: replies, maxReplyTokens, user: asked.user, api: api.name, tier });
   // A window or a balance that leaves room for fewer reply tokens than asked lowers the limit sent upstream.
   const request = meter.maxReplyTokens < (asked.maxTokens ?? maxReplyTokens) ? api.withMaxTokens(parsed, meter.maxReplyTokens) : parsed;
 

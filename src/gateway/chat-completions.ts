@@ -26,6 +26,7 @@ export const chat: ApiDescriptor<ChatCompletionRequest> = {
     stream: r.stream === true,
     maxTokens: requestedMaxTokens(r),
     user: r.user ?? undefined,
+    serviceTier: r.service_tier,
   }),
   promptTokens(model, request) {
     if (model.countPromptTokens) return { tokens: [model.countPromptTokens(request.messages)], exact: true };

@@ -23,6 +23,7 @@ const completions: ApiDescriptor<CompletionRequest> = {
     // OpenAI's legacy default is 16 tokens, not the rest of the window.
     maxTokens: r.max_tokens ?? 16,
     user: r.user ?? undefined,
+    serviceTier: r.service_tier,
   }),
   promptTokens(_model, request) {
     const prompts = promptsOf(request);

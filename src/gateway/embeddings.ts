@@ -29,7 +29,7 @@ const embeddings: ApiDescriptor<EmbeddingsRequest, EmbeddingsWhole> = {
   idPrefix: null,
   parse: parseEmbeddingsRequest,
   // No reply tokens: the hold is the input at the input price.
-  common: (r) => ({ model: r.model, n: 0, stream: false, maxTokens: 0, user: r.user ?? undefined }),
+  common: (r) => ({ model: r.model, n: 0, stream: false, maxTokens: 0, user: r.user ?? undefined, serviceTier: r.service_tier }),
   promptTokens: (_model, r) => ({ tokens: [inputTokensBound(r)], exact: false }),
   affinityKey: (r) => {
     const first = embeddingInputs(r)[0];

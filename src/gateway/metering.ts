@@ -6,6 +6,7 @@ import type { Caller } from '../accounts/key-authenticator.js';
 import type { ClientApi } from '../config.js';
 import { extendHold, type SettleOutcome, type Settlement } from '../billing/credit-ledger.js';
 import { formatMicros, replyCost } from '../billing/prices.js';
+import type { ServiceTier } from '../protocol/service-tier.js';
 import type { Usage } from '../protocol/chat-response.js';
 import { ApiError, insufficientBalance, keyBudgetSpent, shuttingDown } from '../protocol/errors.js';
 import { budgetPeriodField, budgetRenewsAt } from '../accounts/api-keys.js';
@@ -33,6 +34,8 @@ export interface MeterRequest {
   user?: string;
   /** The API the request came through, for the usage event. */
   api: ClientApi;
+  /** The service tier that serves it: its prices are held and charged. */
+  tier: ServiceTier;
 }
 
 const NO_USAGE: Usage = { prompt_tokens: 0, completion_tokens: 0, cached_tokens: 0 };
@@ -53,8 +56,9 @@ function settlementOf(m: MeterRequest, outcome: SettleOutcome, endpoint: string,
     reason,
     user: m.user,
     api: m.api,
+    tier: m.tier,
     usage,
-    cost: outcome === 'complete' ? replyCost(m.model.prices, usage) : 0,
+    cost: outcome === 'complete' ? replyCost(m.model.prices[m.tier], usage) : 0,
   };
 }
 
@@ -98,7 +102,7 @@ export class Meter {
         account: m.caller.account,
         requestId: m.settlementId,
         ttlMs: table.billing.holdTtlMs,
-        prices: m.model.prices,
+        prices: m.model.prices[m.tier],
         promptTokens: m.promptTokens,
         n: m.n,
         maxReplyTokens: m.maxReplyTokens,

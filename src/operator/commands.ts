@@ -23,9 +23,9 @@ export const OPERATOR_USAGE = `
   members list --account A
   credit grant  --account A --amount 5 --note TEXT
   credit deduct --account A --amount 5 --note TEXT
-  keys create --account A --name N [--models m1,m2] [--budget 5] [--budget-period day|month|total] [--expires 2026-12-31T00:00:00Z]
-                              print a new key (shown this once), limited to those models, that spend, until then
-  keys limits KEY_ID [--models ...] [--budget ...] [--budget-period ...] [--expires ...]   change a key's limits (an empty value clears one)
+  keys create --account A --name N [--models m1,m2] [--budget 5] [--budget-period day|month|total] [--expires 2026-12-31T00:00:00Z] [--tier default|flex|priority]
+                              print a new key (shown this once), limited to those models, that spend, until then, served at that tier
+  keys limits KEY_ID [--models ...] [--budget ...] [--budget-period ...] [--expires ...] [--tier ...]   change a key's limits (an empty value clears one)
   keys list --account A       each key with its limits and what it spent in its budget's period
   keys revoke KEY_ID
   credit-codes create --amount 5 [--count N]   codes a team redeems on the platform's top-up page
@@ -45,7 +45,7 @@ const OPTIONS = {
   email: { type: 'string' }, name: { type: 'string' }, password: { type: 'string' }, credit: { type: 'string' },
   account: { type: 'string' }, amount: { type: 'string' }, note: { type: 'string' }, rpm: { type: 'string' }, tpm: { type: 'string' },
   since: { type: 'string' }, count: { type: 'string' }, until: { type: 'string' }, out: { type: 'string' }, 'data-dir': { type: 'string' },
-  models: { type: 'string' }, expires: { type: 'string' }, budget: { type: 'string' }, 'budget-period': { type: 'string' },
+  models: { type: 'string' }, expires: { type: 'string' }, budget: { type: 'string' }, 'budget-period': { type: 'string' }, tier: { type: 'string' },
 } as const;
 
 type Values = ReturnType<typeof parseArgs<{ options: typeof OPTIONS; allowPositionals: true }>>['values'];
@@ -59,6 +59,7 @@ function keyLimits(v: Values) {
     ...(v.expires !== undefined ? { expiresAt: empty(v.expires) } : {}),
     ...(v.budget !== undefined ? { budget: empty(v.budget) } : {}),
     ...(v['budget-period'] !== undefined ? { budgetPeriod: v['budget-period'] } : {}),
+    ...(v.tier !== undefined ? { tier: empty(v.tier) } : {}),
   };
 }
 
@@ -68,6 +69,7 @@ const describeLimits = (k: KeyView) => [
   k.models ? k.models.join(',') : 'any model',
   k.expiresAt ? `until ${k.expiresAt}` : 'no expiry',
   k.budget ? `budget ${k.budget} per ${k.budgetPeriod}` : 'no budget',
+  `${k.tier} tier`,
 ];
 
 const ACTIONS: Record<string, (op: Operator, v: Values, positionals: string[]) => Promise<void>> = {
@@ -115,7 +117,7 @@ const ACTIONS: Record<string, (op: Operator, v: Values, positionals: string[]) =
   },
   async 'keys list'(op, v) {
     const keys = await operations.listKeys(op, accountFlag(v));
-    console.log(['id', 'name', 'key', 'created', 'last used', 'revoked', 'models', 'expiry', 'budget', 'spent this period'].join('\t'));
+    console.log(['id', 'name', 'key', 'created', 'last used', 'revoked', 'models', 'expiry', 'budget', 'tier', 'spent this period'].join('\t'));
     for (const k of keys) {
       const spent = k.spentThisPeriod ?? '-';
       console.log([k.id, k.name, maskedKey(k.suffix), k.created, k.lastUsed ?? '-', k.revoked ? 'yes' : 'no', ...describeLimits(k), spent].join('\t'));

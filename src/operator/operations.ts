@@ -7,6 +7,7 @@
 import { z } from 'zod';
 import type { Redis } from 'ioredis';
 import { addMember, createAccount, EmailTaken, listAccounts, listMembers, resolveAccount, setAccountLimits, type Account } from '../accounts/accounts.js';
+import { SERVICE_TIERS } from '../protocol/service-tier.js';
 import { BUDGET_PERIODS, createApiKey, findApiKeyById, keySpend, listApiKeys, revokeApiKey, setKeyLimits, type ApiKeyRecord, type KeyLimits } from '../accounts/api-keys.js';
 import { createCreditCode } from '../billing/credit-codes.js';
 import { balanceSummary, changeCredit } from '../billing/credit-ledger.js';
@@ -34,6 +35,7 @@ const keyLimitFields = {
   budget: amount.nullable().optional().describe('the most the key may spend per budgetPeriod; null for no budget'),
   budgetPeriod: z.enum(BUDGET_PERIODS).optional().describe('day and month are UTC; total never renews (the default)'),
   expiresAt: z.iso.datetime().nullable().optional().describe('when the key stops working; null for never'),
+  tier: z.enum(SERVICE_TIERS).nullable().optional().describe('the service tier its requests get unless they ask for another; only a priority key may ask for priority (null: default)'),
 };
 
 export const inputs = {
@@ -90,7 +92,7 @@ async function keyView(op: Operator, k: ApiKeyRecord) {
     id: k.id, account: k.account, name: k.name, suffix: k.suffix, created: new Date(k.created).toISOString(),
     lastUsed: k.lastUsed ? new Date(k.lastUsed).toISOString() : null, revoked: k.revoked, models: k.models,
     budget: k.budget ? money(k.budget.limit) : null, budgetPeriod: k.budget?.period ?? null, spentThisPeriod: k.budget ? money(spend.spent) : null,
-    expiresAt: k.expiresAt ? new Date(k.expiresAt).toISOString() : null,
+    expiresAt: k.expiresAt ? new Date(k.expiresAt).toISOString() : null, tier: k.tier,
   };
 }
 
@@ -99,6 +101,7 @@ function limitsOf(input: z.infer<typeof inputs.keyLimits>, current?: ApiKeyRecor
   const limits: KeyLimits = {};
   if (input.models !== undefined) limits.models = input.models;
   if (input.expiresAt !== undefined) limits.expiresAt = input.expiresAt === null ? null : Date.parse(input.expiresAt);
+  if (input.tier !== undefined) limits.tier = input.tier;
   if (input.budget === null) limits.budget = null;
   else if (input.budget !== undefined || input.budgetPeriod !== undefined) {
     const limit = input.budget !== undefined ? parseAmount(input.budget) : current?.budget?.limit;

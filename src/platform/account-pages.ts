@@ -5,6 +5,7 @@
 // operator's operations (operator/operations.ts), audited as the member.
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { BUDGET_PERIODS, maskedKey } from '../accounts/api-keys.js';
+import { SERVICE_TIERS } from '../protocol/service-tier.js';
 import { OperationRefused, operations, type Operator } from '../operator/operations.js';
 import { redeemCreditCode } from '../billing/credit-codes.js';
 import { balanceSummary } from '../billing/credit-ledger.js';
@@ -50,7 +51,8 @@ function limitFields(models: string[], currency: string, idPrefix: string, curre
     </fieldset>
     <div><label for="${idPrefix}budget">Budget (${currency}; empty: none)</label><input id="${idPrefix}budget" name="budget" type="text" inputmode="decimal" value="${current?.budget ?? ''}" placeholder="e.g. 25"></div>
     <div><label for="${idPrefix}period">Per</label><select id="${idPrefix}period" name="budget_period">${BUDGET_PERIODS.map((p) => html`<option value="${p}"${p === period ? html` selected` : ''}>${p}</option>`)}</select></div>
-    <div><label for="${idPrefix}expires">Expires (UTC; empty: never)</label><input id="${idPrefix}expires" name="expires" type="date" value="${current?.expiresAt?.slice(0, 10) ?? ''}"></div>`;
+    <div><label for="${idPrefix}expires">Expires (UTC; empty: never)</label><input id="${idPrefix}expires" name="expires" type="date" value="${current?.expiresAt?.slice(0, 10) ?? ''}"></div>
+    <div><label for="${idPrefix}tier">Service tier</label><select id="${idPrefix}tier" name="tier">${SERVICE_TIERS.map((t) => html`<option value="${t}"${t === (current?.tier ?? 'default') ? html` selected` : ''}>${t}</option>`)}</select></div>`;
 }
 
 /** The limits a key's form asks for, as the operations take them. */
@@ -63,6 +65,7 @@ function limitsFromForm(form: URLSearchParams) {
     budget: budget === '' ? null : budget,
     ...(budget === '' ? {} : { budgetPeriod: form.get('budget_period') ?? 'month' }),
     expiresAt: expires === '' ? null : /^\d{4}-\d{2}-\d{2}$/.test(expires) ? `${expires}T00:00:00Z` : expires,
+    tier: form.get('tier') || null,
   };
 }
 
@@ -90,7 +93,7 @@ export async function showApiKeys(
         <div class="secret"><code id="new-key" data-testid="new-key">${created.key}</code><button type="button" class="secondary" data-copy="new-key">Copy</button></div>
       </section>`
     : '';
-  const limitsOf = (k: KeyView) => [k.models ? k.models.join(', ') : 'every model', k.expiresAt ? `until ${k.expiresAt.slice(0, 10)}` : ''].filter(Boolean).join('; ');
+  const limitsOf = (k: KeyView) => [k.models ? k.models.join(', ') : 'every model', k.expiresAt ? `until ${k.expiresAt.slice(0, 10)}` : '', k.tier === 'default' ? '' : `${k.tier} tier`].filter(Boolean).join('; ');
   const rows = keys.map(
     (k) => html`<tr data-key="${k.id}">
       <td>${k.name}</td><td><code>${maskedKey(k.suffix)}</code></td><td>${when(Date.parse(k.created))}</td><td>${when(k.lastUsed ? Date.parse(k.lastUsed) : null)}</td>
@@ -112,7 +115,7 @@ export async function showApiKeys(
       <input type="hidden" name="_csrf" value="${csrf}">
       <div><label for="name">Name</label><input id="name" name="name" type="text" maxlength="64" required placeholder="e.g. search-backend"></div>
       <div><button type="submit">Create key</button></div>
-      <details class="key-limits"><summary>Limits (optional): models, budget, expiry</summary><div class="filters">${limitFields(models, currency, 'new-')}</div></details>
+      <details class="key-limits"><summary>Limits (optional): models, budget, expiry, tier</summary><div class="filters">${limitFields(models, currency, 'new-')}</div></details>
     </form>
     ${keys.length
       ? html`<table><thead><tr><th>Name</th><th>Key</th><th>Created</th><th>Last used</th><th>Limits</th><th>Spent</th><th></th></tr></thead><tbody>${rows}</tbody></table>`

@@ -94,7 +94,7 @@ export type ChatCompletionRequest = z.infer<typeof chatCompletionRequest>;
 
 /** The fields of OpenAI's reference beyond the spec's; each upstream kind takes some of them (upstream/dialects/). */
 export const OPENAI_EXTRA_FIELDS = [
-  'user', 'safety_identifier', 'reasoning_effort', 'verbosity', 'metadata', 'service_tier', 'store', 'prediction',
+  'user', 'safety_identifier', 'reasoning_effort', 'verbosity', 'metadata', 'store', 'prediction',
   'modalities', 'audio', 'web_search_options', 'prompt_cache_key', 'prompt_cache_retention',
 ] as const;
 export type OpenAiExtraField = (typeof OPENAI_EXTRA_FIELDS)[number];

@@ -84,6 +84,8 @@ export interface ReplyIdentity {
   created: number;
   /** The model id the client asked for, never the upstream's name for it. */
   model: string;
+  /** The service tier that serves the reply (billing/service-tier.ts). */
+  serviceTier: string;
 }
 
 export function usageBody(u: Usage) {
@@ -102,6 +104,7 @@ export function renderCompletion(identity: ReplyIdentity, completion: Completion
     object: 'chat.completion',
     created: identity.created,
     model: identity.model,
+    service_tier: identity.serviceTier,
     choices: completion.choices.map(({ matched_stop: _stop, ...choice }) => choice),
     usage: usageBody(completion.usage),
   };
@@ -190,7 +193,7 @@ export class ChunkRenderer extends OpenAiChunks {
   private readonly toolCallsOpened = new Set<string>();
 
   constructor(identity: ReplyIdentity, includeUsage: boolean) {
-    super(`{"id":${JSON.stringify(identity.id)},"object":"chat.completion.chunk","created":${identity.created},"model":${JSON.stringify(identity.model)},"choices":`, includeUsage);
+    super(`{"id":${JSON.stringify(identity.id)},"object":"chat.completion.chunk","created":${identity.created},"model":${JSON.stringify(identity.model)},"service_tier":${JSON.stringify(identity.serviceTier)},"choices":`, includeUsage);
     this.contentTail = `},"logprobs":null,"finish_reason":null}]${this.suffix}\n\n`;
   }
 

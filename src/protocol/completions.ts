@@ -35,6 +35,7 @@ export const completionRequest = z.object({
   stream: z.boolean().nullish(),
   stream_options: z.object({ include_usage: z.boolean().optional() }).nullish(),
   user: z.string().max(256).nullish(),
+  service_tier: z.string().max(64).nullish(),
   prompt_cache_key: z.string().max(1024).nullish(),
 });
 
@@ -60,6 +61,7 @@ export function renderTextCompletion(identity: ReplyIdentity, completion: Comple
     object: 'text_completion',
     created: identity.created,
     model: identity.model,
+    service_tier: identity.serviceTier,
     choices: completion.choices.map((c) => ({ text: c.message.content ?? '', index: c.index, logprobs: c.logprobs, finish_reason: c.finish_reason })),
     usage: usageBody(completion.usage),
   };
@@ -68,7 +70,7 @@ export function renderTextCompletion(identity: ReplyIdentity, completion: Comple
 /** A streamed reply's `text_completion` chunks: a chunk per piece of text, then each choice's finish, the usage chunk when asked for, and [DONE]. */
 export class TextChunkRenderer extends OpenAiChunks {
   constructor(identity: ReplyIdentity, includeUsage: boolean) {
-    super(`{"id":${JSON.stringify(identity.id)},"object":"text_completion","created":${identity.created},"model":${JSON.stringify(identity.model)},"choices":`, includeUsage);
+    super(`{"id":${JSON.stringify(identity.id)},"object":"text_completion","created":${identity.created},"model":${JSON.stringify(identity.model)},"service_tier":${JSON.stringify(identity.serviceTier)},"choices":`, includeUsage);
   }
 
   content(run: ContentRun): [opening: string, pieces: string] {

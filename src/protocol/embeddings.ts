@@ -17,6 +17,7 @@ export const embeddingsRequest = z.object({
   encoding_format: z.enum(['float', 'base64']).nullish(),
   dimensions: z.int().min(1).nullish(),
   user: z.string().max(256).nullish(),
+  service_tier: z.string().max(64).nullish(),
 });
 
 export type EmbeddingsRequest = z.infer<typeof embeddingsRequest>;

@@ -7,6 +7,7 @@ import { z } from 'zod';
 import type { ChatCompletionRequest, ChatMessage } from './chat-request.js';
 import { invalidParameter, type ApiError } from './errors.js';
 import { parseRequest } from './request-parsing.js';
+import { isServiceTier } from './service-tier.js';
 
 const textBlock = z.looseObject({ type: z.literal('text'), text: z.string() });
 const toolUseBlock = z.looseObject({ type: z.literal('tool_use'), id: z.string(), name: z.string(), input: z.unknown() });
@@ -181,5 +182,7 @@ export function messagesToChat(req: MessagesRequest): ChatCompletionRequest | Ap
     ...(effort ? { reasoning_effort: EFFORT[effort] } : {}),
     ...(user ? { user } : {}),
     ...(session ? { prompt_cache_key: session } : {}),
+    // Anthropic's `standard_only` is the default tier; `auto` the key's; OpenAI's names are taken too.
+    service_tier: req.service_tier === 'standard_only' ? 'default' : isServiceTier(req.service_tier) ? req.service_tier : undefined,
   };
 }

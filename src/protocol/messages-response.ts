@@ -25,6 +25,9 @@ function usageOf(u: Usage) {
   return { input_tokens: u.prompt_tokens - u.cached_tokens, cache_creation_input_tokens: 0, cache_read_input_tokens: u.cached_tokens, output_tokens: u.completion_tokens };
 }
 
+/** Anthropic's name for the tier that served a reply: flex, discounted and served after the rest, is its `batch`. */
+const ANTHROPIC_TIERS: Record<string, string> = { default: 'standard', flex: 'batch', priority: 'priority' };
+
 function toolInput(args: string | undefined): unknown {
   try {
     const input = JSON.parse(args || '{}');
@@ -50,7 +53,7 @@ export function renderMessage(identity: ReplyIdentity, completion: Completion, r
     model: identity.model,
     content,
     ...stopOf(finish_reason, matched_stop, req.stop_sequences),
-    usage: usageOf(completion.usage),
+    usage: { ...usageOf(completion.usage), service_tier: ANTHROPIC_TIERS[identity.serviceTier] },
   };
 }
 
@@ -69,7 +72,7 @@ export class MessageEventRenderer implements ReplyRenderer {
   constructor(private readonly identity: ReplyIdentity, private readonly countedPromptTokens: number, private readonly stopSequences: string[] | undefined) {}
 
   start(): string {
-    const message = { id: this.identity.id, type: 'message', role: 'assistant', model: this.identity.model, content: [], stop_reason: null, stop_sequence: null, usage: { input_tokens: this.countedPromptTokens, cache_creation_input_tokens: 0, cache_read_input_tokens: 0, output_tokens: 0 } };
+    const message = { id: this.identity.id, type: 'message', role: 'assistant', model: this.identity.model, content: [], stop_reason: null, stop_sequence: null, usage: { input_tokens: this.countedPromptTokens, cache_creation_input_tokens: 0, cache_read_input_tokens: 0, output_tokens: 0, service_tier: ANTHROPIC_TIERS[this.identity.serviceTier] } };
     return event('message_start', JSON.stringify({ type: 'message_start', message }));
   }
 

@@ -7,6 +7,7 @@ import { z } from 'zod';
 import type { ChatCompletionRequest, ChatMessage } from './chat-request.js';
 import { ApiError, invalidParameter } from './errors.js';
 import { parseRequest } from './request-parsing.js';
+import { isServiceTier } from './service-tier.js';
 
 const textPart = z.looseObject({ type: z.enum(['input_text', 'output_text']), text: z.string() });
 const refusalPart = z.looseObject({ type: z.literal('refusal'), refusal: z.string() });
@@ -167,5 +168,6 @@ export function responsesToChat(req: ResponsesRequest): ChatCompletionRequest | 
     ...(req.reasoning?.effort ? { reasoning_effort: EFFORT[req.reasoning.effort] } : {}),
     user: req.user ?? req.safety_identifier ?? undefined,
     prompt_cache_key: req.prompt_cache_key,
+    service_tier: isServiceTier(req.service_tier) ? req.service_tier : undefined,
   };
 }

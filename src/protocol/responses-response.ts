@@ -56,7 +56,7 @@ function responseObject(identity: ReplyIdentity, req: ResponsesRequest, output: 
     prompt_cache_key: req.prompt_cache_key ?? null,
     reasoning: { effort: req.reasoning?.effort ?? null, summary: req.reasoning?.summary ?? null },
     safety_identifier: req.safety_identifier ?? null,
-    service_tier: 'default',
+    service_tier: identity.serviceTier,
     // Nothing is kept, whatever was asked.
     store: false,
     temperature: req.temperature ?? 1,

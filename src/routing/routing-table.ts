@@ -3,6 +3,7 @@
 // counter. A table is immutable; a reload builds a new one and swaps it in.
 import { type BillingSettings, type GatewaySettings, type ModelConfig, type PlatformSettings, type RateLimitSettings, type RoutingFile, type UpstreamKind } from '../config.js';
 import { tokenPrices, type TokenPrices } from '../billing/prices.js';
+import type { ServiceTier } from '../protocol/service-tier.js';
 import { loadPromptCounter } from '../engine/chat-prompt.js';
 import type { LocalEngines } from '../engine/supervisor.js';
 import type { ChatMessage } from '../protocol/chat-request.js';
@@ -22,7 +23,8 @@ export interface RoutedEndpoint extends UpstreamEndpoint {
 
 export interface RoutedModel {
   config: ModelConfig;
-  prices: TokenPrices;
+  /** Each service tier's prices. */
+  prices: Record<ServiceTier, TokenPrices>;
   endpoints: RoutedEndpoint[];
   countPromptTokens: ((messages: ChatMessage[]) => number) | undefined;
 }
@@ -35,6 +37,17 @@ export interface RoutingTable {
   models: Map<string, RoutedModel>;
   /** Exact aliases, and `*` patterns in file order (ModelConfig.aliases). */
   aliases: { exact: Map<string, RoutedModel>; patterns: [RegExp, RoutedModel][] };
+}
+
+/** Each tier's prices: the routing file's, else the model's (flex: half of them). */
+function tierPrices(config: ModelConfig): Record<ServiceTier, TokenPrices> {
+  const base = config.pricesPerMillion;
+  const half = { inputCacheMiss: base.inputCacheMiss / 2, inputCacheHit: base.inputCacheHit / 2, output: base.output / 2 };
+  return {
+    default: tokenPrices(base),
+    flex: tokenPrices(config.tierPrices.flex ?? half),
+    priority: tokenPrices(config.tierPrices.priority ?? base),
+  };
 }
 
 /** The model a request names: by its id, else by an exact alias, else by the first pattern that matches. */
@@ -94,7 +107,7 @@ export async function buildRoutingTable(file: RoutingFile, engines: LocalEngines
         maxQueue: e.maxQueue,
       });
     }
-    models.set(config.id, { config, prices: tokenPrices(config.pricesPerMillion), endpoints, countPromptTokens: tokenizer ? await promptCounter(tokenizer) : undefined });
+    models.set(config.id, { config, prices: tierPrices(config), endpoints, countPromptTokens: tokenizer ? await promptCounter(tokenizer) : undefined });
   }
   return { settings: file.gateway, billing: file.billing, rateLimits: file.rateLimits, platform: file.platform, models, aliases: aliasesOf(models.values()) };
 }

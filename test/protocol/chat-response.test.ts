@@ -4,7 +4,7 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { ChunkRenderer, renderCompletion, type ChoiceDelta } from '../../src/protocol/chat-response.js';
 
-const identity = { id: 'chatcmpl-1', created: 7, model: 'm' };
+const identity = { id: 'chatcmpl-1', created: 7, model: 'm', serviceTier: 'default' };
 const chunks = (text: string) =>
   text
     .split('\n\n')
@@ -18,9 +18,9 @@ describe('ChunkRenderer', () => {
         const renderer = new ChunkRenderer(identity, true);
         const text = renderer.deltas(pieces.map((content) => ({ index: 0, delta: { content }, logprobs: null, finish_reason: null })));
         const expected = [
-          { id: 'chatcmpl-1', object: 'chat.completion.chunk', created: 7, model: 'm', choices: [{ index: 0, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }], usage: null },
+          { id: 'chatcmpl-1', object: 'chat.completion.chunk', created: 7, model: 'm', service_tier: 'default', choices: [{ index: 0, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }], usage: null },
           // An empty piece says nothing and is not sent.
-          ...pieces.filter((content) => content !== '').map((content) => ({ id: 'chatcmpl-1', object: 'chat.completion.chunk', created: 7, model: 'm', choices: [{ index: 0, delta: { content }, logprobs: null, finish_reason: null }], usage: null })),
+          ...pieces.filter((content) => content !== '').map((content) => ({ id: 'chatcmpl-1', object: 'chat.completion.chunk', created: 7, model: 'm', service_tier: 'default', choices: [{ index: 0, delta: { content }, logprobs: null, finish_reason: null }], usage: null })),
         ].map((c) => JSON.stringify(c));
         expect(chunks(text)).toEqual(expected);
       }),
@@ -64,7 +64,7 @@ describe('ChunkRenderer', () => {
       fc.property(fc.integer({ min: 0, max: 12 }), fc.string({ unit: 'binary' }), fc.constantFrom<ChoiceDelta['delta']>({}, { role: 'assistant' }), (index, reason, delta) => {
         const text = new ChunkRenderer(identity, true).deltas([{ index, delta, logprobs: null, finish_reason: reason }]);
         const choice = { index, delta: {}, logprobs: null, finish_reason: reason };
-        expect(chunks(text).at(-1)).toBe(JSON.stringify({ id: identity.id, object: 'chat.completion.chunk', created: identity.created, model: identity.model, choices: [choice], usage: null }));
+        expect(chunks(text).at(-1)).toBe(JSON.stringify({ id: identity.id, object: 'chat.completion.chunk', created: identity.created, model: identity.model, service_tier: 'default', choices: [choice], usage: null }));
       }),
       { numRuns: 300 },
     );
@@ -80,6 +80,7 @@ describe('renderCompletion', () => {
       object: 'chat.completion',
       created: 7,
       model: 'm',
+      service_tier: 'default',
       choices: [{ index: 0, message, logprobs: null, finish_reason: 'stop' }],
       usage: { prompt_tokens: 3, completion_tokens: 1, total_tokens: 4, prompt_tokens_details: { cached_tokens: 2 } },
     });
