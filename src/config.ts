@@ -51,8 +51,13 @@ const endpoint = z
     /** Requests at once (protects the GPUs); more wait in a queue of `maxQueue`. */
     maxConcurrent: z.int().positive().default(256),
     maxQueue: z.int().min(0).default(256),
+    /** The upstream schedules by request priority (vLLM started with --scheduling-policy priority): each tier's is sent. */
+    priorityScheduling: z.boolean().default(false),
   })
   .check((ctx) => {
+    if (ctx.value.priorityScheduling && ctx.value.kind !== 'vllm') {
+      ctx.issues.push({ code: 'custom', input: ctx.value, path: ['priorityScheduling'], message: 'only a vllm endpoint takes a request priority' });
+    }
     if ((ctx.value.url === undefined) === (ctx.value.local === undefined)) {
       ctx.issues.push({ code: 'custom', input: ctx.value, path: ['url'], message: 'give exactly one of `url` or `local`' });
     }
@@ -123,6 +128,8 @@ const gatewaySettings = z
         deadlineMs: z.int().min(10).default(60_000),
         /** The longest a request waits for a slot on a full endpoint. */
         queueTimeoutMs: z.int().min(0).default(10_000),
+        /** The longest a flex request waits (it waits behind every other tier); then 429 resource_unavailable. */
+        flexQueueTimeoutMs: z.int().min(0).default(60_000),
         /** The share of an endpoint's queue one account's requests may take (at least one place). */
         accountQueueShare: z.number().gt(0).max(1).default(0.5),
       })

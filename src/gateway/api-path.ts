@@ -12,7 +12,7 @@ import type { ApiName, ClientApi, GatewaySettings } from '../config.js';
 import type { Completion, ReplyIdentity, StreamEvent, Usage, ReplyRenderer } from '../protocol/chat-response.js';
 import { ApiError, checkContextWindow, promptTooLong } from '../protocol/errors.js';
 import { sendJson, sendJsonParts } from '../protocol/http-io.js';
-import { servingTier } from '../protocol/service-tier.js';
+import { servingTier, type ServiceTier } from '../protocol/service-tier.js';
 import { hintKey } from '../routing/affinity-key.js';
 import type { RoutedEndpoint, RoutedModel } from '../routing/routing-table.js';
 import type { UpstreamBody } from '../upstream/client.js';
@@ -108,6 +108,13 @@ export function perChoiceBodies(endpoint: RoutedEndpoint, body: Record<string, u
   });
 }
 
+/** The request as an upstream that schedules by priority takes it: each body with its tier's priority. */
+function withPriority(sent: UpstreamRequest, endpoint: RoutedEndpoint, tier: ServiceTier): UpstreamRequest {
+  const { priorityOf } = endpoint.dialect;
+  if (!endpoint.priorityScheduling || !priorityOf) return sent;
+  return { ...sent, bodies: sent.bodies.map((b) => ({ ...b, priority: priorityOf(tier) })) };
+}
+
 /** Claude Code names its session in this header, as well as in `metadata.user_id`, which the Messages mapping reads. */
 const CLAUDE_CODE_SESSION_HEADER = 'x-claude-code-session-id';
 
@@ -169,8 +176,8 @@ export async function handleApiRequest<R, W extends { usage: Usage }>(api: ApiDe
   };
   let call: UpstreamCall | undefined;
   try {
-    const upstreamRequest = (endpoint: RoutedEndpoint) => api.upstreamRequest(endpoint, model, request, passThrough);
-    call = await callWithFailover(ctx, span, { model, settings: table.settings, upstreamRequest, plan: await ctx.router.plan(model, () => affinityKey(api, request, req, table.settings)), account: caller.account, cancellation: upstreamCall });
+    const upstreamRequest = (endpoint: RoutedEndpoint) => withPriority(api.upstreamRequest(endpoint, model, request, passThrough), endpoint, tier);
+    call = await callWithFailover(ctx, span, { model, settings: table.settings, upstreamRequest, plan: await ctx.router.plan(model, () => affinityKey(api, request, req, table.settings)), account: caller.account, tier, cancellation: upstreamCall });
     const { endpoint } = call;
     const fanOut = { choicesPerCall: replies / call.bodies.length, callsPerPrompt: call.bodies.length / prompts.tokens.length };
     if (!relay || !streaming) {

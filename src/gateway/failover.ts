@@ -12,7 +12,8 @@
 // tenant's poison requests open a circuit every tenant shares). A failure
 // that another endpoint then did not repeat is the endpoint's for certain.
 import { SpanStatusCode, type Span } from '@opentelemetry/api';
-import { ApiError, noHealthyUpstream, upstreamsBusy } from '../protocol/errors.js';
+import { ApiError, flexUnavailable, noHealthyUpstream, upstreamsBusy } from '../protocol/errors.js';
+import type { ServiceTier } from '../protocol/service-tier.js';
 import { QueueTimeout, type EndpointState } from '../routing/endpoint-state.js';
 import type { RoutePlan } from '../routing/router.js';
 import type { RoutedEndpoint, RoutedModel, RoutingTable } from '../routing/routing-table.js';
@@ -64,6 +65,8 @@ export interface Forwarding {
   upstreamRequest(endpoint: RoutedEndpoint): UpstreamRequest;
   plan: RoutePlan;
   account: string;
+  /** The tier the request is admitted at. */
+  tier: ServiceTier;
   cancellation: Cancellation;
 }
 
@@ -80,10 +83,12 @@ export async function callWithFailover(ctx: GatewayContext, span: Span, forwardi
 }
 
 async function walkPlan(ctx: GatewayContext, span: Span, forwarding: Forwarding, failed: FailedAttempt[]): Promise<UpstreamCall> {
-  const { model, plan, account, cancellation, settings } = forwarding;
+  const { model, plan, account, tier, cancellation, settings } = forwarding;
   const modelId = model.config.id;
-  const { maxAttempts, deadlineMs, queueTimeoutMs } = settings.failover;
+  const { maxAttempts, deadlineMs } = settings.failover;
+  const queueTimeoutMs = tier === 'flex' ? settings.failover.flexQueueTimeoutMs : settings.failover.queueTimeoutMs;
   const retryAfter = Math.max(1, Math.ceil(settings.health.openMs / 1000));
+  const busy = () => (tier === 'flex' ? flexUnavailable(modelId, retryAfter) : upstreamsBusy(modelId, retryAfter));
   if (plan.endpoints.length === 0) throw noHealthyUpstream(modelId, retryAfter);
   const deadline = Date.now() + deadlineMs;
   let attempts = 0;
@@ -124,29 +129,29 @@ async function walkPlan(ctx: GatewayContext, span: Span, forwarding: Forwarding,
     }
   };
 
-  const busy: RoutedEndpoint[] = [];
+  const full: RoutedEndpoint[] = [];
   for (const endpoint of plan.endpoints) {
     if (attempts >= maxAttempts || Date.now() >= deadline) break;
-    if (!ctx.router.state(endpoint).tryAcquire()) {
-      busy.push(endpoint);
+    if (!(await ctx.router.state(endpoint).tryAcquire(tier))) {
+      full.push(endpoint);
       continue;
     }
     const call = await attempt(endpoint);
     if (call) return call;
   }
-  for (const endpoint of busy) {
+  for (const endpoint of full) {
     const state = ctx.router.state(endpoint);
     if (attempts >= maxAttempts || !state.hasQueueRoom(account)) continue;
     const wait = Math.min(queueTimeoutMs, deadline - Date.now());
     if (wait <= 0) break;
     try {
-      await state.acquireQueued(account, wait, cancellation);
+      await state.acquireQueued(account, tier, wait, cancellation);
     } catch (err) {
-      if (err instanceof QueueTimeout) throw upstreamsBusy(modelId, retryAfter);
+      if (err instanceof QueueTimeout) throw busy();
       throw err;
     }
     const call = await attempt(endpoint);
     if (call) return call;
   }
-  throw lastError ?? upstreamsBusy(modelId, retryAfter);
+  throw lastError ?? busy();
 }

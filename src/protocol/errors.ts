@@ -105,6 +105,10 @@ export const noHealthyUpstream = (model: string, retryAfterSeconds: number) =>
 export const upstreamsBusy = (model: string, retryAfterSeconds: number) =>
   new ApiError(503, 'service_unavailable', `Every upstream for model \`${model}\` is at capacity and its queue is full. Retry after ${retryAfterSeconds} s.`, 'queue_full', null, { 'retry-after': String(retryAfterSeconds) });
 
+/** OpenAI's answer to a flex request it has no capacity for: nothing was served, and nothing is charged. */
+export const flexUnavailable = (model: string, retryAfterSeconds: number) =>
+  new ApiError(429, 'rate_limit_error', `Model \`${model}\` has no capacity free for the flex tier now. Retry later, or send the request at the default tier.`, 'resource_unavailable', null, { 'retry-after': String(retryAfterSeconds) });
+
 export const upstreamUnreachable = (detail: string) =>
   new ApiError(502, 'server_error', `The model's server could not be reached: ${detail}`, 'upstream_unreachable');
 

@@ -57,6 +57,12 @@ export const redisKeys = {
   loginAttempts: (client: string) => `${P}login-attempts:${client}`,
   /** Sorted sets of a model's affinity keys (routing/affinity-key.ts), by when the fleet first and last saw each (Redis time, µs). */
   prefixes: (model: string) => ({ firstSeen: `${P}{affinity-keys:${model}}:first-seen`, lastSeen: `${P}{affinity-keys:${model}}:last-seen` }),
+  /** An endpoint's slots as the fleet shares them: leases (score: when each lapses) and the replicas waiting, by tier (score: when they last asked). */
+  endpointSlots: (endpoint: string) => ({
+    leases: `${P}{slots:${endpoint}}:leases`,
+    priorityWaiting: `${P}{slots:${endpoint}}:waiting-priority`,
+    defaultWaiting: `${P}{slots:${endpoint}}:waiting-default`,
+  }),
   /** Hash: per gateway replica, when it last wrote (Redis time, ms) and its requests at each endpoint (JSON). */
   fleetLoad: `${P}fleet-load`,
   /** Set when the demo account was made, so it is made once per Redis. */

@@ -3,17 +3,24 @@
 // served. It outlives routing-file reloads (keyed by the endpoint's name), so
 // an edit does not forget that an endpoint is down or busy.
 //
-// The queue is fair between accounts: one account may take at most
-// `accountQueueShare` of its places, and a freed slot goes to the accounts
-// waiting in turn, so that one team's burst neither fills the queue nor
-// makes the others wait behind all of it.
+// Admission: `maxConcurrent` requests at once, from the whole fleet where the
+// replicas share Redis (routing/fleet-slots.ts), else from this replica.
+// Waiting requests are admitted by service tier, priority, then default,
+// then flex; a newcomer never passes a waiter of its own tier or a higher
+// one. Flex never takes the last FLEX_RESERVE_SHARE of the slots, so that
+// interactive work arriving finds one free. Within a tier the queue is fair
+// between accounts: one account may take at most `accountQueueShare` of its
+// places, and a freed slot goes to the accounts waiting in turn.
+import { ADMISSION_ORDER, type ServiceTier } from '../protocol/service-tier.js';
 import { Cancelled } from '../protocol/errors.js';
 import type { Cancellation } from '../upstream/cancellation.js';
 import { CircuitBreaker, type BreakerSettings, type BreakerState } from './circuit-breaker.js';
+import { POLL_MS, type FleetSlots } from './fleet-slots.js';
 
 export interface EndpointLimits {
-  /** Requests at once; beyond it, requests wait in a bounded queue. */
+  /** Requests at once (the fleet's, where it shares Redis); beyond it, requests wait in a bounded queue. */
   maxConcurrent: number;
+  /** This replica's queue. */
   maxQueue: number;
   /** The share of the queue's places one account's requests may take. */
   accountQueueShare: number;
@@ -23,8 +30,10 @@ export interface EndpointSnapshot {
   name: string;
   health: 'healthy' | 'unhealthy' | 'recovering';
   circuit: BreakerState;
+  /** This replica's requests holding a slot, and waiting for one (all tiers, and by tier). */
   inFlight: number;
   queued: number;
+  queuedByTier: Record<ServiceTier, number>;
   requests: number;
   failures: number;
   /** The share of prompt tokens the upstream reported served from its cache, over the last CACHE_SHARE_MINUTES. */
@@ -33,12 +42,22 @@ export interface EndpointSnapshot {
 }
 
 interface Waiter {
+  account: string;
+  tier: ServiceTier;
   resolve(): void;
   reject(err: Error): void;
 }
 
 const EWMA_WEIGHT = 0.2;
 export const CACHE_SHARE_MINUTES = 5;
+/** The share of an endpoint's slots flex may not take: with nothing else waiting, flex keeps the rest busy. */
+export const FLEX_RESERVE_SHARE = 0.2;
+
+/** The slots `tier` may fill: all of them, or for flex all but the reserve (at least one, where there are two). */
+export function tierLimit(maxConcurrent: number, tier: ServiceTier): number {
+  if (tier !== 'flex' || maxConcurrent < 2) return maxConcurrent;
+  return maxConcurrent - Math.max(1, Math.floor(maxConcurrent * FLEX_RESERVE_SHARE));
+}
 
 /** Prompt and cached tokens of one minute. */
 interface MinuteOfUsage {
@@ -50,10 +69,15 @@ interface MinuteOfUsage {
 export class QueueTimeout extends Error {}
 
 export class EndpointState {
+  /** This replica's requests holding a slot. */
   inFlight = 0;
-  /** Waiters by account, in the order the accounts take their turns. */
-  private readonly waiting = new Map<string, Waiter[]>();
+  /** Per tier, waiters by account, in the order the accounts take their turns. */
+  private readonly waiting: Record<ServiceTier, Map<string, Waiter[]>> = { priority: new Map(), default: new Map(), flex: new Map() };
+  private readonly waitersByTier: Record<ServiceTier, number> = { priority: 0, default: 0, flex: 0 };
   private waiters = 0;
+  /** The fleet's leases this replica holds here (any one is as good as another). */
+  private readonly leases: string[] = [];
+  private polling = false;
   readonly breaker: CircuitBreaker;
   private requests = 0;
   private failures = 0;
@@ -63,7 +87,14 @@ export class EndpointState {
   private lastLatency: number | null = null;
   limits: EndpointLimits;
 
-  constructor(readonly name: string, limits: EndpointLimits, breaker: BreakerSettings, private readonly now: () => number = Date.now) {
+  /** `fleet`: where the fleet's slots are counted; without it, this replica's own. */
+  constructor(
+    readonly name: string,
+    limits: EndpointLimits,
+    breaker: BreakerSettings,
+    private readonly fleet?: FleetSlots,
+    private readonly now: () => number = Date.now,
+  ) {
     this.limits = limits;
     this.breaker = new CircuitBreaker(breaker);
   }
@@ -77,39 +108,29 @@ export class EndpointState {
     return this.waiters;
   }
 
-  hasFreeSlot(): boolean {
-    return this.inFlight < this.limits.maxConcurrent;
-  }
-
   /** Whether `account` may wait for a slot: the queue has room, and the account has not taken its share of it. */
   hasQueueRoom(account: string): boolean {
     const { maxQueue, accountQueueShare } = this.limits;
-    const own = this.waiting.get(account)?.length ?? 0;
+    let own = 0;
+    for (const byAccount of Object.values(this.waiting)) own += byAccount.get(account)?.length ?? 0;
     return this.waiters < maxQueue && own < Math.max(1, Math.floor(maxQueue * accountQueueShare));
   }
 
-  /** Takes a slot now if one is free. */
-  tryAcquire(): boolean {
-    if (!this.hasFreeSlot() || this.waiters > 0) return false;
-    this.inFlight++;
-    return true;
+  /** Takes a slot now if one is free for `tier` and no request of its tier or a higher one waits here. */
+  async tryAcquire(tier: ServiceTier): Promise<boolean> {
+    if (this.waitingAtOrAbove(tier) || !this.hasLocalRoom(tier)) return false;
+    return this.take(tier);
   }
 
   /** Waits in the queue for a slot, up to `timeoutMs` or until the request is cancelled. */
-  async acquireQueued(account: string, timeoutMs: number, cancellation: Cancellation): Promise<void> {
+  async acquireQueued(account: string, tier: ServiceTier, timeoutMs: number, cancellation: Cancellation): Promise<void> {
     // A request whose client has already left takes no place in the queue.
     if (cancellation.cancelled) throw new Cancelled();
-    if (this.tryAcquire()) return;
+    // Where no slot is free here, the request joins the queue before anything is awaited.
+    if (!this.waitingAtOrAbove(tier) && this.hasLocalRoom(tier) && (await this.take(tier))) return;
     await new Promise<void>((resolve, reject) => {
       const leave = (err: Error) => {
-        const own = this.waiting.get(account);
-        const i = own?.indexOf(waiter) ?? -1;
-        if (own && i >= 0) {
-          own.splice(i, 1);
-          this.waiters--;
-          if (own.length === 0) this.waiting.delete(account);
-        }
-        waiter.reject(err);
+        if (this.dequeue(waiter)) waiter.reject(err);
       };
       const timer = setTimeout(() => leave(new QueueTimeout(`waited ${timeoutMs} ms for ${this.name}`)), timeoutMs);
       const unsubscribe = cancellation.subscribe(() => leave(new Cancelled()));
@@ -118,6 +139,8 @@ export class EndpointState {
         unsubscribe();
       };
       const waiter: Waiter = {
+        account,
+        tier,
         resolve: () => {
           stopWaiting();
           resolve();
@@ -127,24 +150,95 @@ export class EndpointState {
           reject(err);
         },
       };
-      const own = this.waiting.get(account);
+      const byAccount = this.waiting[tier];
+      const own = byAccount.get(account);
       if (own) own.push(waiter);
-      else this.waiting.set(account, [waiter]);
+      else byAccount.set(account, [waiter]);
       this.waiters++;
+      this.waitersByTier[tier]++;
+      void this.admitWaiting();
     });
   }
 
-  /** Gives the slot back; the first waiter of the account whose turn it is, if any, takes it. */
+  /** Gives the slot back; the waiter whose turn it is, if any, takes it. */
   release(): void {
-    const turn = this.waiting.entries().next();
-    if (turn.done) return void this.inFlight--;
-    const [account, own] = turn.value;
-    const next = own.shift()!;
+    this.inFlight--;
+    const lease = this.leases.pop();
+    if (lease) this.fleet?.release(this.name, lease);
+    void this.admitWaiting();
+  }
+
+  private waitingAtOrAbove(tier: ServiceTier): boolean {
+    for (const t of ADMISSION_ORDER) {
+      if (this.waitersByTier[t] > 0) return true;
+      if (t === tier) return false;
+    }
+    return false;
+  }
+
+  private hasLocalRoom(tier: ServiceTier): boolean {
+    return this.inFlight < tierLimit(this.limits.maxConcurrent, tier);
+  }
+
+  /** Takes a slot here and, sharing Redis, one of the fleet's; false when the fleet has none free for `tier`. */
+  private async take(tier: ServiceTier): Promise<boolean> {
+    this.inFlight++;
+    if (!this.fleet) return true;
+    try {
+      const lease = await this.fleet.acquire(this.name, tier, tierLimit(this.limits.maxConcurrent, tier));
+      if (lease) {
+        this.leases.push(lease);
+        return true;
+      }
+    } catch {
+      // Redis is away: this replica's own count is all there is (and the request's credit hold fails anyway).
+      return true;
+    }
+    this.inFlight--;
+    return false;
+  }
+
+  /** The first waiter in admission order: the highest tier waiting, the account whose turn it is. */
+  private nextWaiter(): Waiter | undefined {
+    for (const tier of ADMISSION_ORDER) {
+      const turn = this.waiting[tier].values().next();
+      if (!turn.done) return turn.value[0];
+    }
+    return undefined;
+  }
+
+  /** Removes a waiter from the queue; its account goes to the back of its tier's line. False when it had left already. */
+  private dequeue(waiter: Waiter): boolean {
+    const byAccount = this.waiting[waiter.tier];
+    const own = byAccount.get(waiter.account);
+    const i = own?.indexOf(waiter) ?? -1;
+    if (!own || i < 0) return false;
+    own.splice(i, 1);
+    byAccount.delete(waiter.account);
+    if (own.length > 0) byAccount.set(waiter.account, own);
     this.waiters--;
-    // The account goes to the back of the line, behind every other account waiting.
-    this.waiting.delete(account);
-    if (own.length > 0) this.waiting.set(account, own);
-    next.resolve();
+    this.waitersByTier[waiter.tier]--;
+    return true;
+  }
+
+  /**
+   * Admits waiters in order while slots are free for them. Alone, a freed slot is known here; sharing the
+   * fleet's slots, one freed by another replica is found by asking again every POLL_MS while anyone waits.
+   */
+  private async admitWaiting(): Promise<void> {
+    if (this.polling) return;
+    this.polling = true;
+    try {
+      for (let waiter = this.nextWaiter(); waiter; waiter = this.nextWaiter()) {
+        const taken = this.hasLocalRoom(waiter.tier) && (await this.take(waiter.tier));
+        if (taken && this.dequeue(waiter)) waiter.resolve();
+        else if (taken) this.release();
+        else if (!this.fleet) return;
+        else await new Promise((r) => setTimeout(r, POLL_MS));
+      }
+    } finally {
+      this.polling = false;
+    }
   }
 
   recordSuccess(caller: string, firstByteMs: number): void {
@@ -191,6 +285,7 @@ export class EndpointState {
       circuit,
       inFlight: this.inFlight,
       queued: this.waiters,
+      queuedByTier: { ...this.waitersByTier },
       requests: this.requests,
       failures: this.failures,
       cachedTokenShare: this.recentCachedShare(),

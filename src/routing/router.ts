@@ -11,6 +11,7 @@ import { createPolicy } from './policies/index.js';
 import type { RoutingPolicy, RoutingRequest } from './policies/policy.js';
 import type { Redis } from 'ioredis';
 import { FleetLoad } from './fleet-load.js';
+import { FleetSlots } from './fleet-slots.js';
 import type { PrefixSharing } from './prefix-sharing.js';
 import type { RoutedEndpoint, RoutedModel, RoutingTable } from './routing-table.js';
 
@@ -32,13 +33,15 @@ export interface EndpointView extends EndpointSnapshot {
 
 export class Router {
   private readonly fleet: FleetLoad | undefined;
+  private readonly slots: FleetSlots | undefined;
 
   /**
-   * With Redis, prefix placement learns the fleet's affinity keys (`sharing`) and loads count the fleet's requests
-   * (`redis`); without, each replica goes by what it sees.
+   * With Redis, prefix placement learns the fleet's affinity keys (`sharing`), loads count the fleet's requests and
+   * endpoints' slots are the fleet's (`redis`); without, each replica goes by what it sees.
    */
   constructor(private readonly sharing?: PrefixSharing, redis?: Redis) {
     this.fleet = redis && new FleetLoad(redis, () => [...this.states].map(([name, state]): [string, number] => [name, state.load]));
+    this.slots = redis && new FleetSlots(redis);
   }
 
   private readonly states = new Map<string, EndpointState>();
@@ -64,7 +67,7 @@ export class Router {
         if (state) {
           state.limits = limits;
           state.breaker.settings = health;
-        } else this.states.set(e.name, new EndpointState(e.name, limits, health));
+        } else this.states.set(e.name, new EndpointState(e.name, limits, health, this.slots));
         this.startProbe(e, table.settings);
       }
     }
@@ -107,7 +110,7 @@ export class Router {
     let state = this.states.get(endpoint.name);
     if (!state) {
       const { health, failover } = this.table!.settings;
-      state = new EndpointState(endpoint.name, { maxConcurrent: endpoint.maxConcurrent, maxQueue: endpoint.maxQueue, accountQueueShare: failover.accountQueueShare }, health);
+      state = new EndpointState(endpoint.name, { maxConcurrent: endpoint.maxConcurrent, maxQueue: endpoint.maxQueue, accountQueueShare: failover.accountQueueShare }, health, this.slots);
       this.states.set(endpoint.name, state);
     }
     return state;
@@ -135,6 +138,7 @@ export class Router {
 
   close(): void {
     this.fleet?.close();
+    this.slots?.close();
     for (const timer of this.probes.values()) clearInterval(timer);
     this.probes.clear();
   }

@@ -19,6 +19,8 @@ export interface RoutedEndpoint extends UpstreamEndpoint {
   weight: number;
   maxConcurrent: number;
   maxQueue: number;
+  /** Send each request its tier's priority (the dialect's priorityOf). */
+  priorityScheduling: boolean;
 }
 
 export interface RoutedModel {
@@ -105,6 +107,7 @@ export async function buildRoutingTable(file: RoutingFile, engines: LocalEngines
         weight: e.weight,
         maxConcurrent: e.maxConcurrent,
         maxQueue: e.maxQueue,
+        priorityScheduling: e.priorityScheduling,
       });
     }
     models.set(config.id, { config, prices: tierPrices(config), endpoints, countPromptTokens: tokenizer ? await promptCounter(tokenizer) : undefined });

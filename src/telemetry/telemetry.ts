@@ -50,8 +50,13 @@ export class Telemetry {
         for (const e of model.endpoints) result.observe(e.circuit === 'closed' ? 1 : 0, { model: model.model, endpoint: e.url });
       }
     });
-    meter.createObservableGauge('parley_upstream_in_flight').addCallback((result) => {
+    meter.createObservableGauge('parley_upstream_in_flight', { description: "This replica's requests holding one of the endpoint's slots" }).addCallback((result) => {
       for (const model of router.snapshot()) for (const e of model.endpoints) result.observe(e.inFlight, { model: model.model, endpoint: e.url });
+    });
+    meter.createObservableGauge('parley_upstream_queued', { description: "This replica's requests waiting for one of the endpoint's slots, by service tier" }).addCallback((result) => {
+      for (const model of router.snapshot()) {
+        for (const e of model.endpoints) for (const [tier, queued] of Object.entries(e.queuedByTier)) result.observe(queued, { model: model.model, endpoint: e.url, tier });
+      }
     });
   }
 

@@ -1,6 +1,7 @@
 // The narrow interface every upstream kind implements, and the OpenAI-shaped
 // base they share. A dialect knows its upstream's request quirks, usage
 // fields, error bodies and stream quirks; nothing outside upstream/ does.
+import type { ServiceTier } from '../protocol/service-tier.js';
 import type { ChatCompletionRequest, OpenAiExtraField } from '../protocol/chat-request.js';
 import type { CompletionRequest } from '../protocol/completions.js';
 import type { EmbeddingsReply, EmbeddingsRequest } from '../protocol/embeddings.js';
@@ -26,6 +27,8 @@ export interface Dialect {
   readonly multipleChoices: boolean;
   /** Where this upstream counts a chat prompt's tokens as its template makes them, if it can. */
   readonly promptCount?: PromptCount;
+  /** The request priority this upstream schedules a tier's requests by, where it takes one (an endpoint opts in). */
+  readonly priorityOf?: (tier: ServiceTier) => number;
   /** The JSON body sent upstream. Streaming calls always ask for usage, so Parley can meter. */
   requestBody(req: ChatCompletionRequest, target: UpstreamTarget): Record<string, unknown>;
   /** A whole (non-streamed) reply. Throws UpstreamBrokeOff when it is not one. */
@@ -59,6 +62,7 @@ export interface PromptCount {
 
 export interface DialectQuirks {
   promptCount?: PromptCount;
+  priorityOf?: (tier: ServiceTier) => number;
   multipleChoices?: boolean;
   /** OpenAI takes `developer` and `max_completion_tokens`; most servers want `system` and `max_tokens`. */
   openAiNativeParams?: boolean;
@@ -191,6 +195,7 @@ export function openAiCompatible(quirks: DialectQuirks): Dialect {
   return {
     multipleChoices: quirks.multipleChoices ?? true,
     promptCount: quirks.promptCount,
+    priorityOf: quirks.priorityOf,
 
     requestBody(req, target) {
       const native = quirks.openAiNativeParams ?? false;

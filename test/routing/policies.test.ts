@@ -1,7 +1,7 @@
 // The routing policies alone, on plain data.
 import { describe, expect, it } from 'vitest';
 import { CircuitBreaker, PROBE_CALLER } from '../../src/routing/circuit-breaker.js';
-import { EndpointState, QueueTimeout } from '../../src/routing/endpoint-state.js';
+import { EndpointState, QueueTimeout, tierLimit } from '../../src/routing/endpoint-state.js';
 import { LeastLoadPolicy } from '../../src/routing/policies/least-load.js';
 import type { Candidate, RoutingPolicy } from '../../src/routing/policies/policy.js';
 import { KnownPrefixes } from '../../src/routing/known-prefixes.js';
@@ -273,7 +273,7 @@ const BREAKER = { failureThreshold: 3, failureRate: 0.5, windowMs: 10_000, minCa
 describe('endpoint cache share', () => {
   it('is the share of the last 5 minutes, so that the view shows a cache that has gone cold', () => {
     let now = 0;
-    const state = new EndpointState('e', { maxConcurrent: 1, maxQueue: 1, accountQueueShare: 1 }, BREAKER, () => now);
+    const state = new EndpointState('e', { maxConcurrent: 1, maxQueue: 1, accountQueueShare: 1 }, BREAKER, undefined, () => now);
     state.recordUsage(1000, 900);
     now = 4 * 60_000;
     state.recordUsage(1000, 100);
@@ -287,11 +287,11 @@ describe('endpoint cache share', () => {
 describe('endpoint concurrency', () => {
   it('admits up to maxConcurrent, queues the next in order, and hands a released slot to the first waiter', async () => {
     const state = new EndpointState('e', { maxConcurrent: 1, maxQueue: 2, accountQueueShare: 1 }, BREAKER);
-    expect(state.tryAcquire()).toBe(true);
-    expect(state.tryAcquire()).toBe(false);
+    expect(await state.tryAcquire('default')).toBe(true);
+    expect(await state.tryAcquire('default')).toBe(false);
     const order: string[] = [];
-    const a = state.acquireQueued('team', 1000, new Cancellation()).then(() => order.push('a'));
-    const b = state.acquireQueued('team', 1000, new Cancellation()).then(() => order.push('b'));
+    const a = state.acquireQueued('team', 'default', 1000, new Cancellation()).then(() => order.push('a'));
+    const b = state.acquireQueued('team', 'default', 1000, new Cancellation()).then(() => order.push('b'));
     expect(state.load).toBe(3);
     expect(state.hasQueueRoom('team')).toBe(false);
     state.release();
@@ -304,17 +304,17 @@ describe('endpoint concurrency', () => {
 
   it('gives up waiting after the queue timeout', async () => {
     const state = new EndpointState('e', { maxConcurrent: 1, maxQueue: 1, accountQueueShare: 1 }, BREAKER);
-    state.tryAcquire();
-    await expect(state.acquireQueued('team', 30, new Cancellation())).rejects.toBeInstanceOf(QueueTimeout);
+    await state.tryAcquire('default');
+    await expect(state.acquireQueued('team', 'default', 30, new Cancellation())).rejects.toBeInstanceOf(QueueTimeout);
     expect(state.queued).toBe(0);
   });
 
   it('leaves the queue at once when its request is cancelled, and a slot released later goes to the next', async () => {
     const state = new EndpointState('e', { maxConcurrent: 1, maxQueue: 2, accountQueueShare: 1 }, BREAKER);
-    state.tryAcquire();
+    await state.tryAcquire('default');
     const leaving = new Cancellation();
-    const left = state.acquireQueued('team', 10_000, leaving);
-    const staying = state.acquireQueued('team', 10_000, new Cancellation());
+    const left = state.acquireQueued('team', 'default', 10_000, leaving);
+    const staying = state.acquireQueued('team', 'default', 10_000, new Cancellation());
     leaving.cancel();
     await expect(left).rejects.toMatchObject({ name: 'AbortError' });
     expect(state.queued).toBe(1);
@@ -325,10 +325,10 @@ describe('endpoint concurrency', () => {
 
   it('refuses at once, taking no place in the queue, a request cancelled before it began to wait', async () => {
     const state = new EndpointState('e', { maxConcurrent: 1, maxQueue: 2, accountQueueShare: 1 }, BREAKER);
-    state.tryAcquire();
+    await state.tryAcquire('default');
     const gone = new Cancellation();
     gone.cancel();
-    await expect(state.acquireQueued('team', 20, gone)).rejects.toMatchObject({ name: 'AbortError' });
+    await expect(state.acquireQueued('team', 'default', 20, gone)).rejects.toMatchObject({ name: 'AbortError' });
     expect(state.queued).toBe(0);
     // Past the queue timeout nothing else fires: an error thrown from a timer would fail this test as uncaught.
     await new Promise((r) => setTimeout(r, 50));
@@ -336,10 +336,10 @@ describe('endpoint concurrency', () => {
     expect(state.inFlight).toBe(0);
   });
 
-  it("lets one account take only its share of the queue, leaving room for the others", () => {
+  it("lets one account take only its share of the queue, leaving room for the others", async () => {
     const state = new EndpointState('e', { maxConcurrent: 1, maxQueue: 4, accountQueueShare: 0.5 }, BREAKER);
-    state.tryAcquire();
-    const waits = [state.acquireQueued('burst', 1000, new Cancellation()), state.acquireQueued('burst', 1000, new Cancellation())];
+    await state.tryAcquire('default');
+    const waits = [state.acquireQueued('burst', 'default', 1000, new Cancellation()), state.acquireQueued('burst', 'default', 1000, new Cancellation())];
     expect(state.hasQueueRoom('burst')).toBe(false);
     expect(state.hasQueueRoom('other')).toBe(true);
     for (let i = 0; i < 3; i++) state.release();
@@ -348,15 +348,49 @@ describe('endpoint concurrency', () => {
 
   it('hands freed slots to the accounts waiting in turn, not in arrival order', async () => {
     const state = new EndpointState('e', { maxConcurrent: 1, maxQueue: 8, accountQueueShare: 1 }, BREAKER);
-    state.tryAcquire();
+    await state.tryAcquire('default');
     const order: string[] = [];
-    const waits = ['a1', 'a2', 'a3', 'b1', 'c1'].map((w) => state.acquireQueued(w[0], 1000, new Cancellation()).then(() => order.push(w)));
+    const waits = ['a1', 'a2', 'a3', 'b1', 'c1'].map((w) => state.acquireQueued(w[0], 'default', 1000, new Cancellation()).then(() => order.push(w)));
     for (let i = 0; i < 5; i++) {
       state.release();
       await new Promise((r) => setImmediate(r));
     }
     await Promise.all(waits);
     expect(order).toEqual(['a1', 'b1', 'c1', 'a2', 'a3']);
+  });
+});
+
+describe('admission by service tier', () => {
+  it('admits waiting requests priority first, then default, then flex', async () => {
+    const state = new EndpointState('e', { maxConcurrent: 2, maxQueue: 8, accountQueueShare: 1 }, BREAKER);
+    expect(await state.tryAcquire('default')).toBe(true);
+    expect(await state.tryAcquire('default')).toBe(true);
+    const order: string[] = [];
+    const waits = (['flex', 'default', 'priority'] as const).map((tier) => state.acquireQueued(tier, tier, 1000, new Cancellation()).then(() => order.push(tier)));
+    expect(state.snapshot().queuedByTier).toEqual({ priority: 1, default: 1, flex: 1 });
+    // The third freed slot is the reserve, which flex may not take; the fourth it may.
+    for (let i = 0; i < 4; i++) {
+      state.release();
+      await new Promise((r) => setImmediate(r));
+    }
+    await Promise.all(waits);
+    expect(order).toEqual(['priority', 'default', 'flex']);
+  });
+
+  it('never gives flex the last fifth of the slots (at least one), which a default request then finds free', async () => {
+    expect([1, 2, 8, 10, 256].map((n) => tierLimit(n, 'flex'))).toEqual([1, 1, 7, 8, 205]);
+    const state = new EndpointState('e', { maxConcurrent: 8, maxQueue: 8, accountQueueShare: 1 }, BREAKER);
+    for (let i = 0; i < 7; i++) expect(await state.tryAcquire('flex')).toBe(true);
+    expect(await state.tryAcquire('flex')).toBe(false);
+    expect(await state.tryAcquire('default')).toBe(true);
+  });
+
+  it('lets a default request pass waiting flex requests to a slot they may not take', async () => {
+    const state = new EndpointState('e', { maxConcurrent: 8, maxQueue: 8, accountQueueShare: 1 }, BREAKER);
+    for (let i = 0; i < 7; i++) await state.tryAcquire('flex');
+    const flex = state.acquireQueued('batch', 'flex', 30, new Cancellation());
+    expect(await state.tryAcquire('default')).toBe(true);
+    await expect(flex).rejects.toBeInstanceOf(QueueTimeout);
   });
 });
 

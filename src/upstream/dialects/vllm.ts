@@ -9,6 +9,8 @@ export const vllm = openAiCompatible({
     body: (messages, model) => ({ model, messages }),
     read: (answer) => answer.count,
   },
+  // With --scheduling-policy priority, lower values are scheduled first (0 when not given); the endpoint opts in.
+  priorityOf: (tier) => ({ priority: -1, default: 0, flex: 1 })[tier],
   // The stop string that ended a choice (a token id when a stop token did).
   matchedStop: (choice) => choice.stop_reason,
   // `user` is logged; `reasoning_effort` steers gpt-oss models.
