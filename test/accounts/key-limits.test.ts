@@ -142,11 +142,11 @@ describe('a key with a budget', () => {
       const key = /API key \(shown once\): (\S+)/.exec(made)![1];
       const keyId = /key (key_\w+)/.exec(made)![1];
       expect(made).toContain('budget 0.000028 per month');
-      const listed = async () => (await runParley(['keys', 'list', '--account', gw.account, '--data-dir', dir], env)).split('\n').find((l) => l.startsWith(keyId))!.split('\t').slice(-2);
-      expect(await listed()).toEqual(['budget 0.000028 per month', '0.00']);
+      const listed = async () => (await runParley(['keys', 'list', '--account', gw.account, '--data-dir', dir], env)).split('\n').find((l) => l.startsWith(keyId))!.split('\t').slice(-3);
+      expect(await listed()).toEqual(['budget 0.000028 per month', 'default tier', '0.00']);
       expect((await postChat({ url: gw.url, apiKey: key }, { model: 'allowed', messages, max_tokens: 5 })).status).toBe(200);
       await until(async () => (await keySpend(gw.redis.client, (await findApiKeyById(gw.redis.client, keyId))!)).spent === 28);
-      expect(await listed()).toEqual(['budget 0.000028 per month', '0.000028']);
+      expect(await listed()).toEqual(['budget 0.000028 per month', 'default tier', '0.000028']);
       expect(await runParley(['keys', 'limits', keyId, '--budget-period', 'day', '--data-dir', dir], env)).toContain('budget 0.000028 per day');
       expect(await runParley(['keys', 'limits', keyId, '--budget', '', '--data-dir', dir], env)).toContain('no budget');
     });

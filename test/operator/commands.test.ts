@@ -35,17 +35,19 @@ describe('operator commands', () => {
   it('create a key limited to models and an expiry, change and clear its limits, and list them', async () => {
     await runParley(['accounts', 'create', '--email', 'limits@team.example', '--credit', '1'], env);
     const created = await runParley(['keys', 'create', '--account', 'limits@team.example', '--name', 'search', '--models', 'm,other', '--expires', '2026-12-31T00:00:00Z'], env);
-    expect(created).toMatch(/^key (key_\w+) for \S+: m,other, until 2026-12-31T00:00:00.000Z, no budget$/m);
+    expect(created).toMatch(/^key (key_\w+) for \S+: m,other, until 2026-12-31T00:00:00.000Z, no budget, default tier$/m);
     const keyId = /^key (key_\w+)/m.exec(created)![1];
     const key = /API key \(shown once\): (sk-parley-\S+)/.exec(created)![1];
     const client = new OpenAI({ baseURL: `${gw.url}/v1`, apiKey: key, maxRetries: 0 });
     expect((await client.chat.completions.create({ model: 'm', messages })).choices).toHaveLength(1);
 
-    expect(await runParley(['keys', 'limits', keyId, '--models', 'other'], env)).toBe(`key ${keyId}: other, until 2026-12-31T00:00:00.000Z, no budget\n`);
+    expect(await runParley(['keys', 'limits', keyId, '--models', 'other'], env)).toBe(`key ${keyId}: other, until 2026-12-31T00:00:00.000Z, no budget, default tier\n`);
     await sleep(200);
     await expect(client.chat.completions.create({ model: 'm', messages })).rejects.toMatchObject({ status: 404 });
-    expect(await runParley(['keys', 'limits', keyId, '--models', '', '--expires', ''], env)).toBe(`key ${keyId}: any model, no expiry, no budget\n`);
-    expect(await runParley(['keys', 'list', '--account', 'limits@team.example'], env)).toMatch(new RegExp(`^${keyId}\tsearch\t.*\tany model\tno expiry\tno budget\t-$`, 'm'));
+    expect(await runParley(['keys', 'limits', keyId, '--models', '', '--expires', ''], env)).toBe(`key ${keyId}: any model, no expiry, no budget, default tier\n`);
+    expect(await runParley(['keys', 'limits', keyId, '--tier', 'priority'], env)).toBe(`key ${keyId}: any model, no expiry, no budget, priority tier\n`);
+    expect(await runParley(['keys', 'list', '--account', 'limits@team.example'], env)).toMatch(new RegExp(`^${keyId}\tsearch\t.*\tany model\tno expiry\tno budget\tpriority tier\t-$`, 'm'));
+    expect((await runParleyFailing(['keys', 'limits', keyId, '--tier', 'gold'], env)).stderr).toContain('tier');
     const refused = await runParleyFailing(['keys', 'limits', keyId, '--expires', 'next tuesday'], env);
     expect(refused.stderr).toContain('expiresAt: Invalid ISO datetime');
   });
@@ -63,9 +65,9 @@ describe('operator commands', () => {
     await sleep(100);
     const csv = await runParley(['usage', 'export', '--account', 'ops@team.example'], env);
     const [header, row] = csv.trim().split('\n');
-    expect(header).toBe('time,request_id,account,key,model,endpoint,outcome,reason,prompt_tokens,cached_tokens,completion_tokens,cost,charged,user,api,reply_id');
+    expect(header).toBe('time,request_id,account,key,model,endpoint,outcome,reason,prompt_tokens,cached_tokens,completion_tokens,cost,charged,user,api,reply_id,service_tier');
     // 800 × 1 + 200 × 0.1 + 500 × 2 micro-units
-    expect(row).toMatch(/,m,.*,complete,,1000,200,500,0\.00182,0\.00182,,chat,chatcmpl-[\w-]+$/);
+    expect(row).toMatch(/,m,.*,complete,,1000,200,500,0\.00182,0\.00182,,chat,chatcmpl-[\w-]+,default$/);
     // Without --account: every account's events, this one's included.
     expect((await runParley(['usage', 'export'], env)).split('\n')).toContain(row);
 
