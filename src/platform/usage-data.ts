@@ -45,6 +45,7 @@ export interface UsageRow {
   day: string;
   model: string;
   api: string;
+  tier: string;
   requests: number;
   promptTokens: number;
   cachedTokens: number;
@@ -52,14 +53,14 @@ export interface UsageRow {
   cost: number;
 }
 
-/** Charged requests by day, model and API, newest day first. */
+/** Charged requests by day, model, API and service tier, newest day first. */
 export async function usageByDayAndModel(redis: Redis, account: string, filter: { key?: string; since: number; until: number }): Promise<UsageRow[]> {
   const rows = new Map<string, UsageRow>();
   for await (const e of readUsageEvents(redis, account, { key: filter.key, since: filter.since, until: filter.until })) {
     if (e.outcome !== 'complete') continue;
     const day = utcDay(e.time);
-    const id = `${day}\t${e.model}\t${e.api}`;
-    const row = rows.get(id) ?? { day, model: e.model, api: e.api, requests: 0, promptTokens: 0, cachedTokens: 0, completionTokens: 0, cost: 0 };
+    const id = `${day}\t${e.model}\t${e.api}\t${e.tier}`;
+    const row = rows.get(id) ?? { day, model: e.model, api: e.api, tier: e.tier, requests: 0, promptTokens: 0, cachedTokens: 0, completionTokens: 0, cost: 0 };
     row.requests++;
     row.promptTokens += e.promptTokens;
     row.cachedTokens += e.cachedTokens;
@@ -67,5 +68,5 @@ export async function usageByDayAndModel(redis: Redis, account: string, filter: 
     row.cost += e.charged;
     rows.set(id, row);
   }
-  return [...rows.values()].sort((a, b) => b.day.localeCompare(a.day) || a.model.localeCompare(b.model) || a.api.localeCompare(b.api));
+  return [...rows.values()].sort((a, b) => b.day.localeCompare(a.day) || a.model.localeCompare(b.model) || a.api.localeCompare(b.api) || a.tier.localeCompare(b.tier));
 }

@@ -41,16 +41,16 @@ export async function showUsage(req: IncomingMessage, res: ServerResponse, ctx: 
       <div><button type="submit" class="secondary">Show</button> <a class="button" href="/platform/usage.csv?${csvQuery.toString()}">Download CSV</a></div>
     </form>
     ${rows.length
-      ? html`<table data-testid="usage-table"><thead><tr><th>Day</th><th>Model</th><th>API</th><th class="num">Requests</th><th class="num">Prompt tokens</th>
+      ? html`<table data-testid="usage-table"><thead><tr><th>Day</th><th>Model</th><th>API</th><th>Tier</th><th class="num">Requests</th><th class="num">Prompt tokens</th>
           <th class="num">Cached tokens</th><th class="num">Completion tokens</th><th class="num">Cost (${currency})</th></tr></thead><tbody>
-          ${rows.map((r) => html`<tr><td>${r.day}</td><td>${r.model}</td><td>${API_NAMES_SHOWN[r.api as keyof typeof API_NAMES_SHOWN] ?? r.api}</td><td class="num">${r.requests}</td><td class="num">${r.promptTokens}</td>
+          ${rows.map((r) => html`<tr><td>${r.day}</td><td>${r.model}</td><td>${API_NAMES_SHOWN[r.api as keyof typeof API_NAMES_SHOWN] ?? r.api}</td><td>${r.tier}</td><td class="num">${r.requests}</td><td class="num">${r.promptTokens}</td>
             <td class="num">${r.cachedTokens}</td><td class="num">${r.completionTokens}</td><td class="num">${formatMicros(r.cost, 6)}</td></tr>`)}
         </tbody></table>`
       : html`<p class="muted">No charged requests in this period.</p>`}`;
   sendPage(res, 200, page({ title: 'Usage', email: session.email, csrf: csrfToken(req, res), active: 'usage' }, body));
 }
 
-const API_NAMES_SHOWN = { chat: 'Chat', completions: 'Completions', embeddings: 'Embeddings' };
+const API_NAMES_SHOWN = { chat: 'Chat', completions: 'Completions', embeddings: 'Embeddings', messages: 'Messages', responses: 'Responses' };
 
 export async function downloadUsageCsv(res: ServerResponse, ctx: PlatformServices, session: Session, query: URLSearchParams): Promise<void> {
   const filter = readFilter(query);

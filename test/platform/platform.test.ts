@@ -100,6 +100,7 @@ describe('the platform in a browser', () => {
     expect(row).toContain('300');
     expect(row).toContain('0.00059');
     expect(row).toContain('Chat');
+    expect(row).toContain('default');
     await shot(page, '04-usage');
     const csv = await (await page.request.get(`${gw.url}/platform/usage.csv`)).text();
     expect(csv.split('\n')[1]).toContain(',team-model,');
@@ -216,15 +217,16 @@ describe('the platform in a browser', () => {
     await page.fill('#new-budget', '0.01');
     await page.selectOption('#new-period', 'day');
     await page.fill('#new-expires', '2030-01-31');
+    await page.selectOption('#new-tier', 'priority');
     await page.click('button:has-text("Create key")');
     const key = (await page.textContent('[data-testid=new-key]'))!.trim();
     const row = page.locator('tr', { hasText: 'budgeted' });
-    expect(await row.textContent()).toContain('team-model; until 2030-01-31');
+    expect(await row.textContent()).toContain('team-model; until 2030-01-31; priority tier');
     expect(await row.locator('[data-testid=spend]').textContent()).toBe('0.00 of 0.01 USD today');
     await shot(page, '07-key-limits');
 
     const client = new OpenAI({ baseURL: `${gw.url}/v1`, apiKey: key, maxRetries: 0 });
-    await client.chat.completions.create({ model: 'team-model', messages: [{ role: 'user', content: 'hi' }] });
+    expect((await client.chat.completions.create({ model: 'team-model', messages: [{ role: 'user', content: 'hi' }] })).service_tier).toBe('priority');
     // 176 uncached prompt tokens at 0.5, 1,024 cached at 0.05 and 300 reply tokens at 1.5 per million: 0.00059.
     // Fetched anew (a reload would post the creation form again).
     await expect.poll(async () => (await page.goto(`${gw.url}/platform/api-keys`), row.locator('[data-testid=spend]').textContent())).toBe('0.00059 of 0.01 USD today');
