@@ -98,7 +98,7 @@ async function walkPlan(ctx: GatewayContext, span: Span, forwarding: Forwarding,
   const attempt = async (endpoint: RoutedEndpoint): Promise<UpstreamCall | undefined> => {
     const state = ctx.router.state(endpoint);
     if (!state.breaker.allowRequest()) {
-      state.release();
+      state.release(tier);
       return undefined;
     }
     attempts++;
@@ -111,9 +111,9 @@ async function walkPlan(ctx: GatewayContext, span: Span, forwarding: Forwarding,
       state.recordSuccess(account, Date.now() - started);
       attemptSpan.end();
       let released = false;
-      return { endpoint, bodies, release: () => void (released || ((released = true), state.release())) };
+      return { endpoint, bodies, release: () => void (released || ((released = true), state.release(tier))) };
     } catch (err) {
-      state.release();
+      state.release(tier);
       attemptSpan.setStatus({ code: SpanStatusCode.ERROR, message: err instanceof ApiError ? (err.code ?? err.type) : 'aborted' });
       attemptSpan.end();
       if (cancellation.cancelled || !isRetryable(err)) {

@@ -57,9 +57,14 @@ export const redisKeys = {
   loginAttempts: (client: string) => `${P}login-attempts:${client}`,
   /** Sorted sets of a model's affinity keys (routing/affinity-key.ts), by when the fleet first and last saw each (Redis time, µs). */
   prefixes: (model: string) => ({ firstSeen: `${P}{affinity-keys:${model}}:first-seen`, lastSeen: `${P}{affinity-keys:${model}}:last-seen` }),
-  /** An endpoint's slots as the fleet shares them: leases (score: when each lapses) and the replicas waiting, by tier (score: when they last asked). */
+  /**
+   * An endpoint's slots as the fleet shares them: leases, flex and the rest (score: when each lapses); the replicas
+   * waiting, by tier (score: when they last asked); hash of the most other-tier leases held at once, by second.
+   */
   endpointSlots: (endpoint: string) => ({
-    leases: `${P}{slots:${endpoint}}:leases`,
+    flexLeases: `${P}{slots:${endpoint}}:leases-flex`,
+    otherLeases: `${P}{slots:${endpoint}}:leases-other`,
+    otherPeaks: `${P}{slots:${endpoint}}:peaks-other`,
     priorityWaiting: `${P}{slots:${endpoint}}:waiting-priority`,
     defaultWaiting: `${P}{slots:${endpoint}}:waiting-default`,
   }),

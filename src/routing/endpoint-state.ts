@@ -7,15 +7,16 @@
 // replicas share Redis (routing/fleet-slots.ts), else from this replica.
 // Waiting requests are admitted by service tier, priority, then default,
 // then flex; a newcomer never passes a waiter of its own tier or a higher
-// one. Flex never takes the last FLEX_RESERVE_SHARE of the slots, so that
-// interactive work arriving finds one free. Within a tier the queue is fair
+// one. Flex leaves slots free for the rest (mayAdmit), so that interactive
+// work arriving beside a flex flood finds one. Within a tier the queue is fair
 // between accounts: one account may take at most `accountQueueShare` of its
 // places, and a freed slot goes to the accounts waiting in turn.
 import { ADMISSION_ORDER, type ServiceTier } from '../protocol/service-tier.js';
 import { Cancelled } from '../protocol/errors.js';
 import type { Cancellation } from '../upstream/cancellation.js';
 import { CircuitBreaker, type BreakerSettings, type BreakerState } from './circuit-breaker.js';
-import { POLL_MS, type FleetSlots } from './fleet-slots.js';
+import { mayAdmit, POLL_MS, RecentPeak } from './admission-rule.js';
+import type { FleetSlots } from './fleet-slots.js';
 
 export interface EndpointLimits {
   /** Requests at once (the fleet's, where it shares Redis); beyond it, requests wait in a bounded queue. */
@@ -50,15 +51,6 @@ interface Waiter {
 
 const EWMA_WEIGHT = 0.2;
 export const CACHE_SHARE_MINUTES = 5;
-/** The share of an endpoint's slots flex may not take: with nothing else waiting, flex keeps the rest busy. */
-export const FLEX_RESERVE_SHARE = 0.2;
-
-/** The slots `tier` may fill: all of them, or for flex all but the reserve (at least one, where there are two). */
-export function tierLimit(maxConcurrent: number, tier: ServiceTier): number {
-  if (tier !== 'flex' || maxConcurrent < 2) return maxConcurrent;
-  return maxConcurrent - Math.max(1, Math.floor(maxConcurrent * FLEX_RESERVE_SHARE));
-}
-
 /** Prompt and cached tokens of one minute. */
 interface MinuteOfUsage {
   minute: number;
@@ -71,13 +63,18 @@ export class QueueTimeout extends Error {}
 export class EndpointState {
   /** This replica's requests holding a slot. */
   inFlight = 0;
+  private inFlightFlex = 0;
+  /** The most other-tier requests this replica held at once lately (the fleet's is kept in Redis). */
+  private readonly otherPeak: RecentPeak;
   /** Per tier, waiters by account, in the order the accounts take their turns. */
   private readonly waiting: Record<ServiceTier, Map<string, Waiter[]>> = { priority: new Map(), default: new Map(), flex: new Map() };
   private readonly waitersByTier: Record<ServiceTier, number> = { priority: 0, default: 0, flex: 0 };
   private waiters = 0;
-  /** The fleet's leases this replica holds here (any one is as good as another). */
-  private readonly leases: string[] = [];
+  /** The fleet's leases this replica holds here, flex and the rest (any one of a kind is as good as another). */
+  private readonly leases: { flex: string[]; other: string[] } = { flex: [], other: [] };
   private polling = false;
+  /** Wakes the admitting loop early when a slot of this replica's frees. */
+  private wake: (() => void) | undefined;
   readonly breaker: CircuitBreaker;
   private requests = 0;
   private failures = 0;
@@ -97,6 +94,7 @@ export class EndpointState {
   ) {
     this.limits = limits;
     this.breaker = new CircuitBreaker(breaker);
+    this.otherPeak = new RecentPeak(now);
   }
 
   /** In flight plus waiting: what least-load policies compare. */
@@ -160,11 +158,13 @@ export class EndpointState {
     });
   }
 
-  /** Gives the slot back; the waiter whose turn it is, if any, takes it. */
-  release(): void {
+  /** Gives back a slot `tier` took; the waiter whose turn it is, if any, takes it. */
+  release(tier: ServiceTier): void {
     this.inFlight--;
-    const lease = this.leases.pop();
+    if (tier === 'flex') this.inFlightFlex--;
+    const lease = this.leases[tier === 'flex' ? 'flex' : 'other'].pop();
     if (lease) this.fleet?.release(this.name, lease);
+    this.wake?.();
     void this.admitWaiting();
   }
 
@@ -176,18 +176,22 @@ export class EndpointState {
     return false;
   }
 
+  /** Sharing the fleet's slots, only that this replica is not past the limit alone: Redis applies the rule. */
   private hasLocalRoom(tier: ServiceTier): boolean {
-    return this.inFlight < tierLimit(this.limits.maxConcurrent, tier);
+    const held = { flex: this.inFlightFlex, other: this.inFlight - this.inFlightFlex };
+    return this.fleet ? this.inFlight < this.limits.maxConcurrent : mayAdmit(tier, this.limits.maxConcurrent, held, this.otherPeak.value());
   }
 
   /** Takes a slot here and, sharing Redis, one of the fleet's; false when the fleet has none free for `tier`. */
   private async take(tier: ServiceTier): Promise<boolean> {
     this.inFlight++;
+    if (tier === 'flex') this.inFlightFlex++;
+    else this.otherPeak.note(this.inFlight - this.inFlightFlex);
     if (!this.fleet) return true;
     try {
-      const lease = await this.fleet.acquire(this.name, tier, tierLimit(this.limits.maxConcurrent, tier));
+      const lease = await this.fleet.acquire(this.name, tier, this.limits.maxConcurrent);
       if (lease) {
-        this.leases.push(lease);
+        this.leases[tier === 'flex' ? 'flex' : 'other'].push(lease);
         return true;
       }
     } catch {
@@ -195,6 +199,7 @@ export class EndpointState {
       return true;
     }
     this.inFlight--;
+    if (tier === 'flex') this.inFlightFlex--;
     return false;
   }
 
@@ -222,8 +227,8 @@ export class EndpointState {
   }
 
   /**
-   * Admits waiters in order while slots are free for them. Alone, a freed slot is known here; sharing the
-   * fleet's slots, one freed by another replica is found by asking again every POLL_MS while anyone waits.
+   * Admits waiters in order while slots are free for them, looking again every POLL_MS while anyone waits (a
+   * slot another replica frees is found so).
    */
   private async admitWaiting(): Promise<void> {
     if (this.polling) return;
@@ -232,13 +237,25 @@ export class EndpointState {
       for (let waiter = this.nextWaiter(); waiter; waiter = this.nextWaiter()) {
         const taken = this.hasLocalRoom(waiter.tier) && (await this.take(waiter.tier));
         if (taken && this.dequeue(waiter)) waiter.resolve();
-        else if (taken) this.release();
-        else if (!this.fleet) return;
-        else await new Promise((r) => setTimeout(r, POLL_MS));
+        else if (taken) this.release(waiter.tier);
+        // The room flex leaves for others shrinks with time, and another replica may free a slot: look again soon.
+        else await this.nextLook();
       }
     } finally {
       this.polling = false;
     }
+  }
+
+  /** Resolves after POLL_MS, or sooner when a slot of this replica's frees. */
+  private nextLook(): Promise<void> {
+    return new Promise((resolve) => {
+      const timer = setTimeout(() => this.wake?.(), POLL_MS);
+      this.wake = () => {
+        clearTimeout(timer);
+        this.wake = undefined;
+        resolve();
+      };
+    });
   }
 
   recordSuccess(caller: string, firstByteMs: number): void {

@@ -1,7 +1,8 @@
 // The routing policies alone, on plain data.
 import { describe, expect, it } from 'vitest';
 import { CircuitBreaker, PROBE_CALLER } from '../../src/routing/circuit-breaker.js';
-import { EndpointState, QueueTimeout, tierLimit } from '../../src/routing/endpoint-state.js';
+import { EndpointState, QueueTimeout } from '../../src/routing/endpoint-state.js';
+import { mayAdmit, tierLimit } from '../../src/routing/admission-rule.js';
 import { LeastLoadPolicy } from '../../src/routing/policies/least-load.js';
 import type { Candidate, RoutingPolicy } from '../../src/routing/policies/policy.js';
 import { KnownPrefixes } from '../../src/routing/known-prefixes.js';
@@ -294,9 +295,9 @@ describe('endpoint concurrency', () => {
     const b = state.acquireQueued('team', 'default', 1000, new Cancellation()).then(() => order.push('b'));
     expect(state.load).toBe(3);
     expect(state.hasQueueRoom('team')).toBe(false);
-    state.release();
+    state.release('default');
     await a;
-    state.release();
+    state.release('default');
     await b;
     expect(order).toEqual(['a', 'b']);
     expect(state.inFlight).toBe(1);
@@ -318,7 +319,7 @@ describe('endpoint concurrency', () => {
     leaving.cancel();
     await expect(left).rejects.toMatchObject({ name: 'AbortError' });
     expect(state.queued).toBe(1);
-    state.release();
+    state.release('default');
     await staying;
     expect(state.inFlight).toBe(1);
   });
@@ -332,7 +333,7 @@ describe('endpoint concurrency', () => {
     expect(state.queued).toBe(0);
     // Past the queue timeout nothing else fires: an error thrown from a timer would fail this test as uncaught.
     await new Promise((r) => setTimeout(r, 50));
-    state.release();
+    state.release('default');
     expect(state.inFlight).toBe(0);
   });
 
@@ -342,7 +343,7 @@ describe('endpoint concurrency', () => {
     const waits = [state.acquireQueued('burst', 'default', 1000, new Cancellation()), state.acquireQueued('burst', 'default', 1000, new Cancellation())];
     expect(state.hasQueueRoom('burst')).toBe(false);
     expect(state.hasQueueRoom('other')).toBe(true);
-    for (let i = 0; i < 3; i++) state.release();
+    for (let i = 0; i < 3; i++) state.release('default');
     return Promise.all(waits);
   });
 
@@ -352,7 +353,7 @@ describe('endpoint concurrency', () => {
     const order: string[] = [];
     const waits = ['a1', 'a2', 'a3', 'b1', 'c1'].map((w) => state.acquireQueued(w[0], 'default', 1000, new Cancellation()).then(() => order.push(w)));
     for (let i = 0; i < 5; i++) {
-      state.release();
+      state.release('default');
       await new Promise((r) => setImmediate(r));
     }
     await Promise.all(waits);
@@ -361,20 +362,32 @@ describe('endpoint concurrency', () => {
 });
 
 describe('admission by service tier', () => {
-  it('admits waiting requests priority first, then default, then flex', async () => {
-    const state = new EndpointState('e', { maxConcurrent: 2, maxQueue: 8, accountQueueShare: 1 }, BREAKER);
+  it('admits waiting requests priority first, then default, then flex once the room it leaves the others allows', async () => {
+    let now = 0;
+    const state = new EndpointState('e', { maxConcurrent: 2, maxQueue: 8, accountQueueShare: 1 }, BREAKER, undefined, () => now);
     expect(await state.tryAcquire('default')).toBe(true);
     expect(await state.tryAcquire('default')).toBe(true);
     const order: string[] = [];
-    const waits = (['flex', 'default', 'priority'] as const).map((tier) => state.acquireQueued(tier, tier, 1000, new Cancellation()).then(() => order.push(tier)));
+    const waits = (['flex', 'default', 'priority'] as const).map((tier) => state.acquireQueued(tier, tier, 60_000, new Cancellation()).then(() => order.push(tier)));
     expect(state.snapshot().queuedByTier).toEqual({ priority: 1, default: 1, flex: 1 });
-    // The third freed slot is the reserve, which flex may not take; the fourth it may.
     for (let i = 0; i < 4; i++) {
-      state.release();
+      state.release('default');
       await new Promise((r) => setImmediate(r));
     }
+    expect(order).toEqual(['priority', 'default']);
+    // Two requests of other tiers were held at once in the last 30 s: flex leaves room for them and one more.
+    now += 31_000;
     await Promise.all(waits);
     expect(order).toEqual(['priority', 'default', 'flex']);
+  });
+
+  it('lets flex fill all but its reserve with nothing else about, and leave room for the most others held lately, plus one', () => {
+    expect(mayAdmit('flex', 8, { flex: 6, other: 0 }, 0)).toBe(true);
+    expect(mayAdmit('flex', 8, { flex: 7, other: 0 }, 0)).toBe(false);
+    expect(mayAdmit('flex', 8, { flex: 1, other: 3 }, 5)).toBe(true);
+    expect(mayAdmit('flex', 8, { flex: 2, other: 3 }, 5)).toBe(false);
+    expect(mayAdmit('default', 8, { flex: 7, other: 0 }, 0)).toBe(true);
+    expect(mayAdmit('priority', 8, { flex: 7, other: 1 }, 0)).toBe(false);
   });
 
   it('never gives flex the last fifth of the slots (at least one), which a default request then finds free', async () => {

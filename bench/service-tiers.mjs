@@ -1,0 +1,135 @@
+// Interactive first when the GPUs are full. One scripted engine
+// (slots-engine.mjs: 8 sequence slots, a first-come queue, each streamed
+// reply ~1 s) behind 3 Parley replicas on one Redis, its endpoint at
+// maxConcurrent 8. An interactive account sends one streamed request every
+// 200 ms (default tier) to the replicas in turn; a batch account keeps 48
+// streamed flex requests in flight, its flex queue timeout 4 s. Measured:
+// the interactive time to first token (p50, p99) alone and beside the
+// flood; the engine's largest concurrency and queue; flex alone as a share
+// of the engine's capacity; what one admission's coordination costs; and
+// the books afterwards (each account's balance against its usage events,
+// flex at half price, refused flex free).
+//
+//   npm run build && node bench/service-tiers.mjs [seconds per phase, default 20]
+import { forked, startParley, stopAll } from './support.mjs';
+
+const SECONDS = Number(process.argv[2] ?? 20);
+const SLOTS = 8;
+const REPLY_MS = 1000;
+const FLOOD = 48;
+const ADMIN = 'bench-admin-token';
+process.env.PARLEY_ADMIN_TOKEN = ADMIN;
+
+const percentile = (xs, p) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor(p * xs.length))];
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+/** A streamed chat request; resolves to its time to first content and its outcome. */
+async function streamed(gateway, key, tier) {
+  const started = performance.now();
+  const res = await fetch(`${gateway.url}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', authorization: `Bearer ${key}` },
+    body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'hi' }], stream: true, service_tier: tier }),
+  });
+  if (!res.ok) return { status: res.status, code: (await res.json()).error?.code };
+  let first;
+  for await (const piece of res.body) {
+    first ??= performance.now() - started;
+    void piece;
+  }
+  return { status: 200, ttft: first };
+}
+
+async function admin(gateway, method, path, body) {
+  const res = await fetch(`${gateway.url}/admin/v1${path}`, { method, headers: { authorization: `Bearer ${ADMIN}`, 'content-type': 'application/json' }, body: body && JSON.stringify(body) });
+  return path.includes('.csv') ? res.text() : res.json();
+}
+
+/** One streamed default request every 200 ms for `seconds`, to the replicas in turn: the times to first token. */
+async function interactive(gateways, key, seconds) {
+  const sent = [];
+  for (let i = 0; i < seconds * 5; i++) {
+    sent.push(streamed(gateways[i % gateways.length], key, 'default'));
+    await sleep(200);
+  }
+  return (await Promise.all(sent)).map((r) => r.ttft);
+}
+
+/** Keeps `inFlight` flex requests going until `stop()`: counts of served and refused. */
+function flexFlood(gateways, key, inFlight) {
+  let stopped = false;
+  const counts = { served: 0, refused: 0 };
+  let turn = 0;
+  const worker = async () => {
+    while (!stopped) {
+      const r = await streamed(gateways[turn++ % gateways.length], key, 'flex');
+      if (r.status === 200) counts.served++;
+      else if (r.code === 'resource_unavailable') counts.refused++;
+      else throw new Error(`flex: ${r.status} ${r.code}`);
+    }
+  };
+  const workers = Array.from({ length: inFlight }, worker);
+  return { counts, stop: async () => ((stopped = true), await Promise.all(workers)) };
+}
+
+try {
+  const engine = await forked('bench/slots-engine.mjs', ['0', String(SLOTS), String(REPLY_MS)]);
+  const models = [{
+    id: 'm', contextWindow: 32768, pricesPerMillion: { inputCacheMiss: 1, inputCacheHit: 0.1, output: 2 },
+    endpoints: [{ kind: 'vllm', url: `http://127.0.0.1:${engine.port}/v1`, maxConcurrent: SLOTS, maxQueue: 256 }],
+  }];
+  const settings = { health: { probe: { intervalMs: 0 } }, failover: { flexQueueTimeoutMs: 4000, queueTimeoutMs: 30000 } };
+  const gateways = [await startParley(models, settings)];
+  while (gateways.length < 3) gateways.push(await startParley(models, settings, [], gateways[0]));
+  const accounts = {};
+  for (const name of ['interactive', 'batch']) {
+    const made = await admin(gateways[0], 'POST', '/accounts', { email: `${name}@bench.example`, credit: '1000' });
+    accounts[name] = { id: made.account.id, key: made.apiKey };
+  }
+
+  const alone = await interactive(gateways, accounts.interactive.key, SECONDS);
+  const flood = flexFlood(gateways, accounts.batch.key, FLOOD);
+  await sleep(3000);
+  const beside = await interactive(gateways, accounts.interactive.key, SECONDS);
+  await flood.stop();
+  const engineMost = await (await fetch(`http://127.0.0.1:${engine.port}/`)).json();
+
+  // Flex alone, once the room it leaves for interactive work has lapsed (30 s): served per second against the engine's 8.
+  const alonePhase = flexFlood(gateways, accounts.batch.key, FLOOD);
+  await sleep(32_000);
+  const before = alonePhase.counts.served;
+  await sleep(SECONDS * 1000);
+  const flexShare = (alonePhase.counts.served - before) / SECONDS / (SLOTS * 1000 / REPLY_MS);
+  await alonePhase.stop();
+
+  // The books: every account's balance moved by exactly what its usage events charged.
+  await sleep(1500);
+  const books = {};
+  for (const [name, { id }] of Object.entries(accounts)) {
+    const csv = (await admin(gateways[0], 'GET', `/usage.csv?account=${id}`)).trim().split('\n');
+    const header = csv[0].split(',');
+    const rows = csv.slice(1).map((line) => Object.fromEntries(line.split(',').map((v, i) => [header[i], v])));
+    const charged = rows.reduce((sum, r) => sum + Math.round(Number(r.charged) * 1e6), 0);
+    const balance = Math.round(Number((await admin(gateways[0], 'GET', `/accounts/${id}`)).balance) * 1e6);
+    const complete = rows.filter((r) => r.outcome === 'complete');
+    books[name] = {
+      requests: rows.length,
+      'complete at': [...new Set(complete.map((r) => `${r.service_tier} ${r.cost}`))].join(', '),
+      'refused, charged': `${rows.length - complete.length}, ${rows.filter((r) => r.outcome !== 'complete').reduce((s, r) => s + Number(r.charged), 0)}`,
+      'balance + charged = 1000': (balance + charged) / 1e6 === 1000,
+    };
+  }
+
+  for (const g of [...gateways].reverse()) g.child.kill('SIGTERM');
+  const ms = (x) => `${x.toFixed(0)} ms`;
+  console.log(`3 replicas, one engine of ${SLOTS} slots (replies ${REPLY_MS} ms), ${FLOOD} flex in flight, interactive every 200 ms, ${SECONDS} s per phase`);
+  console.table({
+    'interactive alone': { 'TTFT p50': ms(percentile(alone, 0.5)), 'TTFT p99': ms(percentile(alone, 0.99)) },
+    'beside the flex flood': { 'TTFT p50': ms(percentile(beside, 0.5)), 'TTFT p99': ms(percentile(beside, 0.99)), 'goal p99': ms(1.5 * percentile(alone, 0.99) + 50) },
+  });
+  console.log(`engine at most: ${engineMost.running} running, ${engineMost.waiting} queued; flood served ${flood.counts.served}, refused ${flood.counts.refused}`);
+  console.log(`flex alone: ${flexShare.toFixed(2)} of the engine's capacity`);
+  console.table(books);
+} finally {
+  stopAll();
+}

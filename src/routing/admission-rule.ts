@@ -1,0 +1,58 @@
+// Who may take an endpoint's slot, the same on one replica (EndpointState)
+// and for the fleet in Redis (FleetSlots): every tier may fill the endpoint;
+// flex only so far, leaving room for the others.
+import type { ServiceTier } from '../protocol/service-tier.js';
+
+/** How often waiting requests look again for a slot: one another replica freed, or room flex has regained. */
+export const POLL_MS = 20;
+
+/** The share of an endpoint's slots flex may not take: with nothing else waiting, flex keeps the rest busy. */
+export const FLEX_RESERVE_SHARE = 0.2;
+
+/** The slots `tier` may fill: all of them, or for flex all but the reserve (at least one, where there are two). */
+export function tierLimit(maxConcurrent: number, tier: ServiceTier): number {
+  if (tier !== 'flex' || maxConcurrent < 2) return maxConcurrent;
+  return maxConcurrent - Math.max(1, Math.floor(maxConcurrent * FLEX_RESERVE_SHARE));
+}
+
+/** Seconds of other tiers' traffic whose most requests at once flex leaves room for. */
+export const PEAK_WINDOW_S = 30;
+
+/** Slots held, flex and the other tiers apart. */
+export interface HeldSlots {
+  flex: number;
+  other: number;
+}
+
+/**
+ * Whether a request of `tier` may take a slot. Default and priority may fill the endpoint. Flex may fill it up
+ * to its tierLimit, and only while it leaves room for as many other requests as were held at once in the last
+ * PEAK_WINDOW_S, plus one: so an interactive request that arrives beside a flex flood finds a slot free at
+ * once (nothing that has started is preempted, so the room is kept before it is needed), and with nothing
+ * else about, flex keeps tierLimit's share busy. routing/fleet-slots.ts applies the same rule in Redis.
+ */
+export function mayAdmit(tier: ServiceTier, maxConcurrent: number, held: HeldSlots, recentPeak: number): boolean {
+  if (tier !== 'flex') return held.flex + held.other < maxConcurrent;
+  const roomForOthers = recentPeak > 0 ? recentPeak + 1 : 0;
+  return held.flex + held.other < tierLimit(maxConcurrent, 'flex') && held.flex + roomForOthers < maxConcurrent;
+}
+
+/** The most of something at once over the last PEAK_WINDOW_S, kept as a maximum per second. */
+export class RecentPeak {
+  private readonly perSecond = new Map<number, number>();
+
+  constructor(private readonly now: () => number = Date.now) {}
+
+  note(count: number): void {
+    const second = Math.floor(this.now() / 1000);
+    this.perSecond.set(second, Math.max(this.perSecond.get(second) ?? 0, count));
+    for (const s of this.perSecond.keys()) if (s <= second - PEAK_WINDOW_S) this.perSecond.delete(s);
+  }
+
+  value(): number {
+    const since = Math.floor(this.now() / 1000) - PEAK_WINDOW_S;
+    let peak = 0;
+    for (const [s, count] of this.perSecond) if (s > since) peak = Math.max(peak, count);
+    return peak;
+  }
+}
