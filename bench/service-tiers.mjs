@@ -8,9 +8,13 @@
 // flood; the engine's largest concurrency and queue; flex alone as a share
 // of the engine's capacity; what one admission's coordination costs; and
 // the books afterwards (each account's balance against its usage events,
-// flex at half price, refused flex free).
+// flex at half price, refused flex free); and what the fleet's slots cost an
+// admission (one script call to take a lease, one to give it back, on this
+// machine's Redis at 127.0.0.1:6379).
 //
 //   npm run build && node bench/service-tiers.mjs [seconds per phase, default 20]
+import { Redis } from 'ioredis';
+import { FleetSlots } from '../dist/routing/fleet-slots.js';
 import { forked, startParley, stopAll } from './support.mjs';
 
 const SECONDS = Number(process.argv[2] ?? 20);
@@ -72,7 +76,25 @@ function flexFlood(gateways, key, inFlight) {
   return { counts, stop: async () => ((stopped = true), await Promise.all(workers)) };
 }
 
+/** Microseconds per admission and release through the fleet's slots, `count` in a row. */
+async function coordinationCost(count) {
+  const redis = new Redis({ host: '127.0.0.1', port: 6379, lazyConnect: true });
+  await redis.connect();
+  const slots = new FleetSlots(redis);
+  try {
+    const endpoint = `bench-${process.pid}`;
+    const started = performance.now();
+    for (let i = 0; i < count; i++) slots.release(endpoint, await slots.acquire(endpoint, 'default', 8));
+    await redis.ping();
+    return ((performance.now() - started) * 1000) / count;
+  } finally {
+    slots.close();
+    redis.disconnect();
+  }
+}
+
 try {
+  const coordinationUs = await coordinationCost(5000);
   const engine = await forked('bench/slots-engine.mjs', ['0', String(SLOTS), String(REPLY_MS)]);
   const models = [{
     id: 'm', contextWindow: 32768, pricesPerMillion: { inputCacheMiss: 1, inputCacheHit: 0.1, output: 2 },
@@ -129,6 +151,7 @@ try {
   });
   console.log(`engine at most: ${engineMost.running} running, ${engineMost.waiting} queued; flood served ${flood.counts.served}, refused ${flood.counts.refused}`);
   console.log(`flex alone: ${flexShare.toFixed(2)} of the engine's capacity`);
+  console.log(`the fleet's slots: ${coordinationUs.toFixed(0)} µs per admission and release`);
   console.table(books);
 } finally {
   stopAll();

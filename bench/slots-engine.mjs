@@ -34,8 +34,8 @@ const server = createServer((req, res) => {
   req.on('end', async () => {
     await new Promise((resolve) => {
       waiting.push(resolve);
-      most = { running: most.running, waiting: Math.max(most.waiting, waiting.length) };
       admit();
+      most.waiting = Math.max(most.waiting, waiting.length);
     });
     most.running = Math.max(most.running, running);
     res.writeHead(200, { 'content-type': 'text/event-stream' });
