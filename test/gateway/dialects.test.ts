@@ -93,7 +93,7 @@ describe('reply ids', () => {
       expect((await usageEvents(t.gw))[0]).toMatchObject({ requestId: 'codex-turn-8', replyId: 'chatcmpl-codex-turn-8', outcome: 'complete' });
       const csv: string[] = [];
       for await (const line of usageCsv(readUsageEvents(t.gw.redis.client, t.gw.account))) csv.push(line);
-      expect(csv[1]).toMatch(/^[^,]+,codex-turn-8,.*,chatcmpl-codex-turn-8\n$/);
+      expect(csv[1]).toMatch(/^[^,]+,codex-turn-8,.*,chatcmpl-codex-turn-8,default\n$/);
     } finally {
       await t.close();
     }

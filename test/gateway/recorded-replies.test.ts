@@ -28,7 +28,7 @@ async function replay(kind: string, name: string, stream: boolean, status = 200)
 
 /** Parley's chunks for a reply created at `created`: each `choices` JSON as a `data:` line, usage null (include_usage was set). */
 function expectedStream(created: number, choices: string[], usage: string | undefined, end = 'data: [DONE]\n\n'): string {
-  const head = `{"id":"chatcmpl-fixture","object":"chat.completion.chunk","created":${created},"model":"m","choices":`;
+  const head = `{"id":"chatcmpl-fixture","object":"chat.completion.chunk","created":${created},"model":"m","service_tier":"default","choices":`;
   const opening = '[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]';
   const lines = [opening, ...choices].map((c) => `data: ${head}${c},"usage":null}\n\n`);
   if (usage) lines.push(`data: ${head}[],"usage":${usage}}\n\n`);
@@ -65,7 +65,7 @@ describe('recorded streams, as the client gets them', () => {
     ["DeepSeek's reasoning pieces, without the null content around them", 'deepseek', 'deepseek-reasoning.sse', [
       piece('{"reasoning_content":"Simple"}'), piece('{"reasoning_content":" greeting."}'), piece('{"content":"Hi!"}'), piece('{}', 'stop'),
     ], usage(12, 9, 0, 6)],
-    ["OpenAI's opening of empty content and null refusal as one role chunk, its padding and tier dropped", 'openai', 'openai-refusal-opening.sse', [
+    ["OpenAI's opening of empty content and null refusal as one role chunk, its padding dropped and the tier Parley's", 'openai', 'openai-refusal-opening.sse', [
       piece('{"content":"Hello"}'), piece('{}', 'stop'),
     ], usage(1200, 1, 1024, 0)],
     ["an error event mid-stream ends the reply with Parley's error event, not [DONE]", 'vllm', 'vllm-error-ending.sse', [piece('{"content":"Once"}')], undefined, `data: ${brokeOff}\n\n`],
@@ -79,7 +79,7 @@ describe('recorded streams, as the client gets them', () => {
 
 describe('recorded whole replies and errors, as the client gets them', () => {
   const whole = (created: number, message: string, u: string) =>
-    `{"id":"chatcmpl-fixture","object":"chat.completion","created":${created},"model":"m","choices":[{"index":0,"message":${message},"logprobs":null,"finish_reason":"stop"}],"usage":${u}}`;
+    `{"id":"chatcmpl-fixture","object":"chat.completion","created":${created},"model":"m","service_tier":"default","choices":[{"index":0,"message":${message},"logprobs":null,"finish_reason":"stop"}],"usage":${u}}`;
 
   it.each([
     ['deepseek', 'deepseek-reasoning-whole.json', '{"role":"assistant","content":"Hi!","reasoning_content":"Simple greeting."}', usage(12, 9, 0, 6)],
