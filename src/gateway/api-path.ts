@@ -21,6 +21,8 @@ import type { GatewayContext } from './context.js';
 import { openExchange, servingModel } from './exchange.js';
 import { callWithFailover, type UpstreamCall, type UpstreamRequest } from './failover.js';
 import { Meter } from './metering.js';
+import { replyCost } from '../billing/prices.js';
+import type { RequestRecord } from '../telemetry/request-record.js';
 import { randomId } from './random-ids.js';
 import { StreamRelay } from './stream-relay.js';
 
@@ -133,13 +135,21 @@ function affinityKey<R>(api: Pick<ApiDescriptor<R>, 'affinityKey' | 'cacheHint'>
   return hint ? hintKey(hint) : api.affinityKey(request);
 }
 
-export async function handleApiRequest<R, W extends { usage: Usage }>(api: ApiDescriptor<R, W>, req: IncomingMessage, res: ServerResponse, ctx: GatewayContext, span: Span, id: string): Promise<void> {
+/** `record`: what the request comes to, filled in here for its log line, metrics and span (telemetry/request-record.ts). */
+export async function handleApiRequest<R, W extends { usage: Usage }>(api: ApiDescriptor<R, W>, req: IncomingMessage, res: ServerResponse, ctx: GatewayContext, span: Span, record: RequestRecord): Promise<void> {
   const started = performance.now();
+  const { id } = record;
+  record.api = api.name;
   const { caller, table, body, upstreamCall, clientGone } = await openExchange(req, res, ctx);
+  record.account = caller.account;
+  record.keyId = caller.keyId;
   const parsed = api.parse(body);
   if (parsed instanceof ApiError) throw parsed;
   const asked = api.common(parsed);
+  record.model = asked.model;
+  record.streamed = asked.stream;
   const model = servingModel(table, asked.model, api.serves, span, caller);
+  record.servedModel = model.config.id;
   const passThrough = api.passThrough(body, model);
   if (passThrough instanceof ApiError) throw passThrough;
   const prompts = api.promptTokens(model, parsed);
@@ -148,10 +158,10 @@ export async function handleApiRequest<R, W extends { usage: Usage }>(api: ApiDe
   const replies = prompts.tokens.length * asked.n;
 
   const tier = servingTier(asked.serviceTier, caller.tier);
-  span.setAttribute('parley.service_tier', tier);
+  record.serviceTier = tier;
   const identity: ReplyIdentity = { id: `${api.idPrefix ?? ''}${id}`, created: Math.floor(Date.now() / 1000), model: asked.model, serviceTier: tier };
   const clientIds = { requestId: id, replyId: api.idPrefix === null ? '' : identity.id };
-  if (clientIds.replyId) span.setAttribute('parley.reply_id', clientIds.replyId);
+  if (clientIds.replyId) record.replyId = clientIds.replyId;
   const meter = await Meter.open(ctx, span, { table, caller, model, settlementId: randomId(), clientIds, promptTokens, n: replies, maxReplyTokens, user: asked.user, api: api.name, tier });
   // A window or a balance that leaves room for fewer reply tokens than asked lowers the limit sent upstream.
   const request = meter.maxReplyTokens < (asked.maxTokens ?? maxReplyTokens) ? api.withMaxTokens(parsed, meter.maxReplyTokens) : parsed;
@@ -165,25 +175,32 @@ export async function handleApiRequest<R, W extends { usage: Usage }>(api: ApiDe
         headers,
         countedPromptTokens: prompts.exact ? promptTokens : 0,
         clientGone,
-        onFirstChunk: () => ctx.telemetry.recordFirstToken(model.config.id, (performance.now() - started) / 1000),
+        onFirstChunk: () => {
+          record.firstByteMs = performance.now() - started;
+          ctx.telemetry.recordFirstToken(record, record.firstByteMs / 1000);
+        },
       })
     : undefined;
 
   const complete = (done: UpstreamCall, usage: Usage) => {
     ctx.router.state(done.endpoint).recordUsage(usage.prompt_tokens, usage.cached_tokens);
-    ctx.telemetry.recordUsage(model.config.id, usage);
+    Object.assign(record, { promptTokens: usage.prompt_tokens, cachedTokens: usage.cached_tokens, completionTokens: usage.completion_tokens, cost: replyCost(model.prices[tier], usage) });
     meter.settle('complete', done.endpoint.name, usage);
   };
   let call: UpstreamCall | undefined;
   try {
     const upstreamRequest = (endpoint: RoutedEndpoint) => withPriority(api.upstreamRequest(endpoint, model, request, passThrough), endpoint, tier);
-    call = await callWithFailover(ctx, span, { model, settings: table.settings, upstreamRequest, plan: await ctx.router.plan(model, () => affinityKey(api, request, req, table.settings)), account: caller.account, tier, cancellation: upstreamCall });
+    const plan = await ctx.router.plan(model, () => affinityKey(api, request, req, table.settings));
+    call = await callWithFailover(ctx, span, { model, settings: table.settings, upstreamRequest, plan, account: caller.account, tier, cancellation: upstreamCall, record });
     const { endpoint } = call;
+    record.endpoint = endpoint.url;
+    record.provider = endpoint.kind;
     const fanOut = { choicesPerCall: replies / call.bodies.length, callsPerPrompt: call.bodies.length / prompts.tokens.length };
     if (!relay || !streaming) {
       const parts = await Promise.all(call.bodies.map((b) => api.readWhole(endpoint, b, request)));
       const whole = parts.length === 1 ? parts[0] : api.mergeWhole(parts, fanOut);
       const reply = api.renderWhole(identity, whole, request);
+      record.firstByteMs = performance.now() - started;
       if (reply instanceof WrittenReply) sendJsonParts(res, reply.parts, headers);
       else sendJson(res, 200, reply, headers);
       complete(call, whole.usage);
@@ -192,8 +209,11 @@ export async function handleApiRequest<R, W extends { usage: Usage }>(api: ApiDe
     const streams = call.bodies.map((b) => streaming.read(endpoint, b));
     const outcome = await relay.run(streams.length === 1 ? streams[0] : mergeStreams(streams, fanOut));
     if (outcome.kind === 'complete') complete(call, outcome.usage);
-    else if (outcome.kind === 'client_gone') meter.settle('client_gone', endpoint.name);
-    else {
+    else if (outcome.kind === 'client_gone') {
+      record.brokenOff = 'client_gone';
+      meter.settle('client_gone', endpoint.name);
+    } else {
+      record.brokenOff = 'upstream_broke_off';
       console.warn(`parley: ${id}: ${endpoint.name}: stream broke off: ${outcome.reason}`);
       meter.settle('broke_off', endpoint.name, undefined, outcome.reason);
     }

@@ -9,6 +9,7 @@ import { conversationKey } from '../routing/affinity-key.js';
 import { readCompletion, readStream } from '../upstream/client.js';
 import { mergeCompletions } from '../upstream/fan-out.js';
 import type { GatewayContext } from './context.js';
+import type { RequestRecord } from '../telemetry/request-record.js';
 import { handleApiRequest, perChoiceBodies, type ApiDescriptor } from './api-path.js';
 
 // Without a tokenizer, a prompt is bounded by its UTF-8 bytes (a byte-level
@@ -53,6 +54,6 @@ export const chat: ApiDescriptor<ChatCompletionRequest> = {
   streaming: { read: readStream, renderer: (identity, r) => new ChunkRenderer(identity, r.stream_options?.include_usage === true) },
 };
 
-export function handleChatCompletion(req: IncomingMessage, res: ServerResponse, ctx: GatewayContext, span: Span, id: string): Promise<void> {
-  return handleApiRequest(chat, req, res, ctx, span, id);
+export function handleChatCompletion(req: IncomingMessage, res: ServerResponse, ctx: GatewayContext, span: Span, record: RequestRecord): Promise<void> {
+  return handleApiRequest(chat, req, res, ctx, span, record);
 }

@@ -9,6 +9,7 @@ import { leadingTextKey, PLACEMENT_CHARS } from '../routing/affinity-key.js';
 import { readTextCompletion, readTextStream } from '../upstream/client.js';
 import { mergeCompletions } from '../upstream/fan-out.js';
 import type { GatewayContext } from './context.js';
+import type { RequestRecord } from '../telemetry/request-record.js';
 import { handleApiRequest, perChoiceBodies, type ApiDescriptor } from './api-path.js';
 
 const completions: ApiDescriptor<CompletionRequest> = {
@@ -51,6 +52,6 @@ const completions: ApiDescriptor<CompletionRequest> = {
   streaming: { read: readTextStream, renderer: (identity, r) => new TextChunkRenderer(identity, r.stream_options?.include_usage === true) },
 };
 
-export function handleCompletion(req: IncomingMessage, res: ServerResponse, ctx: GatewayContext, span: Span, id: string): Promise<void> {
-  return handleApiRequest(completions, req, res, ctx, span, id);
+export function handleCompletion(req: IncomingMessage, res: ServerResponse, ctx: GatewayContext, span: Span, record: RequestRecord): Promise<void> {
+  return handleApiRequest(completions, req, res, ctx, span, record);
 }

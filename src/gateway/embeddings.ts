@@ -11,6 +11,7 @@ import { leadingTextKey, PLACEMENT_CHARS } from '../routing/affinity-key.js';
 import { readBytes, readWhole } from '../upstream/client.js';
 import { handleApiRequest, WrittenReply, type ApiDescriptor } from './api-path.js';
 import type { GatewayContext } from './context.js';
+import type { RequestRecord } from '../telemetry/request-record.js';
 
 /** The most tokens the input can be: token ids are counted, text is bounded by its UTF-8 bytes (a byte-level tokenizer never makes more). */
 function inputTokensBound(req: EmbeddingsRequest): number {
@@ -51,6 +52,6 @@ const embeddings: ApiDescriptor<EmbeddingsRequest, EmbeddingsWhole> = {
   renderWhole: (_identity, whole) => whole.reply,
 };
 
-export function handleEmbeddings(req: IncomingMessage, res: ServerResponse, ctx: GatewayContext, span: Span, id: string): Promise<void> {
-  return handleApiRequest(embeddings, req, res, ctx, span, id);
+export function handleEmbeddings(req: IncomingMessage, res: ServerResponse, ctx: GatewayContext, span: Span, record: RequestRecord): Promise<void> {
+  return handleApiRequest(embeddings, req, res, ctx, span, record);
 }

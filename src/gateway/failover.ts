@@ -18,6 +18,7 @@ import { QueueTimeout, type EndpointState } from '../routing/endpoint-state.js';
 import type { RoutePlan } from '../routing/router.js';
 import type { RoutedEndpoint, RoutedModel, RoutingTable } from '../routing/routing-table.js';
 import type { Cancellation } from '../upstream/cancellation.js';
+import type { RequestRecord } from '../telemetry/request-record.js';
 import { postUpstream, type UpstreamBody } from '../upstream/client.js';
 import type { GatewayContext } from './context.js';
 
@@ -26,6 +27,12 @@ export interface UpstreamCall {
   bodies: UpstreamBody[];
   /** Frees the endpoint's slot; call when the reply has been relayed. */
   release(): void;
+}
+
+/** W3C trace context for the upstream, so that an engine exporting its own traces (vLLM's OTLP) joins the request's; none when nothing is traced. */
+function traceparentOf(span: Span): string | undefined {
+  const { traceId, spanId, traceFlags } = span.spanContext();
+  return span.isRecording() ? `00-${traceId}-${spanId}-${traceFlags.toString(16).padStart(2, '0')}` : undefined;
 }
 
 /** A failure before the upstream's first byte that another endpoint may not share. */
@@ -68,6 +75,8 @@ export interface Forwarding {
   /** The tier the request is admitted at. */
   tier: ServiceTier;
   cancellation: Cancellation;
+  /** Counts the attempts, for the request's log line. */
+  record: RequestRecord;
 }
 
 export async function callWithFailover(ctx: GatewayContext, span: Span, forwarding: Forwarding): Promise<UpstreamCall> {
@@ -102,19 +111,23 @@ async function walkPlan(ctx: GatewayContext, span: Span, forwarding: Forwarding,
       return undefined;
     }
     attempts++;
+    forwarding.record.attempts = attempts;
     const started = Date.now();
-    const attemptSpan = ctx.telemetry.child(span, 'upstream attempt', { 'parley.endpoint': endpoint.url, 'parley.attempt': attempts });
+    const attemptSpan = ctx.telemetry.child(span, 'upstream attempt', { 'server.address': endpoint.url, 'gen_ai.provider.name': endpoint.kind, 'gen_ai.request.model': endpoint.upstreamModel, 'parley.attempt': attempts });
     const timeouts = { firstByteMs: Math.max(1, Math.min(settings.upstreamFirstByteTimeoutMs, deadline - started)), idleMs: settings.upstreamIdleTimeoutMs };
     try {
       const { path, bodies: sent } = forwarding.upstreamRequest(endpoint);
-      const bodies = await Promise.all(sent.map((b) => postUpstream(endpoint, path, b, cancellation, timeouts)));
+      const bodies = await Promise.all(sent.map((b) => postUpstream(endpoint, path, b, cancellation, timeouts, traceparentOf(attemptSpan))));
       state.recordSuccess(account, Date.now() - started);
+      ctx.telemetry.recordUpstreamCall(forwarding.record, endpoint, (Date.now() - started) / 1000);
       attemptSpan.end();
       let released = false;
       return { endpoint, bodies, release: () => void (released || ((released = true), state.release(tier))) };
     } catch (err) {
       state.release(tier);
-      attemptSpan.setStatus({ code: SpanStatusCode.ERROR, message: err instanceof ApiError ? (err.code ?? err.type) : 'aborted' });
+      const errorType = err instanceof ApiError ? (err.code ?? err.type) : 'aborted';
+      ctx.telemetry.recordUpstreamCall(forwarding.record, endpoint, (Date.now() - started) / 1000, errorType);
+      attemptSpan.setStatus({ code: SpanStatusCode.ERROR, message: errorType });
       attemptSpan.end();
       if (cancellation.cancelled || !isRetryable(err)) {
         // The upstream answered (a 4xx is the request's fault, not the endpoint's), or its client left.

@@ -12,6 +12,7 @@ import { upstreamPromptCount } from '../upstream/client.js';
 import { chat } from './chat-completions.js';
 import { chatMapped } from './chat-mapped.js';
 import type { GatewayContext } from './context.js';
+import type { RequestRecord } from '../telemetry/request-record.js';
 import { openExchange, servingModel } from './exchange.js';
 import { estimatedTokens, handleApiRequest } from './api-path.js';
 
@@ -24,8 +25,8 @@ const messages = chatMapped({
   renderer: (identity, source, counted) => new MessageEventRenderer(identity, counted, source.stop_sequences),
 });
 
-export function handleMessages(req: IncomingMessage, res: ServerResponse, ctx: GatewayContext, span: Span, id: string): Promise<void> {
-  return handleApiRequest(messages, req, res, ctx, span, id);
+export function handleMessages(req: IncomingMessage, res: ServerResponse, ctx: GatewayContext, span: Span, record: RequestRecord): Promise<void> {
+  return handleApiRequest(messages, req, res, ctx, span, record);
 }
 
 /**

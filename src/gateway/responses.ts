@@ -9,6 +9,7 @@ import { KEEPS_NO_STATE, parseResponsesRequest, responsesToChat } from '../proto
 import { renderResponse, ResponseEventRenderer } from '../protocol/responses-response.js';
 import { chatMapped } from './chat-mapped.js';
 import type { GatewayContext } from './context.js';
+import type { RequestRecord } from '../telemetry/request-record.js';
 import { authenticate } from './exchange.js';
 import { handleApiRequest } from './api-path.js';
 
@@ -21,8 +22,8 @@ const responses = chatMapped({
   renderer: (identity, source) => new ResponseEventRenderer(identity, source),
 });
 
-export function handleResponses(req: IncomingMessage, res: ServerResponse, ctx: GatewayContext, span: Span, id: string): Promise<void> {
-  return handleApiRequest(responses, req, res, ctx, span, id);
+export function handleResponses(req: IncomingMessage, res: ServerResponse, ctx: GatewayContext, span: Span, record: RequestRecord): Promise<void> {
+  return handleApiRequest(responses, req, res, ctx, span, record);
 }
 
 /** GET or DELETE /v1/responses/{id}: nothing was stored, so there is nothing to read or delete. */

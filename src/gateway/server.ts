@@ -17,6 +17,8 @@ import type { GatewayContext } from './context.js';
 import { getModel, listModels } from './models-routes.js';
 import { handlePlatform } from '../platform/routes.js';
 import { routeLabel } from '../telemetry/route-labels.js';
+import { genAiSpanAttributes, writeRequestLog } from '../telemetry/request-log.js';
+import type { RequestRecord } from '../telemetry/request-record.js';
 
 /** Ready: not shutting down, and Redis answers (without it every request would fail closed). */
 async function readiness(res: ServerResponse, ctx: GatewayContext): Promise<void> {
@@ -32,22 +34,33 @@ async function readiness(res: ServerResponse, ctx: GatewayContext): Promise<void
 /** A request from an Anthropic client: Messages, or anything sent with Anthropic's version header (the models list). Its errors and lists take Anthropic's shape. */
 const anthropicClient = (req: IncomingMessage, path: string) => path.startsWith('/v1/messages') || req.headers['anthropic-version'] !== undefined;
 
+/**
+ * A generation ended: its GenAI attributes on its span, its metrics, and its log line. A reply that broke off
+ * mid-stream (the client left, or the upstream failed after the first byte) has a 200 status and an error type.
+ */
+function ended(ctx: GatewayContext, span: Span, record: RequestRecord, res: ServerResponse, errorCode: string | null, seconds: number): void {
+  const errorType = errorCode ?? (res.statusCode >= 400 ? String(res.statusCode) : record.brokenOff);
+  span.setAttributes(genAiSpanAttributes(record));
+  ctx.telemetry.recordGeneration(record, seconds, errorType);
+  if (ctx.routing().settings.requestLog) writeRequestLog(record, res.statusCode, errorType, seconds);
+}
+
 export function createGatewayServer(ctx: GatewayContext): Server {
-  const route = async (req: IncomingMessage, res: ServerResponse, span: Span, id: string, method: string, path: string, search: string) => {
+  const route = async (req: IncomingMessage, res: ServerResponse, span: Span, record: RequestRecord, method: string, path: string, search: string) => {
     if (method === 'GET' && path === '/healthz') return sendJson(res, 200, { status: 'ok' });
     if (method === 'GET' && path === '/readyz') return readiness(res, ctx);
     if (method === 'GET' && path === '/metrics') return ctx.telemetry.serveMetrics(req, res);
     if (ctx.lifecycle.draining) throw shuttingDown();
-    return ctx.lifecycle.track(res, routeTracked(req, res, span, id, method, path, search));
+    return ctx.lifecycle.track(res, routeTracked(req, res, span, record, method, path, search));
   };
   /** The routes a shutdown waits for. */
-  const routeTracked = async (req: IncomingMessage, res: ServerResponse, span: Span, id: string, method: string, path: string, search: string) => {
-    if (method === 'POST' && path === '/v1/chat/completions') return handleChatCompletion(req, res, ctx, span, id);
-    if (method === 'POST' && path === '/v1/completions') return handleCompletion(req, res, ctx, span, id);
-    if (method === 'POST' && path === '/v1/embeddings') return handleEmbeddings(req, res, ctx, span, id);
-    if (method === 'POST' && path === '/v1/messages') return handleMessages(req, res, ctx, span, id);
+  const routeTracked = async (req: IncomingMessage, res: ServerResponse, span: Span, record: RequestRecord, method: string, path: string, search: string) => {
+    if (method === 'POST' && path === '/v1/chat/completions') return handleChatCompletion(req, res, ctx, span, record);
+    if (method === 'POST' && path === '/v1/completions') return handleCompletion(req, res, ctx, span, record);
+    if (method === 'POST' && path === '/v1/embeddings') return handleEmbeddings(req, res, ctx, span, record);
+    if (method === 'POST' && path === '/v1/messages') return handleMessages(req, res, ctx, span, record);
     if (method === 'POST' && path === '/v1/messages/count_tokens') return countMessageTokens(req, res, ctx, span);
-    if (method === 'POST' && path === '/v1/responses') return handleResponses(req, res, ctx, span, id);
+    if (method === 'POST' && path === '/v1/responses') return handleResponses(req, res, ctx, span, record);
     if ((method === 'GET' || method === 'DELETE') && path.startsWith('/v1/responses/')) return storedResponse(req, ctx, decodeURIComponent(path.slice('/v1/responses/'.length)));
     if (path === '/admin/endpoints' || path.startsWith(ADMIN_PREFIX)) return handleAdmin(req, res, ctx, method, path, search);
     if (await handlePlatform(req, res, ctx, path, new URLSearchParams(search))) return;
@@ -72,13 +85,16 @@ export function createGatewayServer(ctx: GatewayContext): Server {
     if (errorShape === anthropicError) res.setHeader('request-id', id);
     const span = ctx.telemetry.tracer.startSpan(name, { attributes: { 'http.request.method': method, 'http.route': name, 'parley.request_id': id } });
     let errorCode: string | null = null;
+    const record: RequestRecord = { id, attempts: 0 };
     res.once('close', () => {
+      const seconds = (performance.now() - started) / 1000;
       span.setAttribute('http.response.status_code', res.statusCode);
       if (errorCode) span.setAttribute('parley.error_code', errorCode);
+      if (record.api) ended(ctx, span, record, res, errorCode, seconds);
       span.end();
-      if (name !== 'GET /metrics') ctx.telemetry.recordRequest(name, res.statusCode, errorCode, (performance.now() - started) / 1000);
+      if (name !== 'GET /metrics') ctx.telemetry.recordRequest(name, res.statusCode, errorCode, seconds);
     });
-    route(req, res, span, id, method, path, search).catch((err) => {
+    route(req, res, span, record, method, path, search).catch((err) => {
       if (!(err instanceof ApiError)) {
         if ((err as Error)?.name === 'AbortError') return void res.destroy();
         console.error('parley:', err);

@@ -2,8 +2,13 @@
 // upstream attempt, the settlement) exported over OTLP when
 // OTEL_EXPORTER_OTLP_ENDPOINT is set, and metrics both scrapeable as
 // Prometheus text at /metrics and, with that variable, pushed over OTLP.
-// Spans and metrics carry model ids, endpoints, statuses and token counts,
-// never an API key or any prompt or reply text.
+// Generation figures follow OpenTelemetry's GenAI conventions (gen_ai.*:
+// the server's request duration, time to first token and per output token,
+// token usage, and each upstream call's duration as its client), so the
+// dashboards operators keep for Envoy AI Gateway and vLLM read them; what
+// has no convention keeps a parley_ name. Spans and metrics carry model
+// ids, endpoints, statuses and token counts, never an API key or any prompt
+// or reply text.
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { context, trace, type Span, type Tracer } from '@opentelemetry/api';
 import { OTLPMetricExporter } from '@opentelemetry/exporter-metrics-otlp-http';
@@ -12,11 +17,27 @@ import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-http';
 import { resourceFromAttributes } from '@opentelemetry/resources';
 import { MeterProvider, PeriodicExportingMetricReader, type MetricReader } from '@opentelemetry/sdk-metrics';
 import { BasicTracerProvider, BatchSpanProcessor } from '@opentelemetry/sdk-trace-base';
-import type { Usage } from '../protocol/chat-response.js';
 import type { Router } from '../routing/router.js';
-import { HistogramTally, histogramProducer, Tally } from './tallies.js';
+import { GEN_AI_OPERATIONS, type RequestRecord } from './request-record.js';
+import { HistogramTally, histogramProducer, Tally, type Attributes } from './tallies.js';
 
 const SECONDS_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120];
+// The buckets the GenAI conventions give each of their histograms.
+const DURATION_BUCKETS = [0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92];
+const FIRST_TOKEN_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10];
+const PER_TOKEN_BUCKETS = [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1, 2.5];
+const TOKEN_BUCKETS = [1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864];
+
+/** The GenAI attributes of a generation: what it asked for, what served it, where, and how it failed. */
+function genAiAttributes(r: RequestRecord, errorType?: string): Attributes {
+  const attributes: Attributes = { 'gen_ai.operation.name': GEN_AI_OPERATIONS[r.api!], 'gen_ai.request.model': r.model ?? '', 'gen_ai.provider.name': r.provider ?? 'parley' };
+  if (r.servedModel) attributes['gen_ai.response.model'] = r.servedModel;
+  if (r.endpoint) attributes['server.address'] = r.endpoint;
+  if (errorType) attributes['error.type'] = errorType;
+  return attributes;
+}
+
+const seriesKey = (attributes: Attributes) => Object.values(attributes).join('\t');
 
 export class Telemetry {
   readonly tracer: Tracer;
@@ -25,15 +46,18 @@ export class Telemetry {
   private readonly tracerProvider: BasicTracerProvider | undefined;
   private readonly requests = new Tally();
   private readonly duration = new HistogramTally('parley_request_duration_seconds', 'Time to answer a request, to its last byte', 's', SECONDS_BUCKETS);
-  private readonly firstToken = new HistogramTally('parley_time_to_first_token_seconds', 'Time from a streamed request to its first content', 's', SECONDS_BUCKETS);
-  private readonly tokens = new Tally();
+  private readonly serverDuration = new HistogramTally('gen_ai.server.request.duration', 'Generative AI server request duration, to the last byte of the reply', 's', DURATION_BUCKETS);
+  private readonly firstToken = new HistogramTally('gen_ai.server.time_to_first_token', 'Time to generate the first token, for successful streamed responses', 's', FIRST_TOKEN_BUCKETS);
+  private readonly perOutputToken = new HistogramTally('gen_ai.server.time_per_output_token', 'Time per output token generated after the first, for successful streamed responses', 's', PER_TOKEN_BUCKETS);
+  private readonly tokenUsage = new HistogramTally('gen_ai.client.token.usage', 'Tokens used per request: input, output, and the input read from the upstream cache (cached_input)', '{token}', TOKEN_BUCKETS);
+  private readonly upstreamDuration = new HistogramTally('gen_ai.client.operation.duration', 'Each upstream call, as its client: to its first byte', 's', DURATION_BUCKETS);
   /** Read when metrics are collected, like the tallies: an up-down counter would hash its attributes twice per request. */
   private holdsOpen = 0;
 
   constructor(router: Router) {
     const resource = resourceFromAttributes({ 'service.name': process.env.OTEL_SERVICE_NAME ?? 'parley' });
     const otlp = Boolean(process.env.OTEL_EXPORTER_OTLP_ENDPOINT);
-    const metricProducers = [histogramProducer(resource, 'parley', [this.duration, this.firstToken])];
+    const metricProducers = [histogramProducer(resource, 'parley', [this.duration, this.serverDuration, this.firstToken, this.perOutputToken, this.tokenUsage, this.upstreamDuration])];
     this.prometheus = new PrometheusExporter({ preventServerStart: true, metricProducers });
     const readers: MetricReader[] = [this.prometheus];
     if (otlp) readers.push(new PeriodicExportingMetricReader({ exporter: new OTLPMetricExporter(), exportIntervalMillis: 15_000, metricProducers }));
@@ -43,7 +67,6 @@ export class Telemetry {
 
     const meter = this.meterProvider.getMeter('parley');
     meter.createObservableCounter('parley_requests', { description: 'Requests answered, by route, status and error code' }).addCallback((r) => this.requests.observe(r));
-    meter.createObservableCounter('parley_tokens', { description: 'Tokens metered, by model and kind (prompt, cached, completion)' }).addCallback((r) => this.tokens.observe(r));
     meter.createObservableUpDownCounter('parley_holds_open', { description: 'Credit holds this replica has open' }).addCallback((r) => r.observe(this.holdsOpen));
     meter.createObservableGauge('parley_upstream_healthy', { description: '1 when the endpoint\'s circuit is closed' }).addCallback((result) => {
       for (const model of router.snapshot()) {
@@ -65,14 +88,31 @@ export class Telemetry {
     this.duration.record(`${route}\t${status}`, seconds, () => ({ route, status: String(status) }));
   }
 
-  recordFirstToken(model: string, seconds: number): void {
-    this.firstToken.record(model, seconds, () => ({ model }));
+  /** A generation (a request through one of the APIs) ended: its duration, tokens and time per output token. */
+  recordGeneration(r: RequestRecord, seconds: number, errorType: string | undefined): void {
+    const attributes = genAiAttributes(r, errorType);
+    this.serverDuration.record(seriesKey(attributes), seconds, () => attributes);
+    if (errorType || r.promptTokens === undefined) return;
+    const base = genAiAttributes(r);
+    const tokens: [string, number][] = [['input', r.promptTokens], ['output', r.completionTokens ?? 0], ['cached_input', r.cachedTokens ?? 0]];
+    for (const [type, count] of tokens) {
+      const withType = { ...base, 'gen_ai.token.type': type };
+      this.tokenUsage.record(seriesKey(withType), count, () => withType);
+    }
+    const after = (r.completionTokens ?? 0) - 1;
+    if (r.streamed && r.firstByteMs !== undefined && after > 0) this.perOutputToken.record(seriesKey(base), (seconds - r.firstByteMs / 1000) / after, () => base);
   }
 
-  recordUsage(model: string, usage: Usage): void {
-    for (const [kind, value] of [['prompt', usage.prompt_tokens], ['cached', usage.cached_tokens], ['completion', usage.completion_tokens]] as const) {
-      this.tokens.add(`${model}\t${kind}`, value, () => ({ model, kind }));
-    }
+  recordFirstToken(r: RequestRecord, seconds: number): void {
+    const attributes = genAiAttributes(r);
+    this.firstToken.record(seriesKey(attributes), seconds, () => attributes);
+  }
+
+  /** One upstream call, from Parley as its client, to its first byte (or its failure). */
+  recordUpstreamCall(r: RequestRecord, endpoint: { url: string; kind: string; upstreamModel: string }, seconds: number, errorType?: string): void {
+    const attributes: Attributes = { 'gen_ai.operation.name': GEN_AI_OPERATIONS[r.api!], 'gen_ai.request.model': endpoint.upstreamModel, 'gen_ai.provider.name': endpoint.kind, 'server.address': endpoint.url };
+    if (errorType) attributes['error.type'] = errorType;
+    this.upstreamDuration.record(seriesKey(attributes), seconds, () => attributes);
   }
 
   holdOpened(): void {

@@ -179,9 +179,12 @@ export async function postUpstream(
   body: Record<string, unknown>,
   cancellation: Cancellation,
   timeouts: UpstreamTimeouts,
+  /** The W3C `traceparent` of the call's span, where the request is traced. */
+  traceparent?: string,
 ): Promise<UpstreamBody> {
   const headers: Record<string, string> = { 'content-type': 'application/json', accept: body.stream ? 'text/event-stream' : 'application/json' };
   if (endpoint.apiKey) headers.authorization = `Bearer ${endpoint.apiKey}`;
+  if (traceparent) headers.traceparent = traceparent;
   const target = apiTarget(endpoint.url, apiPath);
   let res;
   try {

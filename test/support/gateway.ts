@@ -64,7 +64,12 @@ export interface TestGatewayOptions {
 export async function startTestGateway(config: unknown, opts: TestGatewayOptions = {}): Promise<TestGateway> {
   const dir = mkdtempSync(join(tmpdir(), 'parley-test-'));
   const configPath = join(dir, 'routing.yaml');
-  const writeConfig = (c: unknown) => writeFileSync(configPath, stringify(c));
+  // A test's output stays readable: no request log lines unless the test asks for them.
+  const quiet = (c: unknown) => {
+    const file = c as { gateway?: { requestLog?: boolean } };
+    return { ...file, gateway: { requestLog: false, ...file.gateway } };
+  };
+  const writeConfig = (c: unknown) => writeFileSync(configPath, stringify(quiet(c)));
   writeConfig(config);
   const data = opts.dataDir ?? join(dir, 'data');
   const redis = opts.redis ?? (await newTestRedis());

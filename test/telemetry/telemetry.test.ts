@@ -37,7 +37,7 @@ describe('metrics', () => {
   });
   afterAll(() => gw.close());
 
-  it('are scrapeable as Prometheus text: requests by code, latency, first token, tokens, upstream health, holds', async () => {
+  it("are scrapeable as Prometheus text, generations in OpenTelemetry's GenAI conventions: requests by code, latency, first token, tokens, upstream calls, health, holds", async () => {
     await gw.client.chat.completions.create({ model: 'm', messages });
     await (await postChat(gw, { model: 'm', messages, stream: true })).text();
     await postChat(gw, { model: 'nope', messages });
@@ -49,9 +49,13 @@ describe('metrics', () => {
     expect(value('parley_requests_total{', 'route="POST /v1/chat/completions"', 'status="200"')).toBe(2);
     expect(value('parley_requests_total{', 'status="404"', 'code="model_not_found"')).toBe(1);
     expect(value('parley_request_duration_seconds_count{', 'status="200"')).toBe(2);
-    expect(value('parley_time_to_first_token_seconds_count{', 'model="m"')).toBe(1);
-    expect(value('parley_tokens_total{', 'kind="cached"')).toBe(128);
-    expect(value('parley_tokens_total{', 'kind="completion"')).toBe(10);
+    expect(value('gen_ai_server_request_duration_count{', 'gen_ai_operation_name="chat"', 'gen_ai_request_model="m"', 'gen_ai_provider_name="vllm"')).toBe(2);
+    expect(value('gen_ai_server_request_duration_count{', 'gen_ai_request_model="nope"', 'error_type="model_not_found"')).toBe(1);
+    expect(value('gen_ai_server_time_to_first_token_count{', 'gen_ai_request_model="m"')).toBe(1);
+    expect(value('gen_ai_server_time_per_output_token_count{', 'gen_ai_request_model="m"')).toBe(1);
+    expect(value('gen_ai_client_token_usage_sum{', 'gen_ai_token_type="cached_input"')).toBe(128);
+    expect(value('gen_ai_client_token_usage_sum{', 'gen_ai_token_type="output"')).toBe(10);
+    expect(value('gen_ai_client_operation_duration_count{', `server_address="${upstream.url}"`)).toBe(2);
     expect(value('parley_upstream_healthy{', 'model="m"')).toBe(1);
     expect(value('parley_holds_open')).toBe(0);
     expect(text).not.toContain(gw.apiKey);
@@ -81,6 +85,40 @@ describe('metrics', () => {
     finishSlow();
     while (!(await reader.read()).done);
     expect(await holdsOpen()).toBe(0);
+  });
+});
+
+interface Span {
+  name: string;
+  traceId: string;
+  spanId: string;
+  parentSpanId?: string;
+  attributes: { key: string; value: Record<string, unknown> }[];
+}
+
+describe('a log line per request', () => {
+  it('is JSON on stdout with the ids, model, endpoint, status, tokens, cost, latency and attempts, never the key or the prompt', async () => {
+    const gw = await startTestGateway({ gateway: { requestLog: true }, models: [modelEntry('m', [{ kind: 'vllm', url: upstream.url }])] });
+    const lines: string[] = [];
+    const write = process.stdout.write.bind(process.stdout);
+    process.stdout.write = ((text: string) => (lines.push(String(text)), true)) as typeof process.stdout.write;
+    try {
+      await (await postChat(gw, { model: 'm', messages }, { 'x-request-id': 'log-me-1' })).text();
+      await postChat(gw, { model: 'nope', messages }, { 'x-request-id': 'log-me-2' });
+    } finally {
+      process.stdout.write = write;
+      await gw.close();
+    }
+    const logged = lines.filter((l) => l.includes('"msg":"request"')).map((l) => JSON.parse(l));
+    // 36 uncached × 1 + 64 cached × 0.1 + 5 out × 2 = 52.4 micro-units, rounded up.
+    expect(logged[0]).toMatchObject({
+      level: 'info', request_id: 'log-me-1', account: gw.account, key_id: expect.stringMatching(/^key_/), api: 'chat', model: 'm', service_tier: 'default',
+      endpoint: upstream.url, status: 200, prompt_tokens: 100, cached_tokens: 64, completion_tokens: 5, cost_micros: 53, attempts: 1,
+    });
+    expect(logged[0].total_ms).toBeGreaterThanOrEqual(logged[0].first_byte_ms);
+    expect(logged[1]).toMatchObject({ request_id: 'log-me-2', model: 'nope', status: 404, error: 'model_not_found', attempts: 0 });
+    expect(lines.join('')).not.toContain(gw.apiKey);
+    expect(lines.join('')).not.toContain('tangerine');
   });
 });
 
@@ -119,7 +157,18 @@ describe('traces over OTLP', () => {
       traces = received.filter((r) => r.startsWith('/v1/traces')).join('\n');
     }
     for (const name of ['POST /v1/chat/completions', 'upstream attempt', 'settle']) expect(traces).toContain(name);
-    expect(traces).toContain('parley.model');
+    const spans = traces.split('\n').flatMap((t) => JSON.parse(t.slice(t.indexOf(' ') + 1)).resourceSpans.flatMap((r: { scopeSpans: { spans: Span[] }[] }) => r.scopeSpans.flatMap((s) => s.spans)));
+    const request = spans.find((s) => s.name === 'POST /v1/chat/completions')!;
+    const attempt = spans.find((s) => s.name === 'upstream attempt')!;
+    const settle = spans.find((s) => s.name === 'settle')!;
+    expect(attempt.traceId).toBe(request.traceId);
+    expect(attempt.parentSpanId).toBe(request.spanId);
+    expect(settle.parentSpanId).toBe(request.spanId);
+    const attributes = Object.fromEntries(request.attributes.map((a: Span['attributes'][number]) => [a.key, Object.values(a.value)[0]]));
+    expect(attributes).toMatchObject({ 'gen_ai.operation.name': 'chat', 'gen_ai.request.model': 'm', 'gen_ai.response.model': 'm', 'gen_ai.usage.input_tokens': 100, 'gen_ai.usage.output_tokens': 5 });
+    expect(attributes['gen_ai.response.id']).toMatch(/^chatcmpl-/);
+    // The upstream was called with the attempt's W3C trace context, so an engine that traces joins this trace.
+    expect(upstream.received.at(-1)!.headers.traceparent).toBe(`00-${request.traceId}-${attempt.spanId}-01`);
     expect(traces).not.toContain(gw.apiKey);
     expect(traces).not.toContain('tangerine');
   });

@@ -1,0 +1,45 @@
+// A request's log line and span attributes, from its record: one JSON line
+// on stdout per generation (the Kubernetes way: the node's log agent takes
+// it), and the GenAI conventions' span attributes. Ids, counts and codes
+// only: never an API key, a prompt or a reply.
+import type { Attributes } from '@opentelemetry/api';
+import { GEN_AI_OPERATIONS, type RequestRecord } from './request-record.js';
+
+export function writeRequestLog(r: RequestRecord, status: number, errorType: string | undefined, seconds: number): void {
+  const line = {
+    time: new Date().toISOString(),
+    level: 'info',
+    msg: 'request',
+    request_id: r.id,
+    account: r.account,
+    key_id: r.keyId,
+    api: r.api,
+    model: r.model,
+    served_model: r.servedModel,
+    service_tier: r.serviceTier,
+    endpoint: r.endpoint,
+    status,
+    error: errorType,
+    prompt_tokens: r.promptTokens,
+    cached_tokens: r.cachedTokens,
+    completion_tokens: r.completionTokens,
+    cost_micros: r.cost,
+    first_byte_ms: r.firstByteMs === undefined ? undefined : Math.round(r.firstByteMs),
+    total_ms: Math.round(seconds * 1000),
+    attempts: r.attempts,
+  };
+  process.stdout.write(`${JSON.stringify(line)}\n`);
+}
+
+export function genAiSpanAttributes(r: RequestRecord): Attributes {
+  const attributes: Attributes = { 'gen_ai.operation.name': GEN_AI_OPERATIONS[r.api!], 'gen_ai.request.model': r.model, 'parley.api': r.api };
+  if (r.servedModel) attributes['gen_ai.response.model'] = r.servedModel;
+  if (r.replyId) attributes['gen_ai.response.id'] = r.replyId;
+  if (r.promptTokens !== undefined) {
+    attributes['gen_ai.usage.input_tokens'] = r.promptTokens;
+    attributes['gen_ai.usage.output_tokens'] = r.completionTokens ?? 0;
+    attributes['gen_ai.usage.cache_read.input_tokens'] = r.cachedTokens ?? 0;
+  }
+  if (r.serviceTier) attributes['openai.response.service_tier'] = r.serviceTier;
+  return attributes;
+}
