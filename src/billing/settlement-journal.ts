@@ -84,6 +84,11 @@ export class SettlementJournal {
     this.owed.add(s.requestId);
   }
 
+  /** Settlements on disk that have not landed in Redis yet. */
+  get owedCount(): number {
+    return this.owed.size;
+  }
+
   landed(requestId: string): void {
     if (this.closed || !this.owed.delete(requestId)) return;
     if (this.owed.size === 0) ftruncateSync(this.fd, 0);

@@ -70,6 +70,11 @@ export class SettlementQueue {
     return this.unsettled;
   }
 
+  /** Settlements journaled to disk (Redis was away) that have not landed yet. */
+  get journaled(): number {
+    return this.journal?.owedCount ?? 0;
+  }
+
   /** Waits until nothing is left unsettled, up to `timeoutMs`; returns how many still are. */
   async drain(timeoutMs: number): Promise<number> {
     if (this.unsettled > 0) {

@@ -74,6 +74,8 @@ export class Meter {
     readonly maxReplyTokens: number,
     /** OpenAI's `x-ratelimit-*` headers for the reply. */
     readonly rateLimitHeaders: Record<string, string>,
+    /** The hold as telemetry counts it. */
+    private readonly openHold: { openedAt: number },
   ) {
     const ttl = m.table.billing.holdTtlMs;
     this.heartbeat = setInterval(() => {
@@ -118,8 +120,7 @@ export class Meter {
     if (hold.kind === 'rate_limited') throw rateLimitRefusal(hold.over, hold.rate);
     if (hold.kind === 'over_budget') throw keyBudgetSpent(formatMicros(budget!.limit), budget!.period, budgetRenewsAt(budget!.period, now));
     if (hold.kind !== 'held') throw insufficientBalance();
-    ctx.telemetry.holdOpened();
-    return new Meter(ctx, span, m, hold.maxReplyTokens, rateLimitHeaders(hold.rate));
+    return new Meter(ctx, span, m, hold.maxReplyTokens, rateLimitHeaders(hold.rate), ctx.telemetry.holdOpened());
   }
 
   /**
@@ -137,14 +138,16 @@ export class Meter {
     if (this.settled) return;
     this.settled = true;
     clearInterval(this.heartbeat);
-    this.ctx.telemetry.holdClosed();
+    this.ctx.telemetry.holdClosed(this.openHold);
     const settleSpan = this.ctx.telemetry.child(this.span, 'settle', {
       'parley.outcome': outcome,
       'parley.prompt_tokens': usage.prompt_tokens,
       'parley.cached_tokens': usage.cached_tokens,
       'parley.completion_tokens': usage.completion_tokens,
     });
-    const landed = this.ctx.settlements.settle(settlementOf(this.m, outcome, endpoint, usage, reason));
+    const settlement = settlementOf(this.m, outcome, endpoint, usage, reason);
+    if (settlement.cost > 0) this.ctx.telemetry.recordCharge(settlement.model, settlement.cost);
+    const landed = this.ctx.settlements.settle(settlement);
     // The span lasts until the settlement has landed in Redis, retries included.
     void landed.then(() => settleSpan.end());
   }

@@ -85,6 +85,7 @@ export async function startGateway(opts: GatewayOptions): Promise<RunningGateway
     const journal = SettlementJournal.open(join(opts.dataDir, 'settlements'));
     started.push(() => journal.close());
     const settlements = new SettlementQueue(redis, keepUsageEventsMs, journal);
+    telemetry.watch({ settlementsJournaled: () => settlements.journaled, redisReady: () => redis.status === 'ready' });
     const replayed = settlements.adoptOrphans(table.billing.holdTtlMs);
     if (replayed > 0) console.log(`parley: settling ${replayed} replies an earlier process owed (from its settlement journal)`);
     // A replica that died owing settlements on a volume others share: adopted once no one has written its journal for a hold's life.

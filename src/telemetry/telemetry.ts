@@ -51,8 +51,11 @@ export class Telemetry {
   private readonly perOutputToken = new HistogramTally('gen_ai.server.time_per_output_token', 'Time per output token generated after the first, for successful streamed responses', 's', PER_TOKEN_BUCKETS);
   private readonly tokenUsage = new HistogramTally('gen_ai.client.token.usage', 'Tokens used per request: input, output, and the input read from the upstream cache (cached_input)', '{token}', TOKEN_BUCKETS);
   private readonly upstreamDuration = new HistogramTally('gen_ai.client.operation.duration', 'Each upstream call, as its client: to its first byte', 's', DURATION_BUCKETS);
-  /** Read when metrics are collected, like the tallies: an up-down counter would hash its attributes twice per request. */
-  private holdsOpen = 0;
+  /** The credit holds this replica has open, each with when it opened; read when metrics are collected. */
+  private readonly openHolds = new Set<{ openedAt: number }>();
+  private readonly charged = new Tally();
+  /** What the gauges of the rest of the gateway read, once it is started. */
+  private gateway: { settlementsJournaled(): number; redisReady(): boolean } | undefined;
 
   constructor(router: Router) {
     const resource = resourceFromAttributes({ 'service.name': process.env.OTEL_SERVICE_NAME ?? 'parley' });
@@ -67,7 +70,16 @@ export class Telemetry {
 
     const meter = this.meterProvider.getMeter('parley');
     meter.createObservableCounter('parley_requests', { description: 'Requests answered, by route, status and error code' }).addCallback((r) => this.requests.observe(r));
-    meter.createObservableUpDownCounter('parley_holds_open', { description: 'Credit holds this replica has open' }).addCallback((r) => r.observe(this.holdsOpen));
+    meter.createObservableUpDownCounter('parley_holds_open', { description: 'Credit holds this replica has open' }).addCallback((r) => r.observe(this.openHolds.size));
+    meter.createObservableGauge('parley_oldest_hold_seconds', { description: 'How long the oldest credit hold this replica has open has been open' }).addCallback((r) => {
+      const now = performance.now();
+      let oldest = 0;
+      for (const h of this.openHolds) oldest = Math.max(oldest, (now - h.openedAt) / 1000);
+      r.observe(oldest);
+    });
+    meter.createObservableCounter('parley_credit_charged_micros', { description: 'Credit charged for complete replies, in micro-units of the account currency, by model' }).addCallback((r) => this.charged.observe(r));
+    meter.createObservableGauge('parley_settlements_journaled', { description: 'Settlements kept on disk while Redis was away, not landed yet' }).addCallback((r) => r.observe(this.gateway?.settlementsJournaled() ?? 0));
+    meter.createObservableGauge('parley_redis_up', { description: "1 when this replica's Redis connection is ready" }).addCallback((r) => r.observe(this.gateway?.redisReady() ? 1 : 0));
     meter.createObservableGauge('parley_upstream_healthy', { description: '1 when the endpoint\'s circuit is closed' }).addCallback((result) => {
       for (const model of router.snapshot()) {
         for (const e of model.endpoints) result.observe(e.circuit === 'closed' ? 1 : 0, { model: model.model, endpoint: e.url });
@@ -115,12 +127,24 @@ export class Telemetry {
     this.upstreamDuration.record(seriesKey(attributes), seconds, () => attributes);
   }
 
-  holdOpened(): void {
-    this.holdsOpen++;
+  /** Reads the settlement journal and the Redis connection for their gauges. */
+  watch(gateway: { settlementsJournaled(): number; redisReady(): boolean }): void {
+    this.gateway = gateway;
   }
 
-  holdClosed(): void {
-    this.holdsOpen--;
+  /** A credit hold opened; close it with holdClosed. */
+  holdOpened(): { openedAt: number } {
+    const hold = { openedAt: performance.now() };
+    this.openHolds.add(hold);
+    return hold;
+  }
+
+  holdClosed(hold: { openedAt: number }): void {
+    this.openHolds.delete(hold);
+  }
+
+  recordCharge(model: string, micros: number): void {
+    this.charged.add(model, micros, () => ({ model }));
   }
 
   /** A child span of `parent` (the request's span). */
