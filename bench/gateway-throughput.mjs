@@ -5,7 +5,10 @@
 // the openai clients ask for them), autocannon with 32 connections.
 //
 // Parley runs its full path: API key, validation, credit hold in Redis,
-// forward, stream rewriting, settlement. Then it is driven above capacity
+// forward, stream rewriting, settlement, its telemetry as shipped (GenAI
+// metrics and a log line per request, to /dev/null here); a second Parley
+// runs with its log line off, the one part of its telemetry that can be,
+// for what it costs. Then it is driven above capacity
 // (512 connections against an endpoint limited to 64 at once plus a queue of
 // 64) for OVERLOAD_SECONDS: served, 503/429, other errors, peak RSS; and
 // afterwards the books: open holds, and grants − charges = balance, exactly.
@@ -72,15 +75,17 @@ try {
   const upstream = `http://127.0.0.1:${upstreamPort}`;
   const { port: proxyPort } = await forked('bench/bare-proxy.mjs', [upstream, '0']);
   const parley = await startParley([benchModel(upstream)], { failover: { queueTimeoutMs: 200 } });
+  const quiet = await startParley([benchModel(upstream)], { failover: { queueTimeoutMs: 200 }, requestLog: false });
   const portkeyPort = await startPortkey();
   const targets = [
     ['direct', `${upstream}/v1`, {}],
     ['bare http-proxy-3', `http://127.0.0.1:${proxyPort}/v1`, {}],
     ['parley', `${parley.url}/v1`, { authorization: `Bearer ${parley.key}` }],
+    ['parley, no log line', `${quiet.url}/v1`, { authorization: `Bearer ${quiet.key}` }],
     ...(portkeyPort ? [['portkey', `http://127.0.0.1:${portkeyPort}/v1`, { 'x-portkey-provider': 'openai', 'x-portkey-custom-host': `${upstream}/v1`, authorization: 'Bearer x' }]] : []),
   ];
   const rows = [];
-  const ratios = Object.fromEntries(MODES.map((mode) => [mode, { bare: [], portkey: [] }]));
+  const ratios = Object.fromEntries(MODES.map((mode) => [mode, { bare: [], portkey: [], logged: [] }]));
   for (const mode of MODES) {
     const runs = new Map(targets.map(([name]) => [name, []]));
     for (const [, url, headers] of targets) await load(url, headers, mode, 32, WARMUP_SECONDS);
@@ -93,6 +98,7 @@ try {
         runs.get(name).push({ 'req/s': Math.round(r.requests.average), 'p50 ms': r.latency.p50, 'p99 ms': r.latency.p99, non2xx: r.non2xx, errors: r.errors });
       }
       ratios[mode].bare.push(reqs.parley / reqs['bare http-proxy-3']);
+      ratios[mode].logged.push(reqs.parley / reqs['parley, no log line']);
       if (reqs.portkey) ratios[mode].portkey.push(reqs.parley / reqs.portkey);
     }
     for (const [name, list] of runs) {
@@ -102,9 +108,9 @@ try {
   }
   console.table(rows);
   for (const mode of MODES) {
-    const { bare, portkey } = ratios[mode];
+    const { bare, portkey, logged } = ratios[mode];
     const vsPortkey = portkey.length > 0 && mode === 'whole' ? `, parley / portkey = ${median(portkey).toFixed(2)}` : '';
-    console.log(`${mode}: parley / bare pass-through = ${median(bare).toFixed(2)} (rounds: ${bare.map((x) => x.toFixed(2)).join(' ')})${vsPortkey}`);
+    console.log(`${mode}: parley / bare pass-through = ${median(bare).toFixed(2)} (rounds: ${bare.map((x) => x.toFixed(2)).join(' ')})${vsPortkey}; with / without its log line = ${median(logged).toFixed(2)}`);
   }
   if (OVERLOAD_SECONDS > 0) await overload(parley);
 } finally {

@@ -126,16 +126,22 @@ export async function startParley(models, gateway = {}, nodeArgs = [], replicaOf
   let output = '';
   const url = `http://127.0.0.1:${port}`;
   if (replicaOf) {
-    // The demo key is printed on the first start only.
+    // The demo key is printed on the first start only; its log lines are read and dropped.
+    child.stdout.resume();
     await waitForPort(`${url}/healthz`);
     return { url, key: replicaOf.key, child, dataDir: dir };
   }
   const key = await new Promise((resolve, reject) => {
-    child.stdout.on('data', (d) => {
+    const read = (d) => {
       output += d;
       const m = /(sk-parley-\S+)/.exec(output);
-      if (m) resolve(m[1]);
-    });
+      if (!m) return;
+      // From here on its output (a log line per request) is read and dropped.
+      child.stdout.off('data', read);
+      child.stdout.resume();
+      resolve(m[1]);
+    };
+    child.stdout.on('data', read);
     child.once('exit', (code) => reject(new Error(`parley serve exited ${code}: ${output}`)));
   });
   return { url, key, child, dataDir: dir };

@@ -118,6 +118,11 @@ const gatewaySettings = z
     maxBodyBytes: z.int().min(1024).default(4 * 1024 * 1024),
     /** On SIGTERM, how long requests in flight may run on; keep it under the pod's termination grace period. */
     shutdownGraceMs: z.int().min(0).default(25_000),
+    /**
+     * Tokens by account on /metrics (`parley_account_tokens`): the this many accounts that used the most since the
+     * replica started, each its own series, the rest summed as `other`; 0, the default, keeps accounts off metrics.
+     */
+    metricsTopAccounts: z.int().min(0).max(1000).default(0),
     /** A JSON line on stdout per generation request (time, ids, model, endpoint, status, tokens, cost, latency, attempts). */
     requestLog: z.boolean().default(true),
     /** A request header that names the client's session (its cache), for prefix affinity to route by; Claude Code's is always read. */

@@ -116,7 +116,9 @@ export class Meter {
     // answer was lost with its connection (a primary killed mid-call, whose replica may have it). Such a hold is
     // released; releasing one never made changes nothing. One never sent (Redis away) needs no release.
     asked.catch((err) => holdMayStand(err) && void ctx.settlements.settle(settlementOf(m, 'failed', '', NO_USAGE, (err as Error).message)));
-    const hold = await failClosed(asked);
+    // The hold's span: how long the request waited on Redis for its credit.
+    const holdSpan = ctx.telemetry.child(span, 'credit hold', { 'parley.prompt_tokens': m.promptTokens, 'parley.max_reply_tokens': m.maxReplyTokens });
+    const hold = await failClosed(asked).finally(() => holdSpan.end());
     if (hold.kind === 'rate_limited') throw rateLimitRefusal(hold.over, hold.rate);
     if (hold.kind === 'over_budget') throw keyBudgetSpent(formatMicros(budget!.limit), budget!.period, budgetRenewsAt(budget!.period, now));
     if (hold.kind !== 'held') throw insufficientBalance();

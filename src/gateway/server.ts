@@ -41,8 +41,9 @@ const anthropicClient = (req: IncomingMessage, path: string) => path.startsWith(
 function ended(ctx: GatewayContext, span: Span, record: RequestRecord, res: ServerResponse, errorCode: string | null, seconds: number): void {
   const errorType = errorCode ?? (res.statusCode >= 400 ? String(res.statusCode) : record.brokenOff);
   span.setAttributes(genAiSpanAttributes(record));
-  ctx.telemetry.recordGeneration(record, seconds, errorType);
-  if (ctx.routing().settings.requestLog) writeRequestLog(record, res.statusCode, errorType, seconds);
+  const { settings } = ctx.routing();
+  ctx.telemetry.recordGeneration(record, seconds, errorType, settings.metricsTopAccounts);
+  if (settings.requestLog) writeRequestLog(record, res.statusCode, errorType, seconds);
 }
 
 export function createGatewayServer(ctx: GatewayContext): Server {

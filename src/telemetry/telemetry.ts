@@ -54,6 +54,9 @@ export class Telemetry {
   /** The credit holds this replica has open, each with when it opened; read when metrics are collected. */
   private readonly openHolds = new Set<{ openedAt: number }>();
   private readonly charged = new Tally();
+  /** Tokens by account, for parley_account_tokens; kept only while an operator asks for it. */
+  private readonly accountTokens = new Map<string, number>();
+  private topAccounts = 0;
   /** What the gauges of the rest of the gateway read, once it is started. */
   private gateway: { settlementsJournaled(): number; redisReady(): boolean } | undefined;
 
@@ -78,6 +81,12 @@ export class Telemetry {
       r.observe(oldest);
     });
     meter.createObservableCounter('parley_credit_charged_micros', { description: 'Credit charged for complete replies, in micro-units of the account currency, by model' }).addCallback((r) => this.charged.observe(r));
+    meter.createObservableGauge('parley_account_tokens', { description: 'Tokens (prompt and completion) since this replica started, for the gateway.metricsTopAccounts accounts that used the most, and the rest as account="other"' }).addCallback((r) => {
+      if (this.topAccounts === 0) return;
+      const ranked = [...this.accountTokens].sort((a, b) => b[1] - a[1]);
+      for (const [account, tokens] of ranked.slice(0, this.topAccounts)) r.observe(tokens, { account });
+      r.observe(ranked.slice(this.topAccounts).reduce((sum, [, tokens]) => sum + tokens, 0), { account: 'other' });
+    });
     meter.createObservableGauge('parley_settlements_journaled', { description: 'Settlements kept on disk while Redis was away, not landed yet' }).addCallback((r) => r.observe(this.gateway?.settlementsJournaled() ?? 0));
     meter.createObservableGauge('parley_redis_up', { description: "1 when this replica's Redis connection is ready" }).addCallback((r) => r.observe(this.gateway?.redisReady() ? 1 : 0));
     meter.createObservableGauge('parley_upstream_healthy', { description: '1 when the endpoint\'s circuit is closed' }).addCallback((result) => {
@@ -100,8 +109,15 @@ export class Telemetry {
     this.duration.record(`${route}\t${status}`, seconds, () => ({ route, status: String(status) }));
   }
 
-  /** A generation (a request through one of the APIs) ended: its duration, tokens and time per output token. */
-  recordGeneration(r: RequestRecord, seconds: number, errorType: string | undefined): void {
+  /**
+   * A generation (a request through one of the APIs) ended: its duration, tokens and time per output token;
+   * by account only for the `topAccounts` that used the most (0: none), so that tenants cannot multiply series.
+   */
+  recordGeneration(r: RequestRecord, seconds: number, errorType: string | undefined, topAccounts: number): void {
+    this.topAccounts = topAccounts;
+    if (topAccounts > 0 && r.account && r.promptTokens !== undefined) {
+      this.accountTokens.set(r.account, (this.accountTokens.get(r.account) ?? 0) + r.promptTokens + (r.completionTokens ?? 0));
+    }
     const attributes = genAiAttributes(r, errorType);
     this.serverDuration.record(seriesKey(attributes), seconds, () => attributes);
     if (errorType || r.promptTokens === undefined) return;

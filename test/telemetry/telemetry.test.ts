@@ -4,7 +4,7 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { chunk, completionBody, replyJson, sleep, startFakeUpstream, writeEvents, type FakeUpstream } from '../support/fake-upstream.js';
-import { modelEntry, postChat, startTestGateway, type TestGateway } from '../support/gateway.js';
+import { makeAccount, modelEntry, postChat, startTestGateway, type TestGateway } from '../support/gateway.js';
 
 const SECRET_PROMPT = 'the launch code is tangerine-4417';
 const messages = [{ role: 'user' as const, content: SECRET_PROMPT }];
@@ -96,6 +96,29 @@ interface Span {
   attributes: { key: string; value: Record<string, unknown> }[];
 }
 
+describe('tokens by account', () => {
+  it('are on /metrics only where an operator asks, for the top N accounts and the rest as other', async () => {
+    const quiet = await startTestGateway({ models: [modelEntry('m', [{ kind: 'vllm', url: upstream.url }])] });
+    const gw = await startTestGateway({ gateway: { metricsTopAccounts: 2 }, models: [modelEntry('m', [{ kind: 'vllm', url: upstream.url }])] });
+    try {
+      await quiet.client.chat.completions.create({ model: 'm', messages });
+      expect(await (await fetch(`${quiet.url}/metrics`)).text()).not.toContain('parley_account_tokens{');
+      const teams = await Promise.all([0, 1, 2, 3].map(() => makeAccount(gw.redis, 1)));
+      // Team i sends i + 1 requests of 105 tokens: teams 3 and 2 used the most.
+      for (const [i, team] of teams.entries()) for (let n = 0; n <= i; n++) await postChat({ url: gw.url, apiKey: team.key }, { model: 'm', messages });
+      const text = await (await fetch(`${gw.url}/metrics`)).text();
+      const series = text.split('\n').filter((l) => l.startsWith('parley_account_tokens{'));
+      expect(series).toHaveLength(3);
+      expect(series.find((l) => l.includes(teams[3].account))).toMatch(/ 420$/);
+      expect(series.find((l) => l.includes(teams[2].account))).toMatch(/ 315$/);
+      expect(series.find((l) => l.includes('account="other"'))).toMatch(/ 315$/);
+    } finally {
+      await quiet.close();
+      await gw.close();
+    }
+  });
+});
+
 describe('a log line per request', () => {
   it('is JSON on stdout with the ids, model, endpoint, status, tokens, cost, latency and attempts, never the key or the prompt', async () => {
     const gw = await startTestGateway({ gateway: { requestLog: true }, models: [modelEntry('m', [{ kind: 'vllm', url: upstream.url }])] });
@@ -156,7 +179,7 @@ describe('traces over OTLP', () => {
       await sleep(100);
       traces = received.filter((r) => r.startsWith('/v1/traces')).join('\n');
     }
-    for (const name of ['POST /v1/chat/completions', 'upstream attempt', 'settle']) expect(traces).toContain(name);
+    for (const name of ['POST /v1/chat/completions', 'credit hold', 'upstream attempt', 'settle']) expect(traces).toContain(name);
     const spans = traces.split('\n').flatMap((t) => JSON.parse(t.slice(t.indexOf(' ') + 1)).resourceSpans.flatMap((r: { scopeSpans: { spans: Span[] }[] }) => r.scopeSpans.flatMap((s) => s.spans)));
     const request = spans.find((s) => s.name === 'POST /v1/chat/completions')!;
     const attempt = spans.find((s) => s.name === 'upstream attempt')!;
@@ -164,6 +187,7 @@ describe('traces over OTLP', () => {
     expect(attempt.traceId).toBe(request.traceId);
     expect(attempt.parentSpanId).toBe(request.spanId);
     expect(settle.parentSpanId).toBe(request.spanId);
+    expect(spans.find((s) => s.name === 'credit hold')!.parentSpanId).toBe(request.spanId);
     const attributes = Object.fromEntries(request.attributes.map((a: Span['attributes'][number]) => [a.key, Object.values(a.value)[0]]));
     expect(attributes).toMatchObject({ 'gen_ai.operation.name': 'chat', 'gen_ai.request.model': 'm', 'gen_ai.response.model': 'm', 'gen_ai.usage.input_tokens': 100, 'gen_ai.usage.output_tokens': 5 });
     expect(attributes['gen_ai.response.id']).toMatch(/^chatcmpl-/);
