@@ -120,13 +120,15 @@ export class Router {
    * For operators: every model's endpoints with health, circuit, load (this replica's and the fleet's), cache
    * share, latency, and how many affinity keys (tenants, sessions) prefix affinity has placed on each.
    */
-  snapshot(): { model: string; policy: string; endpoints: EndpointView[] }[] {
+  snapshot(): { model: string; policy: string; spills: number; endpoints: EndpointView[] }[] {
     if (!this.table) return [];
     return [...this.table.models.values()].map((m) => {
-      const homes = this.policies.get(m.config.id)?.policy.homes?.();
+      const policy = this.policies.get(m.config.id)?.policy;
+      const homes = policy?.homes?.();
       return {
         model: m.config.id,
         policy: m.config.routing.policy,
+        spills: policy?.spills ?? 0,
         endpoints: m.endpoints.map((e) => {
           const state = this.state(e).snapshot();
           const fleetLoad = state.inFlight + state.queued + (this.fleet?.othersAt(e.name) ?? 0);

@@ -97,6 +97,9 @@ export class Telemetry {
     meter.createObservableGauge('parley_upstream_in_flight', { description: "This replica's requests holding one of the endpoint's slots" }).addCallback((result) => {
       for (const model of router.snapshot()) for (const e of model.endpoints) result.observe(e.inFlight, { model: model.model, endpoint: e.url });
     });
+    meter.createObservableCounter('parley_affinity_spills', { description: "Requests prefix affinity sent past their key's busy home, by model" }).addCallback((result) => {
+      for (const model of router.snapshot()) if (model.policy === 'prefix-affinity') result.observe(model.spills, { model: model.model });
+    });
     meter.createObservableGauge('parley_upstream_queued', { description: "This replica's requests waiting for one of the endpoint's slots, by service tier" }).addCallback((result) => {
       for (const model of router.snapshot()) {
         for (const e of model.endpoints) for (const [tier, queued] of Object.entries(e.queuedByTier)) result.observe(queued, { model: model.model, endpoint: e.url, tier });

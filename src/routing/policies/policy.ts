@@ -23,6 +23,8 @@ export interface RoutingPolicy {
   isKnown?(key: string): boolean;
   /** How many affinity keys each endpoint is home to, where the policy places keys. */
   homes?(): Map<string, number>;
+  /** Requests sent past their key's home because it was busy, since the policy was made. */
+  readonly spills?: number;
 }
 
 /** Least loaded first, relative to weight; ties keep the given order. */

@@ -29,6 +29,7 @@ export interface PrefixAffinitySettings {
 
 export class PrefixAffinityPolicy implements RoutingPolicy {
   readonly needsKey = true;
+  spills = 0;
   private placement: { epoch: number; endpoints: string; placement: PrefixPlacement<PlacementEndpoint> } | undefined;
 
   constructor(private readonly settings: PrefixAffinitySettings, private readonly known: KnownPrefixes = new KnownPrefixes()) {}
@@ -47,6 +48,7 @@ export class PrefixAffinityPolicy implements RoutingPolicy {
     const mean = (total + 1) / weights;
     const bound = Math.max(this.settings.loadFactor * mean, mean + this.settings.maxImbalance);
     const chosen = preference.find((c) => (c.load + 1) / c.weight <= bound) ?? preference[0];
+    if (chosen !== home) this.spills++;
     return [chosen, ...preference.filter((c) => c !== chosen)];
   }
 
