@@ -199,6 +199,7 @@ export async function handleApiRequest<R, W extends { usage: Usage }>(api: ApiDe
     if (!relay || !streaming) {
       const parts = await Promise.all(call.bodies.map((b) => api.readWhole(endpoint, b, request)));
       const whole = parts.length === 1 ? parts[0] : api.mergeWhole(parts, fanOut);
+      if ('choices' in whole) record.finishReasons = (whole as unknown as Completion).choices.map((c) => c.finish_reason ?? '');
       const reply = api.renderWhole(identity, whole, request);
       record.firstByteMs = performance.now() - started;
       if (reply instanceof WrittenReply) sendJsonParts(res, reply.parts, headers);
@@ -208,7 +209,10 @@ export async function handleApiRequest<R, W extends { usage: Usage }>(api: ApiDe
     }
     const streams = call.bodies.map((b) => streaming.read(endpoint, b));
     const outcome = await relay.run(streams.length === 1 ? streams[0] : mergeStreams(streams, fanOut));
-    if (outcome.kind === 'complete') complete(call, outcome.usage);
+    if (outcome.kind === 'complete') {
+      record.finishReasons = outcome.finishReasons;
+      complete(call, outcome.usage);
+    }
     else if (outcome.kind === 'client_gone') {
       record.brokenOff = 'client_gone';
       meter.settle('client_gone', endpoint.name);

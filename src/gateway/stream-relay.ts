@@ -8,7 +8,7 @@ import type { ApiError } from '../protocol/errors.js';
 import { SSE_HEADERS } from '../protocol/http-io.js';
 
 export type StreamOutcome =
-  | { kind: 'complete'; usage: Usage }
+  | { kind: 'complete'; usage: Usage; finishReasons: string[] }
   | { kind: 'broke_off'; reason: string }
   | { kind: 'client_gone' };
 
@@ -54,6 +54,8 @@ export class StreamRelay {
     let usage: Usage | undefined;
     let contentDeltas = 0;
     let firstSent = false;
+    /** Why each choice finished, by index: for the request's span. */
+    const finishReasons: string[] = [];
     let finished: Usage | undefined;
     /** Ends the reply: the usage chunk when asked for, then [DONE]. */
     const finish = () => {
@@ -77,7 +79,10 @@ export class StreamRelay {
             this.write(pieces);
           }
           if (event.choices) {
-            for (const c of event.choices) if (c.delta.content || c.delta.reasoning_content) contentDeltas++;
+            for (const c of event.choices) {
+              if (c.delta.content || c.delta.reasoning_content) contentDeltas++;
+              if (c.finish_reason) finishReasons[c.index] = c.finish_reason;
+            }
             this.write(renderer.deltas(event.choices));
           }
           if (event.usage) usage = event.usage;
@@ -97,9 +102,9 @@ export class StreamRelay {
         this.keepAlive.refresh();
       }
       if (!finished) finish();
-      return { kind: 'complete', usage: finished! };
+      return { kind: 'complete', usage: finished!, finishReasons };
     } catch (err) {
-      if (finished) return { kind: 'complete', usage: finished };
+      if (finished) return { kind: 'complete', usage: finished, finishReasons };
       if (this.opts.clientGone()) {
         this.res.destroy();
         return { kind: 'client_gone' };

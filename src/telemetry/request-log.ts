@@ -35,6 +35,7 @@ export function genAiSpanAttributes(r: RequestRecord): Attributes {
   const attributes: Attributes = { 'gen_ai.operation.name': GEN_AI_OPERATIONS[r.api!], 'gen_ai.request.model': r.model, 'parley.api': r.api };
   if (r.servedModel) attributes['gen_ai.response.model'] = r.servedModel;
   if (r.replyId) attributes['gen_ai.response.id'] = r.replyId;
+  if (r.finishReasons) attributes['gen_ai.response.finish_reasons'] = r.finishReasons;
   if (r.promptTokens !== undefined) {
     attributes['gen_ai.usage.input_tokens'] = r.promptTokens;
     attributes['gen_ai.usage.output_tokens'] = r.completionTokens ?? 0;

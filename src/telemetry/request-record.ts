@@ -27,8 +27,9 @@ export interface RequestRecord {
   streamed?: boolean;
   /** Why a reply that had begun did not finish ('client_gone', 'upstream_broke_off'); its status stays 200. */
   brokenOff?: string;
-  /** The reply's id (`chatcmpl-…`). */
+  /** The reply's id (`chatcmpl-…`), and why each of its choices finished. */
   replyId?: string;
+  finishReasons?: string[];
 }
 
 /** The GenAI conventions' name of each API's operation (gen_ai.operation.name): Messages and Responses are chat. */

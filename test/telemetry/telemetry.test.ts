@@ -191,6 +191,7 @@ describe('traces over OTLP', () => {
     const attributes = Object.fromEntries(request.attributes.map((a: Span['attributes'][number]) => [a.key, Object.values(a.value)[0]]));
     expect(attributes).toMatchObject({ 'gen_ai.operation.name': 'chat', 'gen_ai.request.model': 'm', 'gen_ai.response.model': 'm', 'gen_ai.usage.input_tokens': 100, 'gen_ai.usage.output_tokens': 5 });
     expect(attributes['gen_ai.response.id']).toMatch(/^chatcmpl-/);
+    expect(attributes['gen_ai.response.finish_reasons']).toEqual({ values: [{ stringValue: 'stop' }] });
     // The upstream was called with the attempt's W3C trace context, so an engine that traces joins this trace.
     expect(upstream.received.at(-1)!.headers.traceparent).toBe(`00-${request.traceId}-${attempt.spanId}-01`);
     expect(traces).not.toContain(gw.apiKey);
