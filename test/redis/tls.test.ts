@@ -60,7 +60,7 @@ afterEach(() => {
 
 const startOnTls = () => {
   const configPath = join(dir, 'routing.yaml');
-  writeFileSync(configPath, stringify({ models: [modelEntry('m', [{ kind: 'vllm', url: upstream.url }])] }));
+  writeFileSync(configPath, stringify({ models: [modelEntry('m', [{ kind: 'vllm', url: upstream.url }])], gateway: { requestLog: false } }));
   return startGateway({ configPath, dataDir: join(dir, 'data'), host: '127.0.0.1', port: 0, redis: { kind: 'server', url }, keySecret: TEST_KEY_SECRET });
 };
 

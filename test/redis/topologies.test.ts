@@ -37,7 +37,7 @@ interface Fleet {
 async function startFleet(shared: SharedRedis, upstream: FakeUpstream): Promise<Fleet> {
   const dir = mkdtempSync(join(tmpdir(), 'parley-fleet-'));
   const configPath = join(dir, 'routing.yaml');
-  writeFileSync(configPath, stringify({ models: [modelEntry('m', [{ kind: 'vllm', url: upstream.url }])], billing: { holdTtlMs: 5_000 } }));
+  writeFileSync(configPath, stringify({ models: [modelEntry('m', [{ kind: 'vllm', url: upstream.url }])], billing: { holdTtlMs: 5_000 }, gateway: { requestLog: false } }));
   const gateways: RunningGateway[] = [];
   for (let i = 0; i < 3; i++) gateways.push(await startGateway({ configPath, dataDir: join(dir, `data-${i}`), host: '127.0.0.1', port: 0, redis: shared, keySecret: TEST_KEY_SECRET }));
   return {
