@@ -93,14 +93,17 @@ async function asFleet<T>(gw: TestGateway, gateway: Record<string, unknown>, rou
   }
 }
 
-/** An upstream that answers chat and text completions with its name. */
-const named = (name: string): Script => (req, res) => {
-  const usage = { prompt_tokens: 10, completion_tokens: 1, total_tokens: 11 };
+/** An upstream that answers chat and text completions with its name, and `usage`; the probe's list with nothing. */
+const named = (name: string, usage: Record<string, unknown> = { prompt_tokens: 10, completion_tokens: 1, total_tokens: 11 }): Script => (req, res) => {
+  if (req.path.endsWith('/models')) return replyJson(res, { data: [] });
   if (req.path.endsWith('/chat/completions')) return replyJson(res, completionBody(name, usage));
   replyJson(res, { id: 'cmpl-1', object: 'text_completion', created: 1, model: 'm', choices: [{ index: 0, text: name, finish_reason: 'stop' }], usage });
 };
 const noProbe = { health: { probe: { intervalMs: 0 } } };
-const fourNamed = (gateway: Record<string, unknown> = noProbe): [Script[], (urls: string[]) => unknown] => [[named('a'), named('b'), named('c'), named('d')], (urls) => ({ gateway, models: [modelEntry('m', urls.map((url) => ({ kind: 'vllm', url })))] })];
+const fourNamed = (gateway: Record<string, unknown> = noProbe, usage?: Record<string, unknown>): [Script[], (urls: string[]) => unknown] => [
+  ['a', 'b', 'c', 'd'].map((name) => named(name, usage)),
+  (urls) => ({ gateway, models: [modelEntry('m', urls.map((url) => ({ kind: 'vllm', url })))] }),
+];
 const agentSystemPrompt = 'You are a coding agent with one long shared system prompt. '.repeat(30);
 
 describe('three gateway replicas on one Redis', () => {
@@ -199,38 +202,21 @@ describe('three gateway replicas on one Redis', () => {
   });
 
   it('send each tenant to one endpoint, whichever replica the client reaches', async () => {
-    const named = (name: string): Script => (_req, res) => replyJson(res, completionBody(name, { prompt_tokens: 10, completion_tokens: 1 }));
-    await withGatewayOn([named('a'), named('b'), named('c'), named('d')], (urls) => ({
-      gateway: { health: { probe: { intervalMs: 0 } } },
-      models: [modelEntry('m', urls.map((url) => ({ kind: 'vllm', url })))],
-    }), async (gw) => {
-      const config = { gateway: { health: { probe: { intervalMs: 0 } } }, models: [modelEntry('m', gw.context.routing().models.get('m')!.endpoints.map((e) => ({ kind: 'vllm', url: e.url })))] };
-      const others = [await startTestGateway(config, { redis: gw.redis }), await startTestGateway(config, { redis: gw.redis })];
-      try {
-        const replicas = [gw, ...others];
+    await withGatewayOn(...fourNamed(), async (gw) => {
+      await asFleet(gw, noProbe, {}, async (replicas) => {
         const ask = async (replica: number, tenant: number, question: string) => {
-          const r = replicas[replica];
-          const reply = await r.client.chat.completions.create({ model: 'm', messages: [{ role: 'system', content: `Tenant ${tenant} has its own long instructions. `.repeat(20) }, { role: 'user', content: question }] });
+          const reply = await replicas[replica].client.chat.completions.create({ model: 'm', messages: [{ role: 'system', content: `Tenant ${tenant} has its own long instructions. `.repeat(20) }, { role: 'user', content: question }] });
           return reply.choices[0].message.content!;
         };
         await expectOneHomeEach(ask, 'in turn');
-      } finally {
-        for (const o of others) await o.close();
-      }
+      });
     });
   });
 
   it("keep each agent session on one endpoint whichever replica it reaches, through the Messages and Responses APIs, with every account's books exact", async () => {
-    const named = (name: string): Script => (req, res) => (req.path.endsWith('/chat/completions') ? replyJson(res, completionBody(name, { prompt_tokens: 100, completion_tokens: 2, prompt_tokens_details: { cached_tokens: 60 } })) : replyJson(res, { data: [] }));
-    await withGatewayOn([named('a'), named('b'), named('c'), named('d')], (urls) => ({
-      gateway: { health: { probe: { intervalMs: 0 } } },
-      models: [modelEntry('m', urls.map((url) => ({ kind: 'vllm', url })))],
-    }), async (gw) => {
-      const config = { gateway: { health: { probe: { intervalMs: 0 } } }, models: [modelEntry('m', gw.context.routing().models.get('m')!.endpoints.map((e) => ({ kind: 'vllm', url: e.url })))] };
-      const others = [await startTestGateway(config, { redis: gw.redis }), await startTestGateway(config, { redis: gw.redis })];
-      const tenants = await Promise.all([0, 1, 2].map(() => makeAccount(gw.redis, 1)));
-      try {
-        const replicas = [gw, ...others];
+    await withGatewayOn(...fourNamed(noProbe, { prompt_tokens: 100, completion_tokens: 2, prompt_tokens_details: { cached_tokens: 60 } }), async (gw) => {
+      await asFleet(gw, noProbe, {}, async (replicas) => {
+        const tenants = await Promise.all([0, 1, 2].map(() => makeAccount(gw.redis, 1)));
         const system = 'You are a coding agent with one long shared system prompt. '.repeat(30);
         // Sessions 0-3 are Claude Code's (Messages, their session in metadata.user_id); 4-7 are Codex's (Responses, prompt_cache_key).
         const turn = async (replica: number, session: number, text: string): Promise<string> => {
@@ -253,9 +239,7 @@ describe('three gateway replicas on one Redis', () => {
             return b.held === 0 && b.granted === 1_000_000 - 50 * replies;
           });
         }
-      } finally {
-        for (const o of others) await o.close();
-      }
+      });
     });
   });
 });
