@@ -21,7 +21,6 @@ import type { GatewayContext } from './context.js';
 import { openExchange, servingModel } from './exchange.js';
 import { callWithFailover, type UpstreamCall, type UpstreamRequest } from './failover.js';
 import { Meter } from './metering.js';
-import { replyCost } from '../billing/prices.js';
 import type { RequestRecord } from '../telemetry/request-record.js';
 import { randomId } from './random-ids.js';
 import { StreamRelay } from './stream-relay.js';
@@ -184,8 +183,8 @@ export async function handleApiRequest<R, W extends { usage: Usage }>(api: ApiDe
 
   const complete = (done: UpstreamCall, usage: Usage) => {
     ctx.router.state(done.endpoint).recordUsage(usage.prompt_tokens, usage.cached_tokens);
-    Object.assign(record, { promptTokens: usage.prompt_tokens, cachedTokens: usage.cached_tokens, completionTokens: usage.completion_tokens, cost: replyCost(model.prices[tier], usage) });
-    meter.settle('complete', done.endpoint.name, usage);
+    Object.assign(record, { promptTokens: usage.prompt_tokens, cachedTokens: usage.cached_tokens, completionTokens: usage.completion_tokens });
+    record.cost = meter.settle('complete', done.endpoint.name, usage);
   };
   let call: UpstreamCall | undefined;
   try {

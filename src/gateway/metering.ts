@@ -135,9 +135,9 @@ export class Meter {
     return this.ctx.lifecycle.stopped && !(err instanceof ApiError) ? shuttingDown() : err;
   }
 
-  /** Settles once; later calls are ignored. Only a complete reply is charged. */
-  settle(outcome: SettleOutcome, endpoint: string, usage: Usage = NO_USAGE, reason?: string): void {
-    if (this.settled) return;
+  /** Settles once; later calls are ignored. Only a complete reply is charged. Returns what the reply costs (micro-units). */
+  settle(outcome: SettleOutcome, endpoint: string, usage: Usage = NO_USAGE, reason?: string): number {
+    if (this.settled) return 0;
     this.settled = true;
     clearInterval(this.heartbeat);
     this.ctx.telemetry.holdClosed(this.openHold);
@@ -152,5 +152,6 @@ export class Meter {
     const landed = this.ctx.settlements.settle(settlement);
     // The span lasts until the settlement has landed in Redis, retries included.
     void landed.then(() => settleSpan.end());
+    return settlement.cost;
   }
 }
