@@ -9,10 +9,9 @@ export const POLL_MS = 20;
 /** The share of an endpoint's slots flex may not take: with nothing else waiting, flex keeps the rest busy. */
 export const FLEX_RESERVE_SHARE = 0.2;
 
-/** The slots `tier` may fill: all of them, or for flex all but the reserve (at least one, where there are two). */
-export function tierLimit(maxConcurrent: number, tier: ServiceTier): number {
-  if (tier !== 'flex' || maxConcurrent < 2) return maxConcurrent;
-  return maxConcurrent - Math.max(1, Math.floor(maxConcurrent * FLEX_RESERVE_SHARE));
+/** The slots flex may fill: all but the reserve (at least one, where there are two). */
+export function flexLimit(maxConcurrent: number): number {
+  return maxConcurrent < 2 ? maxConcurrent : maxConcurrent - Math.max(1, Math.floor(maxConcurrent * FLEX_RESERVE_SHARE));
 }
 
 /** Seconds of other tiers' traffic whose most requests at once flex leaves room for. */
@@ -26,15 +25,15 @@ export interface HeldSlots {
 
 /**
  * Whether a request of `tier` may take a slot. Default and priority may fill the endpoint. Flex may fill it up
- * to its tierLimit, and only while it leaves room for as many other requests as were held at once in the last
+ * to its flexLimit, and only while it leaves room for as many other requests as were held at once in the last
  * PEAK_WINDOW_S, plus one: so an interactive request that arrives beside a flex flood finds a slot free at
  * once (nothing that has started is preempted, so the room is kept before it is needed), and with nothing
- * else about, flex keeps tierLimit's share busy. routing/fleet-slots.ts applies the same rule in Redis.
+ * else about, flex keeps flexLimit's share busy. routing/fleet-slots.ts applies the same rule in Redis.
  */
 export function mayAdmit(tier: ServiceTier, maxConcurrent: number, held: HeldSlots, recentPeak: number): boolean {
   if (tier !== 'flex') return held.flex + held.other < maxConcurrent;
   const roomForOthers = recentPeak > 0 ? recentPeak + 1 : 0;
-  return held.flex + held.other < tierLimit(maxConcurrent, 'flex') && held.flex + roomForOthers < maxConcurrent;
+  return held.flex + held.other < flexLimit(maxConcurrent) && held.flex + roomForOthers < maxConcurrent;
 }
 
 /** The most of something at once over the last PEAK_WINDOW_S, kept as a maximum per second. */

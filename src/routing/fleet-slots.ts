@@ -17,7 +17,7 @@ import type { Redis } from 'ioredis';
 import type { ServiceTier } from '../protocol/service-tier.js';
 import { LUA_NOW_MS, luaScript } from '../redis/lua-script.js';
 import { redisKeys } from '../redis/keys.js';
-import { PEAK_WINDOW_S, POLL_MS, tierLimit } from './admission-rule.js';
+import { PEAK_WINDOW_S, POLL_MS, flexLimit } from './admission-rule.js';
 
 const LEASE_MS = 30_000;
 const RENEW_MS = 5_000;
@@ -100,7 +100,7 @@ export class FleetSlots {
   async acquire(endpoint: string, tier: ServiceTier, maxConcurrent: number): Promise<string | undefined> {
     const keys = redisKeys.endpointSlots(endpoint);
     const lease = `${tier === 'flex' ? FLEX : OTHER}${randomUUID()}`;
-    const args = [lease, tier, maxConcurrent, tierLimit(maxConcurrent, 'flex'), LEASE_MS, this.replica, WAITING_MARK_MS, PEAK_WINDOW_S];
+    const args = [lease, tier, maxConcurrent, flexLimit(maxConcurrent), LEASE_MS, this.replica, WAITING_MARK_MS, PEAK_WINDOW_S];
     const taken = await ACQUIRE.run(this.redis, [keys.flexLeases, keys.otherLeases, keys.priorityWaiting, keys.defaultWaiting, keys.otherPeaks], args);
     if (Number(taken) !== 1) return undefined;
     let leases = this.held.get(endpoint);

@@ -2,7 +2,7 @@
 import { describe, expect, it } from 'vitest';
 import { CircuitBreaker, PROBE_CALLER } from '../../src/routing/circuit-breaker.js';
 import { EndpointState, QueueTimeout } from '../../src/routing/endpoint-state.js';
-import { mayAdmit, tierLimit } from '../../src/routing/admission-rule.js';
+import { mayAdmit, flexLimit } from '../../src/routing/admission-rule.js';
 import { LeastLoadPolicy } from '../../src/routing/policies/least-load.js';
 import type { Candidate, RoutingPolicy } from '../../src/routing/policies/policy.js';
 import { KnownPrefixes } from '../../src/routing/known-prefixes.js';
@@ -391,7 +391,7 @@ describe('admission by service tier', () => {
   });
 
   it('never gives flex the last fifth of the slots (at least one), which a default request then finds free', async () => {
-    expect([1, 2, 8, 10, 256].map((n) => tierLimit(n, 'flex'))).toEqual([1, 1, 7, 8, 205]);
+    expect([1, 2, 8, 10, 256].map((n) => flexLimit(n))).toEqual([1, 1, 7, 8, 205]);
     const state = new EndpointState('e', { maxConcurrent: 8, maxQueue: 8, accountQueueShare: 1 }, BREAKER);
     for (let i = 0; i < 7; i++) expect(await state.tryAcquire('flex')).toBe(true);
     expect(await state.tryAcquire('flex')).toBe(false);
