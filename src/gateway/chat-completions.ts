@@ -6,7 +6,7 @@ import type { Span } from '@opentelemetry/api';
 import { messageText, parseChatCompletionRequest, passThroughFields, requestedMaxTokens, type ChatCompletionRequest } from '../protocol/chat-request.js';
 import { ChunkRenderer, renderCompletion } from '../protocol/chat-response.js';
 import { conversationKey } from '../routing/affinity-key.js';
-import { readCompletion, readStream } from '../upstream/client.js';
+import { readStream, readWhole } from '../upstream/client.js';
 import { mergeCompletions } from '../upstream/fan-out.js';
 import type { GatewayContext } from './context.js';
 import type { RequestRecord } from '../telemetry/request-record.js';
@@ -40,7 +40,7 @@ export const chat: ApiDescriptor<ChatCompletionRequest> = {
   withMaxTokens: (r, maxTokens) => ({ ...r, max_tokens: maxTokens, max_completion_tokens: maxTokens }),
   passThrough: (body, model) => passThroughFields(body, model.config.passThrough),
   upstreamRequest(endpoint, model, request, passThrough) {
-    const body = endpoint.dialect.requestBody(request, {
+    const body = endpoint.dialect.chat.requestBody(request, {
       upstreamModel: endpoint.upstreamModel,
       supportsTools: model.config.supports.tools,
       supportsJsonOutput: model.config.supports.jsonOutput,
@@ -48,10 +48,10 @@ export const chat: ApiDescriptor<ChatCompletionRequest> = {
     });
     return { path: '/chat/completions', bodies: perChoiceBodies(endpoint, body, request.n ?? 1, request.seed) };
   },
-  readWhole: readCompletion,
+  readWhole: (endpoint, body) => readWhole(body, (json) => endpoint.dialect.chat.whole(json)),
   mergeWhole: mergeCompletions,
   renderWhole: renderCompletion,
-  streaming: { read: readStream, renderer: (identity, r) => new ChunkRenderer(identity, r.stream_options?.include_usage === true) },
+  streaming: { read: (endpoint, body) => readStream(endpoint.dialect.chat, body), renderer: (identity, r) => new ChunkRenderer(identity, r.stream_options?.include_usage === true) },
 };
 
 export function handleChatCompletion(req: IncomingMessage, res: ServerResponse, ctx: GatewayContext, span: Span, record: RequestRecord): Promise<void> {

@@ -6,7 +6,6 @@ import type { ClientApi } from '../config.js';
 import type { ChatCompletionRequest } from '../protocol/chat-request.js';
 import type { Completion, ReplyIdentity, ReplyRenderer } from '../protocol/chat-response.js';
 import { ApiError } from '../protocol/errors.js';
-import { readStream } from '../upstream/client.js';
 import { chat } from './chat-completions.js';
 import type { ApiDescriptor } from './api-path.js';
 
@@ -46,6 +45,6 @@ export function chatMapped<S>(api: ChatMappedApi<S>): ApiDescriptor<ChatMapped<S
     readWhole: (endpoint, body, r) => chat.readWhole(endpoint, body, r.chat),
     mergeWhole: chat.mergeWhole,
     renderWhole: (identity, completion, r) => api.renderWhole(identity, completion, r.source),
-    streaming: { read: readStream, renderer: (identity, r, counted) => api.renderer(identity, r.source, counted) },
+    streaming: { read: chat.streaming!.read, renderer: (identity, r, counted) => api.renderer(identity, r.source, counted) },
   };
 }

@@ -6,7 +6,7 @@ import type { Span } from '@opentelemetry/api';
 import { passThroughFields } from '../protocol/chat-request.js';
 import { parseCompletionRequest, promptsOf, renderTextCompletion, TextChunkRenderer, type CompletionRequest } from '../protocol/completions.js';
 import { leadingTextKey, PLACEMENT_CHARS } from '../routing/affinity-key.js';
-import { readTextCompletion, readTextStream } from '../upstream/client.js';
+import { readStream, readWhole } from '../upstream/client.js';
 import { mergeCompletions } from '../upstream/fan-out.js';
 import type { GatewayContext } from './context.js';
 import type { RequestRecord } from '../telemetry/request-record.js';
@@ -43,13 +43,13 @@ const completions: ApiDescriptor<CompletionRequest> = {
   passThrough: (body, model) => passThroughFields(body, model.config.passThrough),
   upstreamRequest(endpoint, model, request, passThrough) {
     const target = { upstreamModel: endpoint.upstreamModel, supportsTools: false, supportsJsonOutput: model.config.supports.jsonOutput, passThrough };
-    const bodies = promptsOf(request).flatMap((prompt) => perChoiceBodies(endpoint, endpoint.dialect.completionsBody({ ...request, prompt }, target), request.n ?? 1, request.seed));
+    const bodies = promptsOf(request).flatMap((prompt) => perChoiceBodies(endpoint, endpoint.dialect.text.requestBody({ ...request, prompt }, target), request.n ?? 1, request.seed));
     return { path: '/completions', bodies };
   },
-  readWhole: readTextCompletion,
+  readWhole: (endpoint, body) => readWhole(body, (json) => endpoint.dialect.text.whole(json)),
   mergeWhole: mergeCompletions,
   renderWhole: renderTextCompletion,
-  streaming: { read: readTextStream, renderer: (identity, r) => new TextChunkRenderer(identity, r.stream_options?.include_usage === true) },
+  streaming: { read: (endpoint, body) => readStream(endpoint.dialect.text, body), renderer: (identity, r) => new TextChunkRenderer(identity, r.stream_options?.include_usage === true) },
 };
 
 export function handleCompletion(req: IncomingMessage, res: ServerResponse, ctx: GatewayContext, span: Span, record: RequestRecord): Promise<void> {

@@ -38,13 +38,13 @@ const embeddings: ApiDescriptor<EmbeddingsRequest, EmbeddingsWhole> = {
   },
   withMaxTokens: (r) => r,
   passThrough: () => ({}),
-  upstreamRequest: (endpoint, _model, r) => ({ path: '/embeddings', bodies: [endpoint.dialect.embeddingsBody(r, endpoint.upstreamModel)] }),
+  upstreamRequest: (endpoint, _model, r) => ({ path: '/embeddings', bodies: [endpoint.dialect.embeddings.requestBody(r, endpoint.upstreamModel)] }),
   async readWhole(endpoint, body, r) {
     const encoding = r.encoding_format ?? 'float';
     const bytes = await readBytes(body);
-    const inPlace = endpoint.dialect.embeddingsInPlace(bytes, r.model, encoding);
+    const inPlace = endpoint.dialect.embeddings.inPlace(bytes, r.model, encoding);
     if (inPlace) return { reply: new WrittenReply(inPlace.parts), usage: { prompt_tokens: inPlace.promptTokens, completion_tokens: 0, cached_tokens: 0 } };
-    const read = await readWhole(bytes.toString('utf8'), (json) => endpoint.dialect.embeddings(json));
+    const read = await readWhole(bytes.toString('utf8'), (json) => endpoint.dialect.embeddings.whole(json));
     return { reply: renderEmbeddings(r.model, read, encoding), usage: { prompt_tokens: read.promptTokens, completion_tokens: 0, cached_tokens: 0 } };
   },
   // One call per request.

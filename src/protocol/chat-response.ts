@@ -221,7 +221,7 @@ export class ChunkRenderer extends OpenAiChunks {
       // The role went out in the opening chunk, with the empty content OpenAI sends there; a delta left with
       // nothing once they are taken out (an upstream's own opening, most often) is not sent.
       const { role: _role, ...delta } = c.delta;
-      // An empty piece of text says nothing either (DeepSeek and vLLM finish with one).
+      // An empty piece of text says nothing either: not sent.
       if (delta.content === '') delete delta.content;
       if (delta.tool_calls) delta.tool_calls = delta.tool_calls.map((t) => this.toolCallPiece(c.index, t));
       const emptyDelta = Object.keys(delta).length === 0;

@@ -11,8 +11,9 @@ import type { ChatMessage } from '../protocol/chat-request.js';
 import type { StreamEvent } from '../protocol/chat-response.js';
 import { ApiError, Cancelled, upstreamFailed, upstreamUnreachable } from '../protocol/errors.js';
 import type { Cancellation } from './cancellation.js';
-import { UpstreamBrokeOff, type Dialect } from './dialect.js';
-import { SseParser, type SseEvent } from './sse-parser.js';
+import type { Dialect, GenerationMapping } from './dialect.js';
+import type { SseParser, SseEvent } from './sse-parser.js';
+import { UpstreamBrokeOff } from './upstream-broke-off.js';
 
 export interface UpstreamEndpoint {
   url: string;
@@ -242,7 +243,6 @@ export async function readWhole<T>(body: UpstreamBody | string, read: (json: unk
   }
 }
 
-export const readCompletion = (endpoint: UpstreamEndpoint, body: UpstreamBody) => readWhole(body, (json) => endpoint.dialect.completion(json));
 
 /** One network read's events, normalized: those before a bad one, if any, and then its failure. */
 interface NormalizedRead {
@@ -268,12 +268,7 @@ function* delivered({ events, failure }: NormalizedRead): Generator<StreamEvent[
  * of the body once every choice has its finish_reason. Anything else throws
  * UpstreamBrokeOff.
  */
-export const readStream = (endpoint: UpstreamEndpoint, body: UpstreamBody) => readEvents(body, endpoint.dialect.streamParser(), (e) => endpoint.dialect.streamEvent(e));
-
-/** A streamed text completion, as readStream reads a chat one. */
-export const readTextStream = (endpoint: UpstreamEndpoint, body: UpstreamBody) => readEvents(body, new SseParser(), (e) => endpoint.dialect.textStreamEvent(e));
-
-export const readTextCompletion = (endpoint: UpstreamEndpoint, body: UpstreamBody) => readWhole(body, (json) => endpoint.dialect.textCompletion(json));
+export const readStream = (api: GenerationMapping<unknown>, body: UpstreamBody) => readEvents(body, api.streamParser(), (e) => api.streamEvent(e));
 
 async function* readEvents(body: UpstreamBody, parser: SseParser, eventOf: (event: SseEvent) => StreamEvent): AsyncGenerator<StreamEvent[]> {
   const open = new Set<number>();

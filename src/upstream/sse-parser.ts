@@ -1,15 +1,23 @@
 // An incremental server-sent-events parser that tolerates what real
 // inference servers send: `data:` with or without the space, CRLF line ends,
-// comment lines, multi-line data, and llama.cpp's non-standard `error:` field.
-// Given a dialect's quick path, it hands the whole events that path reads to
-// it, already normalized, and parses the rest as plain events.
+// comment lines and multi-line data. A dialect gives it what its upstream
+// adds: a quick path, whose events come out already normalized, and a field
+// of its own that carries an error event.
 import type { StreamEvent } from '../protocol/chat-response.js';
 import type { QuickRead } from './quick-events.js';
 
 export interface SseEvent {
-  /** The `event:` field; 'error' also when the server used an `error:` line. */
+  /** The `event:` field; 'error' also for the dialect's own error field. */
   event: string | undefined;
   data: string;
+}
+
+/** What an upstream's streams add to plain server-sent events, as its dialect says. */
+export interface SseFraming {
+  /** Reads the events at a point of the text straight into normalized ones, where it can. */
+  quick?: QuickRead;
+  /** A field of the upstream's own whose value is an error event's data. */
+  errorField?: string;
 }
 
 const LF = 0x0a;
@@ -22,15 +30,15 @@ export class SseParser {
   private event: string | undefined;
   private data: string[] = [];
 
-  constructor(private readonly quick?: QuickRead) {}
+  constructor(private readonly framing: SseFraming = {}) {}
 
   push(text: string): (SseEvent | StreamEvent)[] {
     this.buffer += text;
     const out: (SseEvent | StreamEvent)[] = [];
     let start = 0;
     for (;;) {
-      if (this.quick && this.idle && start < this.buffer.length) {
-        const read = this.quick(this.buffer, start);
+      if (this.framing.quick && this.idle && start < this.buffer.length) {
+        const read = this.framing.quick(this.buffer, start);
         if (read) {
           out.push(read.event);
           start = read.end;
@@ -76,7 +84,7 @@ export class SseParser {
     if (value.startsWith(' ')) value = value.slice(1);
     if (field === 'data') this.data.push(value);
     else if (field === 'event') this.event = value;
-    else if (field === 'error') {
+    else if (field === this.framing.errorField) {
       this.event = 'error';
       this.data.push(value);
     }

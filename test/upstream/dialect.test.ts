@@ -1,11 +1,12 @@
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import type { StreamEvent } from '../../src/protocol/chat-response.js';
-import { UpstreamBrokeOff, type Dialect } from '../../src/upstream/dialect.js';
+import type { GenerationMapping } from '../../src/upstream/dialect.js';
+import { UpstreamBrokeOff } from '../../src/upstream/upstream-broke-off.js';
 import { SseParser, type SseEvent } from '../../src/upstream/sse-parser.js';
 import { DIALECTS } from '../../src/upstream/dialects/index.js';
 
-const vllm = DIALECTS.vllm;
+const vllm = DIALECTS.vllm.chat;
 const event = (data: unknown) => ({ event: undefined, data: typeof data === 'string' ? data : JSON.stringify(data) });
 
 
@@ -38,7 +39,7 @@ describe('reading stream events', () => {
   });
 
   it('never reports more cached tokens than prompt tokens', () => {
-    const e = DIALECTS.deepseek.streamEvent(event({ choices: [], usage: { prompt_tokens: 5, completion_tokens: 1, prompt_cache_hit_tokens: 50 } }));
+    const e = DIALECTS.deepseek.chat.streamEvent(event({ choices: [], usage: { prompt_tokens: 5, completion_tokens: 1, prompt_cache_hit_tokens: 50 } }));
     expect(e.usage!.cached_tokens).toBe(5);
   });
 
@@ -50,9 +51,41 @@ describe('reading stream events', () => {
   });
 });
 
+describe('quirks each dialect names', () => {
+  const streamed = (kind: keyof typeof DIALECTS, sse: string) => {
+    const api = DIALECTS[kind].chat;
+    return () => api.streamParser().push(sse).map((e) => ('data' in e ? api.streamEvent(e) : e));
+  };
+
+  it("fails llama.cpp's stream on its `error:` line", () => {
+    const sse = 'error: {"code":500,"message":"slot unavailable"}\n\n';
+    expect(streamed('llamacpp', sse)).toThrow(/slot unavailable/);
+    expect(streamed('vllm', sse)()).toEqual([]);
+  });
+
+  it("fails vLLM's and SGLang's streams on their `object: error` bodies, which OpenAI's reading takes for an empty chunk", () => {
+    const sse = 'data: {"object":"error","message":"engine dead","code":500}\n\n';
+    expect(streamed('vllm', sse)).toThrow(/engine dead/);
+    expect(streamed('sglang', sse)).toThrow(/engine dead/);
+    expect(streamed('openai', sse)()).toEqual([{}]);
+  });
+
+  it("reads newer vLLM's reasoning under `reasoning`, as reasoning_content", () => {
+    const sse = 'data: {"choices":[{"index":0,"delta":{"reasoning":"Hmm."},"finish_reason":null}]}\n\n';
+    expect(streamed('vllm', sse)()).toEqual([{ choices: [{ index: 0, delta: { reasoning_content: 'Hmm.' }, logprobs: null, finish_reason: null }] }]);
+    expect(streamed('deepseek', sse)()).toEqual([{ choices: [{ index: 0, delta: {}, logprobs: null, finish_reason: null }] }]);
+  });
+
+  it("takes llama.cpp's typed context error for one whatever its message says", () => {
+    const body = JSON.stringify({ error: { code: 400, message: 'n_ctx reached', type: 'exceed_context_size_error' } });
+    expect(DIALECTS.llamacpp.error(400, body).code).toBe('context_length_exceeded');
+    expect(DIALECTS.vllm.error(400, body).code).not.toBe('context_length_exceeded');
+  });
+});
+
 describe("each dialect's quick path", () => {
   /** Every event as the relay sees it, runs spelled out piece by piece, so that the quick path and the full parse can be compared. */
-  const spelled = (dialect: Dialect, events: (SseEvent | StreamEvent)[]): StreamEvent[] =>
+  const spelled = (dialect: GenerationMapping<unknown>, events: (SseEvent | StreamEvent)[]): StreamEvent[] =>
     events.flatMap((e) => {
       if ('data' in e) return [dialect.streamEvent(e)];
       if (!e.content) return [e];
@@ -60,7 +93,7 @@ describe("each dialect's quick path", () => {
       return pieces.map((content) => ({ choices: [{ index: e.content!.index, delta: { content }, logprobs: null, finish_reason: null }] }));
     });
   /** The same events, each parsed alone as JSON (no quick path). */
-  const parsedAlone = (dialect: Dialect, sse: string) => new SseParser().push(sse).map((e) => dialect.streamEvent(e as SseEvent));
+  const parsedAlone = (dialect: GenerationMapping<unknown>, sse: string) => new SseParser().push(sse).map((e) => dialect.streamEvent(e as SseEvent));
 
   it.each([
     ['vllm', 'vllm-reasoning.sse'],
@@ -70,7 +103,7 @@ describe("each dialect's quick path", () => {
     ['llamacpp', 'llamacpp-logprobs.sse'],
   ] as const)("reads %s's recorded stream as its full parse does, however the reads are cut", (kind, name) => {
     const sse = readFileSync(new URL(`../fixtures/upstream/${name}`, import.meta.url), 'utf8');
-    const dialect = DIALECTS[kind];
+    const dialect = DIALECTS[kind].chat;
     const expected = parsedAlone(dialect, sse);
     for (let at = 0; at <= sse.length; at += 7) {
       const parser = dialect.streamParser();
@@ -85,7 +118,7 @@ describe("each dialect's quick path", () => {
       ['openai', (c) => `data: {"id":"chatcmpl-C3","object":"chat.completion.chunk","created":1755007032,"model":"gpt-4o","service_tier":"default","system_fingerprint":null,"choices":[{"index":0,"delta":{"content":${JSON.stringify(c)}},"logprobs":null,"finish_reason":null}],"obfuscation":"D5jIQ"}\n\n`],
     ];
     for (const [kind, shape] of cases) {
-      const events = DIALECTS[kind].streamParser().push(shape('Okay') + shape('.') + shape(' "Sure"'));
+      const events = DIALECTS[kind].chat.streamParser().push(shape('Okay') + shape('.') + shape(' "Sure"'));
       expect(events).toHaveLength(1);
       const run = (events[0] as StreamEvent).content!;
       expect(run.pieces).toBe(3);
@@ -95,14 +128,14 @@ describe("each dialect's quick path", () => {
 
   it("leaves another dialect's dropped fields to the full parse: each names only its own", () => {
     const sglangChunk = 'data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"x"},"logprobs":null,"finish_reason":null,"matched_stop":null}],"usage":null}\n\n';
-    expect('data' in DIALECTS.vllm.streamParser().push(sglangChunk)[0]).toBe(true);
-    expect('data' in DIALECTS.sglang.streamParser().push(sglangChunk)[0]).toBe(false);
+    expect('data' in DIALECTS.vllm.chat.streamParser().push(sglangChunk)[0]).toBe(true);
+    expect('data' in DIALECTS.sglang.chat.streamParser().push(sglangChunk)[0]).toBe(false);
   });
 
   it('copies each piece as the literal the upstream wrote, dollar signs in the framing taken as they are', () => {
     const literals = ['"caf\\u00e9 \\"q\\""', JSON.stringify('"},"logprobs":null,"finish_reason":null}]}\n\ndata: {"delta":{"content":"'), '"$1"'];
     const sse = literals.map((l) => `data: {"id":"u","object":"chat.completion.chunk","created":1,"model":"x","choices":[{"index":0,"delta":{"content":${l}},"logprobs":null,"finish_reason":null}]}\n\n`).join('');
-    const [event] = DIALECTS.vllm.streamParser().push(sse) as StreamEvent[];
+    const [event] = DIALECTS.vllm.chat.streamParser().push(sse) as StreamEvent[];
     expect(event.content!.pieces).toBe(3);
     expect(event.content!.render('<$1 $& $$>', '<$`>')).toBe(literals.map((l) => `<$1 $& $$>${l}<$\`>`).join(''));
   });

@@ -22,8 +22,9 @@ describe('SseParser', () => {
     expect(p.push('event: error\ndata: line1\ndata: line2\n\n')).toEqual([{ event: 'error', data: 'line1\nline2' }]);
   });
 
-  it("treats llama.cpp's `error:` line as an error event", () => {
-    expect(new SseParser().push('error: {"message":"boom"}\n\n')).toEqual([{ event: 'error', data: '{"message":"boom"}' }]);
+  it("treats the dialect's own error field as an error event, and ignores it otherwise as any unknown field", () => {
+    expect(new SseParser({ errorField: 'error' }).push('error: {"message":"boom"}\n\n')).toEqual([{ event: 'error', data: '{"message":"boom"}' }]);
+    expect(new SseParser().push('error: {"message":"boom"}\n\n')).toEqual([]);
   });
 
   it('delivers a last event that has no blank line after it when the input ends', () => {

@@ -1,5 +1,5 @@
 // Parley's own local engine speaks OpenAI's format, with developer messages
 // and max_tokens as llama.cpp-style servers take them.
-import { openAiCachedTokens, openAiCompatible } from '../dialect.js';
+import { openAiCompatible } from '../dialect.js';
 
-export const parleyEngine = openAiCompatible({ chunkFraming: {}, cachedTokens: openAiCachedTokens });
+export const parleyEngine = openAiCompatible({ chunkFraming: {} });

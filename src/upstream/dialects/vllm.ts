@@ -1,6 +1,6 @@
 // vLLM reports cached prompt tokens in OpenAI's field when it is started with
 // --enable-prompt-tokens-details; usage may come on every chunk, and the last one wins.
-import { openAiCachedTokens, openAiCompatible } from '../dialect.js';
+import { openAiCompatible } from '../dialect.js';
 
 export const vllm = openAiCompatible({
   // POST /tokenize at the server's root counts a chat prompt through the model's template.
@@ -13,10 +13,13 @@ export const vllm = openAiCompatible({
   priorityOf: (tier) => ({ priority: -1, default: 0, flex: 1 })[tier],
   // The stop string that ended a choice (a token id when a stop token did).
   matchedStop: (choice) => choice.stop_reason,
+  // Newer releases name reasoning `reasoning`, older ones `reasoning_content`.
+  reasoning: (message) => message.reasoning ?? message.reasoning_content,
+  // Its error body, streamed too, is `{"object": "error", "message": ...}`.
+  isErrorEvent: (body) => body.object === 'error',
   // `user` is logged; `reasoning_effort` steers gpt-oss models.
   understands: ['user', 'reasoning_effort'],
   // Since 0.10.2: stop_reason and token_ids null on every choice, prompt_token_ids null on the first chunk.
   chunkFraming: { choiceTail: ['stop_reason', 'token_ids'], tailNull: ['prompt_token_ids', 'usage'] },
-  cachedTokens: openAiCachedTokens,
   extraBody: (req) => (req.stream ? { stream_options: { include_usage: true, continuous_usage_stats: false } } : {}),
 });
