@@ -14,7 +14,7 @@
 // request beyond the hold itself and its usage event.
 import type { Redis } from 'ioredis';
 import { redisKeys } from '../redis/keys.js';
-import { LUA_INT, LUA_NOW_MS, luaJson, luaScript } from '../redis/lua-script.js';
+import { LUA_INT, LUA_NOW_MS, luaArgs, luaConstants, luaJson, luaScript } from '../redis/lua-script.js';
 import { RATE_LIMIT_LUA, rateUse, type RateCheck, type RateUse } from '../ratelimit/rate-limiter.js';
 import type { Usage } from '../protocol/chat-response.js';
 import type { TokenPrices } from './prices.js';
@@ -150,45 +150,49 @@ local function write_accounts()
 end
 `;
 
+/** A hold's arguments: output_pico is for all n replies per token; budget is -1 for a key without one. */
+const HOLD_ARGS = luaArgs([
+  'hold_id', 'ttl_ms', 'prompt_pico', 'output_pico', 'max_reply_tokens',
+  'rate_checked', 'requests_limit', 'tokens_limit', 'request_tokens', 'budget', 'budget_field',
+] as const);
+const HOLD_STATUS = { HELD: 1, NO_CREDIT: -1, NO_ACCOUNT: -3, RATE_LIMITED: -4, OVER_BUDGET: -5 } as const;
+
 // Holds a batch, in order, as if one script ran per hold. ARGV[1]: the holds
 // (each_item), each with two more keys, its rate window and its key's budget
-// (any key where it has no rate check or no budget), and 11 arguments:
-// request id, ttl ms, prompt pico, output pico for all n replies per token,
-// max reply tokens, 1 with a rate check or 0, then the check's requests
-// limit, tokens limit and this request's tokens, then the key's budget (-1
-// for none) and the field its period's spending is counted in. Replies 5 per
-// hold: status (1 held, -1 no credit, -3 no account, -4 rate limited, -5 the
-// key's budget spent), the amount held or available or which limit refused
-// it, reply tokens, then the rate window's counts.
+// (any key where it has no rate check or no budget), and HOLD_ARGS. Replies
+// 5 per hold: a HOLD_STATUS, the amount held or available or which limit
+// refused it, reply tokens, then the rate window's counts.
 const HOLD = luaScript(`
 ${BATCHED_ACCOUNTS}
 ${RATE_LIMIT_LUA}
+${HOLD_ARGS.lua('H')}
+${luaConstants(HOLD_STATUS)}
 local function window_counts(w)
   if w then return w.requests, w.tokens end
   return 0, 0
 end
 local function hold(K, A)
   local a = account(K)
-  if not a then return {-3, 0, 0, 0, 0} end
+  if not a then return {NO_ACCOUNT, 0, 0, 0, 0} end
   local w
-  if A[6] == 1 then
+  if A[H.rate_checked] == 1 then
     w = rate_window(K[6])
-    local refused = rate_refusal(w, tonumber(A[7]), tonumber(A[8]), tonumber(A[9]))
-    if refused > 0 then return {-4, refused, 0, w.requests, w.tokens} end
+    local refused = rate_refusal(w, tonumber(A[H.requests_limit]), tonumber(A[H.tokens_limit]), tonumber(A[H.request_tokens]))
+    if refused > 0 then return {RATE_LIMITED, refused, 0, w.requests, w.tokens} end
   end
   local available = a.granted + a.topped_up - a.held
-  if available <= 0 then return {-1, available, 0, window_counts(w)} end
+  if available <= 0 then return {NO_CREDIT, available, 0, window_counts(w)} end
   -- A key's budget is spent like the balance: what its open holds take and its period's charges count against it.
-  local budget = tonumber(A[10])
-  local short, short_status = available, -1
+  local budget = tonumber(A[H.budget])
+  local short, short_status = available, NO_CREDIT
   if budget >= 0 then
-    local used = redis.call('HMGET', K[7], 'held', A[11])
+    local used = redis.call('HMGET', K[7], 'held', A[H.budget_field])
     local left = budget - tonumber(used[1] or '0') - tonumber(used[2] or '0')
-    if left <= 0 then return {-5, left, 0, window_counts(w)} end
-    if left < available then short, short_status = left, -5 end
+    if left <= 0 then return {OVER_BUDGET, left, 0, window_counts(w)} end
+    if left < available then short, short_status = left, OVER_BUDGET end
   end
-  local prompt_pico, output_pico = tonumber(A[3]), tonumber(A[4])
-  local tokens = tonumber(A[5])
+  local prompt_pico, output_pico = tonumber(A[H.prompt_pico]), tonumber(A[H.output_pico])
+  local tokens = tonumber(A[H.max_reply_tokens])
   local amount = math.ceil((prompt_pico + output_pico * tokens) / 1000000)
   if amount > short then
     if output_pico == 0 then return {short_status, short, 0, window_counts(w)} end
@@ -196,13 +200,13 @@ local function hold(K, A)
     if tokens < 1 then return {short_status, short, 0, window_counts(w)} end
     amount = math.ceil((prompt_pico + output_pico * tokens) / 1000000)
   end
-  if w then count_request(w, tonumber(A[9])) end
-  open_hold(a, A[1], int(now_ms + tonumber(A[2])), amount)
+  if w then count_request(w, tonumber(A[H.request_tokens])) end
+  open_hold(a, A[H.hold_id], int(now_ms + tonumber(A[H.ttl_ms])), amount)
   if budget >= 0 then
     redis.call('HINCRBY', K[7], 'held', int(amount))
-    redis.call('HSET', a.budgets, A[1], K[7] .. '\\t' .. A[11] .. '\\t' .. int(amount))
+    redis.call('HSET', a.budgets, A[H.hold_id], K[7] .. '\\t' .. A[H.budget_field] .. '\\t' .. int(amount))
   end
-  return {1, amount, tokens, window_counts(w)}
+  return {HELD, amount, tokens, window_counts(w)}
 end
 local reply = {}
 each_item(1, 2, function(K, A)
@@ -219,17 +223,24 @@ ${LUA_INT}
 return redis.call('ZADD', KEYS[1], 'XX', 'CH', int(now_ms + tonumber(ARGV[2])), ARGV[1])
 `);
 
+/** A settlement's arguments: request_id and reply_id are the ids the client was given. */
+const SETTLE_ARGS = luaArgs([
+  'hold_id', 'cost', 'outcome', 'model', 'prompt_tokens', 'cached_tokens', 'completion_tokens',
+  'account', 'key', 'endpoint', 'reason', 'user', 'api', 'request_id', 'reply_id', 'service_tier',
+] as const);
+/** REFUSED: amounts that are not whole numbers, with nothing written. */
+const SETTLE_STATUS = { SETTLED: 1, SETTLED_BEFORE: 0, REFUSED: -1 } as const;
+
 // Settles a batch, in order, as if one script ran per settlement: ARGV[1] is
 // how long usage events are kept in ms (0: for good); ARGV[2] the
 // settlements (each_item), each with two more keys, the account's usage
-// stream and daily usage, and 15 arguments: hold id, cost, outcome, model,
-// prompt, cached, completion, account, key id, endpoint, reason, end user, API,
-// the request id and the reply id the client was given, the service tier. Replies
-// with a pair each: 1 and the charge when settled now, 0 when settled
-// before, -1 when refused (amounts that are not whole numbers), with nothing
-// written. Daily totals are summed in Lua and added once per batch and model.
+// stream and daily usage, and SETTLE_ARGS. Replies with a pair each: a
+// SETTLE_STATUS and the charge. Daily totals are summed in Lua and added
+// once per batch and model.
 const SETTLE = luaScript(`
 ${BATCHED_ACCOUNTS}
+${SETTLE_ARGS.lua('S')}
+${luaConstants(SETTLE_STATUS)}
 local function whole(v)
   local n = tonumber(v)
   return n and n == math.floor(n) and n >= 0 and n < 2 ^ 53
@@ -256,25 +267,26 @@ local function add_to_totals(key, model, prompt, cached, completion, cost)
 end
 local function settle(K, A)
   -- Checked before any write: a script that fails half-way keeps what it wrote, and a retry would write it again.
-  if not (whole(A[2]) and whole(A[5]) and whole(A[6]) and whole(A[7])) then return -1, 0 end
+  local prompt, cached, completion = A[S.prompt_tokens], A[S.cached_tokens], A[S.completion_tokens]
+  if not (whole(A[S.cost]) and whole(prompt) and whole(cached) and whole(completion)) then return REFUSED, 0 end
   local a = account(K)
-  local id = A[1]
-  if not a then return 0, 0 end
-  local open, budget_key, budget_field = close_hold(a, id)
-  if not open then return 0, 0 end
+  if not a then return SETTLED_BEFORE, 0 end
+  local open, budget_key, budget_field = close_hold(a, A[S.hold_id])
+  if not open then return SETTLED_BEFORE, 0 end
   local charge = 0
-  if A[3] == 'complete' then
+  if A[S.outcome] == 'complete' then
     -- Never below zero: a hold that expired (or an upstream that overshot) is charged at most what is left.
-    charge = math.min(tonumber(A[2]), math.max(a.granted + a.topped_up - a.held, 0))
+    charge = math.min(tonumber(A[S.cost]), math.max(a.granted + a.topped_up - a.held, 0))
     local from_granted = math.min(charge, math.max(a.granted, 0))
     a.granted, a.topped_up, a.changed = a.granted - from_granted, a.topped_up - (charge - from_granted), true
-    add_to_totals(K[7], A[4], tonumber(A[5]), tonumber(A[6]), tonumber(A[7]), charge)
+    add_to_totals(K[7], A[S.model], tonumber(prompt), tonumber(cached), tonumber(completion), charge)
     if budget_key then redis.call('HINCRBY', budget_key, budget_field, int(charge)) end
   end
-  redis.call('XADD', K[6], 'MINID', '=', keep_after, '*', 'request_id', A[14], 'reply_id', A[15], 'account', A[8], 'key', A[9], 'model', A[4], 'endpoint', A[10],
-    'outcome', A[3], 'reason', A[11], 'prompt_tokens', int(A[5]), 'cached_tokens', int(A[6]), 'completion_tokens', int(A[7]),
-    'cost', int(A[2]), 'charged', int(charge), 'user', A[12], 'api', A[13], 'service_tier', A[16])
-  return 1, charge
+  redis.call('XADD', K[6], 'MINID', '=', keep_after, '*', 'request_id', A[S.request_id], 'reply_id', A[S.reply_id], 'account', A[S.account], 'key', A[S.key],
+    'model', A[S.model], 'endpoint', A[S.endpoint], 'outcome', A[S.outcome], 'reason', A[S.reason],
+    'prompt_tokens', int(prompt), 'cached_tokens', int(cached), 'completion_tokens', int(completion),
+    'cost', int(A[S.cost]), 'charged', int(charge), 'user', A[S.user], 'api', A[S.api], 'service_tier', A[S.service_tier])
+  return SETTLED, charge
 end
 local reply = {}
 each_item(2, 2, function(K, A)
@@ -301,13 +313,16 @@ return {1, balance_of(KEYS[1])}
 // KEYS: account, its ledger, its applied changes. ARGV: kind (grant | top_up
 // | deduct), amount, note, account id, change id ('' for none). Deductions
 // take granted credit first and stop at zero. A change whose id was applied
-// before changes nothing and answers the balance it left then (status 2).
+// before changes nothing and answers the balance it left then. Replies an
+// ADJUST_STATUS, the balance and the amount moved.
+const ADJUST_STATUS = { NO_ACCOUNT: 0, APPLIED: 1, APPLIED_BEFORE: 2 } as const;
 const ADJUST = luaScript(`
 ${LUA_INT}
-if redis.call('EXISTS', KEYS[1]) == 0 then return {0, 0, 0} end
+${luaConstants(ADJUST_STATUS)}
+if redis.call('EXISTS', KEYS[1]) == 0 then return {NO_ACCOUNT, 0, 0} end
 if ARGV[5] ~= '' then
   local before = redis.call('HGET', KEYS[3], ARGV[5])
-  if before then return {2, tonumber(before), 0} end
+  if before then return {APPLIED_BEFORE, tonumber(before), 0} end
 end
 local amount = tonumber(ARGV[2])
 local granted = tonumber(redis.call('HGET', KEYS[1], 'granted') or '0')
@@ -323,7 +338,7 @@ end
 redis.call('HSET', KEYS[1], 'granted', int(granted), 'topped_up', int(topped_up))
 redis.call('XADD', KEYS[2], '*', 'account', ARGV[4], 'kind', ARGV[1], 'amount', int(amount), 'note', ARGV[3], 'change', ARGV[5])
 if ARGV[5] ~= '' then redis.call('HSET', KEYS[3], ARGV[5], int(granted + topped_up)) end
-return {1, granted + topped_up, amount}
+return {APPLIED, granted + topped_up, amount}
 `);
 
 const accountKeys = (account: string) => [
@@ -408,20 +423,32 @@ export async function holdCredits(redis: Redis, asks: HoldAsk[]): Promise<HoldRe
   const items = asks.map(({ hold: h, rate }) => {
     const account = keys.account(h.account);
     const budget = h.budget;
+    const [requestsLimit, tokensLimit, requestTokens] = rate?.args ?? [0, 0, 0];
     return [
       account, rate ? keys.key(rate.key) : account, budget ? keys.key(budget.key) : account,
-      h.requestId, h.ttlMs, h.promptTokens * h.prices.missPico, h.n * h.prices.outputPico, h.maxReplyTokens, rate ? 1 : 0, ...(rate?.args ?? [0, 0, 0]),
-      budget ? budget.limit : -1, budget ? budget.periodField : '',
+      ...HOLD_ARGS.list({
+        hold_id: h.requestId,
+        ttl_ms: h.ttlMs,
+        prompt_pico: h.promptTokens * h.prices.missPico,
+        output_pico: h.n * h.prices.outputPico,
+        max_reply_tokens: h.maxReplyTokens,
+        rate_checked: rate ? 1 : 0,
+        requests_limit: requestsLimit,
+        tokens_limit: tokensLimit,
+        request_tokens: requestTokens,
+        budget: budget ? budget.limit : -1,
+        budget_field: budget ? budget.periodField : '',
+      }),
     ];
   });
   const reply = (await HOLD.runDurably(redis, keys.list, [luaJson(items)])) as number[];
   return asks.map(({ rate }, i): HoldResult => {
     const [status, amount, tokens, requests, tokensUsed] = reply.slice(5 * i, 5 * i + 5);
-    if (status === -3) return { kind: 'no_account' };
+    if (status === HOLD_STATUS.NO_ACCOUNT) return { kind: 'no_account' };
     const use = rate && rateUse(rate, requests, tokensUsed);
-    if (status === -4) return { kind: 'rate_limited', over: amount === 1 ? 'requests' : 'tokens', rate: use! };
-    if (status === -1) return { kind: 'no_credit', available: amount, rate: use };
-    if (status === -5) return { kind: 'over_budget', left: amount, rate: use };
+    if (status === HOLD_STATUS.RATE_LIMITED) return { kind: 'rate_limited', over: amount === 1 ? 'requests' : 'tokens', rate: use! };
+    if (status === HOLD_STATUS.NO_CREDIT) return { kind: 'no_credit', available: amount, rate: use };
+    if (status === HOLD_STATUS.OVER_BUDGET) return { kind: 'over_budget', left: amount, rate: use };
     return { kind: 'held', amount, maxReplyTokens: tokens, rate: use };
   });
 }
@@ -485,12 +512,31 @@ export async function settleHolds(redis: Redis, batch: Settlement[], keepEventsM
     const u = s.usage;
     return [
       keys.account(s.account), keys.key(redisKeys.usageEvents(s.account)), keys.key(redisKeys.dailyUsage(s.account, day)),
-      s.requestId, s.cost, s.outcome, s.model, u.prompt_tokens, u.cached_tokens, u.completion_tokens, s.account, s.keyId, s.endpoint, s.reason ?? '', s.user ?? '', s.api ?? 'chat',
-      s.clientIds?.requestId ?? s.requestId, s.clientIds?.replyId ?? '', s.tier ?? 'default',
+      ...SETTLE_ARGS.list({
+        hold_id: s.requestId,
+        cost: s.cost,
+        outcome: s.outcome,
+        model: s.model,
+        prompt_tokens: u.prompt_tokens,
+        cached_tokens: u.cached_tokens,
+        completion_tokens: u.completion_tokens,
+        account: s.account,
+        key: s.keyId,
+        endpoint: s.endpoint,
+        reason: s.reason ?? '',
+        user: s.user ?? '',
+        api: s.api ?? 'chat',
+        request_id: s.clientIds?.requestId ?? s.requestId,
+        reply_id: s.clientIds?.replyId ?? '',
+        service_tier: s.tier ?? 'default',
+      }),
     ];
   });
   const reply = (await SETTLE.runDurably(redis, keys.list, [keepEventsMs, luaJson(items)])) as number[];
-  return batch.map((_, i) => (reply[2 * i] === 1 ? { charged: reply[2 * i + 1] } : reply[2 * i] === 0 ? 'already settled' : 'refused'));
+  return batch.map((_, i) => {
+    const status = reply[2 * i];
+    return status === SETTLE_STATUS.SETTLED ? { charged: reply[2 * i + 1] } : status === SETTLE_STATUS.SETTLED_BEFORE ? 'already settled' : 'refused';
+  });
 }
 
 export interface Balance {
@@ -531,6 +577,6 @@ export type CreditChangeResult = { kind: 'applied'; balance: number; amount: num
 export async function changeCredit(redis: Redis, account: string, kind: CreditChange, amount: number, note: string, changeId = ''): Promise<CreditChangeResult> {
   const keys = [redisKeys.account(account), redisKeys.ledger(account), redisKeys.appliedChanges(account)];
   const [status, balance, moved] = (await ADJUST.runDurably(redis, keys, [kind, amount, note, account, changeId])) as number[];
-  if (status === 0) return { kind: 'no_account' };
-  return status === 2 ? { kind: 'applied_before', balance } : { kind: 'applied', balance, amount: moved };
+  if (status === ADJUST_STATUS.NO_ACCOUNT) return { kind: 'no_account' };
+  return status === ADJUST_STATUS.APPLIED_BEFORE ? { kind: 'applied_before', balance } : { kind: 'applied', balance, amount: moved };
 }

@@ -27,6 +27,24 @@ export const LUA_INT = `local function int(x) return string.format('%d', x) end`
 /** Reads the Redis server clock in milliseconds, the one clock every replica shares. */
 export const LUA_NOW_MS = `local __t = redis.call('TIME'); local now_ms = tonumber(__t[1]) * 1000 + math.floor(tonumber(__t[2]) / 1000)`;
 
+/**
+ * Names for the positional arguments of a batch item, one list both sides
+ * read: `lua('S')` declares them as indices in Lua (the script reads
+ * `A[S.cost]`), and `list` puts TypeScript's named values in that order.
+ */
+export function luaArgs<Name extends string>(names: readonly Name[]) {
+  return {
+    lua: (table: string) => `local ${table} = { ${names.map((n, i) => `${n} = ${i + 1}`).join(', ')} }`,
+    list: (values: Record<Name, string | number>) => names.map((n) => values[n]),
+  };
+}
+
+/** The statuses a script answers with, declared as Lua locals from the object TypeScript compares them by. */
+export const luaConstants = (constants: Record<string, number>): string =>
+  Object.entries(constants)
+    .map(([name, value]) => `local ${name} = ${value}`)
+    .join('\n');
+
 // An escape starts at a backslash that is not itself escaped: one after an even run of backslashes.
 const LONE_SURROGATE_ESCAPE = /(?<!\\)((?:\\\\)*)\\ud[89a-f][0-9a-f]{2}/gi;
 
