@@ -61,22 +61,35 @@ function pendingStopLength(text: string, stops: string[]): number {
   return hold;
 }
 
-export async function generateChoice(
-  model: LlamaModel,
-  seq: LlamaContextSequence,
-  prompt: Token[],
-  sampling: Sampling,
-  emit: (piece: Piece) => void,
-  signal: AbortSignal,
-): Promise<ChoiceResult> {
+/** Where the first stop string starts in `text`, looking only at what could hold a new one since `sent`; -1 for none. */
+function firstStop(text: string, stops: string[], sent: number): number {
+  return stops.reduce((first, s) => {
+    const i = text.indexOf(s, Math.max(0, sent - s.length));
+    return i !== -1 && (first === -1 || i < first) ? i : first;
+  }, -1);
+}
+
+/** The sampled token's logprob and its `topN` likeliest alternatives, in OpenAI's shape. */
+function tokenLogprob(model: LlamaModel, token: Token, probabilities: Map<Token, number>, topN: number): TokenLogprob {
+  const entry = (t: Token) => {
+    const s = model.detokenize([t]);
+    return { token: s, logprob: Math.log(probabilities.get(t) ?? Number.MIN_VALUE), bytes: [...Buffer.from(s, 'utf8')] };
+  };
+  return { ...entry(token), top_logprobs: [...probabilities.keys()].slice(0, topN).map(entry) };
+}
+
+/** Drops what the sequence holds past the prompt's shared prefix; returns how many prompt tokens it keeps. */
+async function reusePrefix(seq: LlamaContextSequence, prompt: Token[]): Promise<number> {
   // The last prompt token is always evaluated again: its logits pick the first reply token.
   const reuse = Math.min(seq.compareContextTokens(prompt).firstDifferentIndex, prompt.length - 1);
   if (seq.nextTokenIndex > reuse) await seq.eraseContextTokenRanges([{ start: reuse, end: seq.nextTokenIndex }]);
+  return reuse;
+}
 
-  const reply = new ReplyText((tokens) => model.detokenize(tokens));
+function sampledTokens(model: LlamaModel, seq: LlamaContextSequence, tokens: Token[], sampling: Sampling, reply: ReplyText) {
   const penalize = sampling.presencePenalty !== 0 || sampling.frequencyPenalty !== 0;
-  const outputs = seq.evaluateWithMetadata(
-    prompt.slice(reuse),
+  return seq.evaluateWithMetadata(
+    tokens,
     { probabilities: sampling.topLogprobs !== null },
     {
       temperature: sampling.temperature,
@@ -88,36 +101,56 @@ export async function generateChoice(
         : undefined,
     },
   );
+}
 
-  let sent = 0;
-  let logprobs: TokenLogprob[] = [];
-  /** Hands out `text` up to `upTo` past what went before, with the logprobs gathered since. */
-  const flush = (text: string, upTo: number) => {
-    if (upTo <= sent && logprobs.length === 0) return;
-    emit({ content: text.slice(sent, upTo), logprobs: sampling.topLogprobs === null ? null : logprobs });
-    sent = Math.max(sent, upTo);
-    logprobs = [];
-  };
+/** Hands out a reply's text as it becomes safe to, each piece with the logprobs of the tokens gathered since the last. */
+class PieceEmitter {
+  private sent = 0;
+  private logprobs: TokenLogprob[] = [];
 
+  constructor(
+    private readonly emit: (piece: Piece) => void,
+    private readonly withLogprobs: boolean,
+  ) {}
+
+  get sentLength(): number {
+    return this.sent;
+  }
+
+  gather(logprob: TokenLogprob): void {
+    this.logprobs.push(logprob);
+  }
+
+  /** Hands out `text` up to `upTo` past what went before. */
+  flush(text: string, upTo: number): void {
+    if (upTo <= this.sent && this.logprobs.length === 0) return;
+    this.emit({ content: text.slice(this.sent, upTo), logprobs: this.withLogprobs ? this.logprobs : null });
+    this.sent = Math.max(this.sent, upTo);
+    this.logprobs = [];
+  }
+}
+
+export async function generateChoice(
+  model: LlamaModel,
+  seq: LlamaContextSequence,
+  prompt: Token[],
+  sampling: Sampling,
+  emit: (piece: Piece) => void,
+  signal: AbortSignal,
+): Promise<ChoiceResult> {
+  const reuse = await reusePrefix(seq, prompt);
+  const reply = new ReplyText((tokens) => model.detokenize(tokens));
+  const pieces = new PieceEmitter(emit, sampling.topLogprobs !== null);
   let finishReason: ChoiceResult['finishReason'] = 'stop';
   let stopAt: number | undefined;
-  for await (const out of outputs) {
+  for await (const out of sampledTokens(model, seq, prompt.slice(reuse), sampling, reply)) {
     if (signal.aborted) break;
     reply.push(out.token);
     const text = reply.text;
     if (sampling.topLogprobs !== null) {
-      const probabilities = (out as unknown as { probabilities: Map<Token, number> }).probabilities;
-      const entry = (t: Token) => {
-        const s = model.detokenize([t]);
-        return { token: s, logprob: Math.log(probabilities.get(t) ?? Number.MIN_VALUE), bytes: [...Buffer.from(s, 'utf8')] };
-      };
-      const top = [...probabilities.keys()].slice(0, sampling.topLogprobs).map(entry);
-      logprobs.push({ ...entry(out.token), top_logprobs: top });
+      pieces.gather(tokenLogprob(model, out.token, (out as unknown as { probabilities: Map<Token, number> }).probabilities, sampling.topLogprobs));
     }
-    const hit = sampling.stop.reduce((first, s) => {
-      const i = text.indexOf(s, Math.max(0, sent - s.length));
-      return i !== -1 && (first === -1 || i < first) ? i : first;
-    }, -1);
+    const hit = firstStop(text, sampling.stop, pieces.sentLength);
     if (hit !== -1) {
       stopAt = hit;
       break;
@@ -128,9 +161,9 @@ export async function generateChoice(
     }
     // Hold back a possible stop-string start (reply.text already holds back an unfinished character).
     const safe = text.length - pendingStopLength(text, sampling.stop);
-    if (safe > sent) flush(text, safe);
+    if (safe > pieces.sentLength) pieces.flush(text, safe);
   }
   const text = stopAt === undefined ? reply.end() : reply.text.slice(0, stopAt);
-  flush(text, text.length);
+  pieces.flush(text, text.length);
   return { finishReason, completionTokens: reply.tokens.length, cachedTokens: reuse };
 }

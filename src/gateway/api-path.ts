@@ -18,7 +18,7 @@ import type { RoutedEndpoint, RoutedModel } from '../routing/routing-table.js';
 import type { UpstreamBody } from '../upstream/client.js';
 import { mergeStreams, type FanOut } from '../upstream/fan-out.js';
 import type { GatewayContext } from './context.js';
-import { openExchange, servingModel } from './exchange.js';
+import { openExchange, servingModel, type Exchange } from './exchange.js';
 import { callWithFailover, type UpstreamCall, type UpstreamRequest } from './failover.js';
 import { Meter } from './metering.js';
 import type { RequestRecord } from '../telemetry/request-record.js';
@@ -134,97 +134,151 @@ function affinityKey<R>(api: Pick<ApiDescriptor<R>, 'affinityKey' | 'cacheHint'>
   return hint ? hintKey(hint) : api.affinityKey(request);
 }
 
-/** `record`: what the request comes to, filled in here for its log line, metrics and span (telemetry/request-record.ts). */
-export async function handleApiRequest<R, W extends { usage: Usage }>(api: ApiDescriptor<R, W>, req: IncomingMessage, res: ServerResponse, ctx: GatewayContext, span: Span, record: RequestRecord): Promise<void> {
-  const started = performance.now();
-  const { id } = record;
-  record.api = api.name;
-  const { caller, table, body, upstreamCall, clientGone } = await openExchange(req, res, ctx);
-  record.account = caller.account;
-  record.keyId = caller.keyId;
-  const parsed = api.parse(body);
-  if (parsed instanceof ApiError) throw parsed;
-  const asked = api.common(parsed);
+/** A request read, checked and priced, ready for its hold: everything the path learns before it touches money. */
+interface Admitted<R> {
+  request: R;
+  asked: ReturnType<ApiDescriptor<R>['common']>;
+  model: RoutedModel;
+  passThrough: Record<string, unknown>;
+  prompts: { tokens: number[]; exact: boolean };
+  promptTokens: number;
+  maxReplyTokens: number;
+  /** Replies paid for: `n` for each prompt. */
+  replies: number;
+  tier: ServiceTier;
+  identity: ReplyIdentity;
+  /** The ids the client is given, for its usage event. */
+  clientIds: { requestId: string; replyId: string };
+}
+
+/** Validates the body as the API's request for a model the caller may use, and counts what it may cost. */
+function admit<R>(api: ApiDescriptor<R, { usage: Usage }>, exchange: Exchange, span: Span, record: RequestRecord): Admitted<R> {
+  const { caller, table, body } = exchange;
+  const request = api.parse(body);
+  if (request instanceof ApiError) throw request;
+  const asked = api.common(request);
   record.model = asked.model;
   record.streamed = asked.stream;
   const model = servingModel(table, asked.model, api.serves, span, caller);
   record.servedModel = model.config.id;
   const passThrough = api.passThrough(body, model);
   if (passThrough instanceof ApiError) throw passThrough;
-  const prompts = api.promptTokens(model, parsed);
-  const promptTokens = prompts.tokens.reduce((sum, t) => sum + t, 0);
-  const maxReplyTokens = replyCap(model.config.contextWindow, prompts, asked);
-  const replies = prompts.tokens.length * asked.n;
-
+  const prompts = api.promptTokens(model, request);
   const tier = servingTier(asked.serviceTier, caller.tier);
   record.serviceTier = tier;
-  const identity: ReplyIdentity = { id: `${api.idPrefix ?? ''}${id}`, created: Math.floor(Date.now() / 1000), model: asked.model, serviceTier: tier };
-  const clientIds = { requestId: id, replyId: api.idPrefix === null ? '' : identity.id };
+  const identity: ReplyIdentity = { id: `${api.idPrefix ?? ''}${record.id}`, created: Math.floor(Date.now() / 1000), model: asked.model, serviceTier: tier };
+  const clientIds = { requestId: record.id, replyId: api.idPrefix === null ? '' : identity.id };
   if (clientIds.replyId) record.replyId = clientIds.replyId;
-  const meter = await Meter.open(ctx, span, { table, caller, model, settlementId: randomId(), clientIds, promptTokens, n: replies, maxReplyTokens, user: asked.user, api: api.name, tier });
-  // A window or a balance that leaves room for fewer reply tokens than asked lowers the limit sent upstream.
-  const request = meter.maxReplyTokens < (asked.maxTokens ?? maxReplyTokens) ? api.withMaxTokens(parsed, meter.maxReplyTokens) : parsed;
-
-  const headers = meter.rateLimitHeaders;
-  const streaming = asked.stream ? api.streaming : undefined;
-  const relay = streaming
-    ? new StreamRelay(res, {
-        renderer: streaming.renderer(identity, request, prompts.exact ? promptTokens : 0),
-        keepAliveMs: table.settings.keepAliveMs,
-        headers,
-        countedPromptTokens: prompts.exact ? promptTokens : 0,
-        clientGone,
-        onFirstChunk: () => {
-          record.firstByteMs = performance.now() - started;
-          ctx.telemetry.recordFirstToken(record, record.firstByteMs / 1000);
-        },
-      })
-    : undefined;
-
-  const complete = (done: UpstreamCall, usage: Usage) => {
-    ctx.router.state(done.endpoint).recordUsage(usage.prompt_tokens, usage.cached_tokens);
-    Object.assign(record, { promptTokens: usage.prompt_tokens, cachedTokens: usage.cached_tokens, completionTokens: usage.completion_tokens });
-    record.cost = meter.settle('complete', done.endpoint.name, usage);
+  return {
+    request,
+    asked,
+    model,
+    passThrough,
+    prompts,
+    promptTokens: prompts.tokens.reduce((sum, t) => sum + t, 0),
+    maxReplyTokens: replyCap(model.config.contextWindow, prompts, asked),
+    replies: prompts.tokens.length * asked.n,
+    tier,
+    identity,
+    clientIds,
   };
+}
+
+/** The relay of a streamed reply, opened before the upstream is called so that keep-alives and early failures reach the client. */
+function openRelay<R>(streaming: Streaming<R>, a: Admitted<R>, request: R, res: ServerResponse, ctx: GatewayContext, exchange: Exchange, meter: Meter, record: RequestRecord, started: number): StreamRelay {
+  const counted = a.prompts.exact ? a.promptTokens : 0;
+  return new StreamRelay(res, {
+    renderer: streaming.renderer(a.identity, request, counted),
+    keepAliveMs: exchange.table.settings.keepAliveMs,
+    headers: meter.rateLimitHeaders,
+    countedPromptTokens: counted,
+    clientGone: exchange.clientGone,
+    onFirstChunk: () => {
+      record.firstByteMs = performance.now() - started;
+      ctx.telemetry.recordFirstToken(record, record.firstByteMs / 1000);
+    },
+  });
+}
+
+/** `record`: what the request comes to, filled in here for its log line, metrics and span (telemetry/request-record.ts). */
+export async function handleApiRequest<R, W extends { usage: Usage }>(api: ApiDescriptor<R, W>, req: IncomingMessage, res: ServerResponse, ctx: GatewayContext, span: Span, record: RequestRecord): Promise<void> {
+  const started = performance.now();
+  record.api = api.name;
+  const exchange = await openExchange(req, res, ctx);
+  const { caller, table } = exchange;
+  record.account = caller.account;
+  record.keyId = caller.keyId;
+  const a = admit(api, exchange, span, record);
+  const meter = await Meter.open(ctx, span, {
+    table, caller, model: a.model, settlementId: randomId(), clientIds: a.clientIds, promptTokens: a.promptTokens,
+    n: a.replies, maxReplyTokens: a.maxReplyTokens, user: a.asked.user, api: api.name, tier: a.tier,
+  });
+  // A window or a balance that leaves room for fewer reply tokens than asked lowers the limit sent upstream.
+  const request = meter.maxReplyTokens < (a.asked.maxTokens ?? a.maxReplyTokens) ? api.withMaxTokens(a.request, meter.maxReplyTokens) : a.request;
+  const streaming = a.asked.stream ? api.streaming : undefined;
+  const relay = streaming && openRelay(streaming, a, request, res, ctx, exchange, meter, record, started);
+
   let call: UpstreamCall | undefined;
   try {
-    const upstreamRequest = (endpoint: RoutedEndpoint) => withPriority(api.upstreamRequest(endpoint, model, request, passThrough), endpoint, tier);
-    const plan = await ctx.router.plan(model, () => affinityKey(api, request, req, table.settings));
-    call = await callWithFailover(ctx, span, { model, settings: table.settings, upstreamRequest, plan, account: caller.account, tier, cancellation: upstreamCall, record });
-    const { endpoint } = call;
-    record.endpoint = endpoint.url;
-    record.provider = endpoint.kind;
-    const fanOut = { choicesPerCall: replies / call.bodies.length, callsPerPrompt: call.bodies.length / prompts.tokens.length };
-    if (!relay || !streaming) {
-      const parts = await Promise.all(call.bodies.map((b) => api.readWhole(endpoint, b, request)));
-      const whole = parts.length === 1 ? parts[0] : api.mergeWhole(parts, fanOut);
-      if ('choices' in whole) record.finishReasons = (whole as unknown as Completion).choices.map((c) => c.finish_reason ?? '');
-      const reply = api.renderWhole(identity, whole, request);
-      record.firstByteMs = performance.now() - started;
-      if (reply instanceof WrittenReply) sendJsonParts(res, reply.parts, headers);
-      else sendJson(res, 200, reply, headers);
-      complete(call, whole.usage);
-      return;
-    }
-    const streams = call.bodies.map((b) => streaming.read(endpoint, b));
-    const outcome = await relay.run(streams.length === 1 ? streams[0] : mergeStreams(streams, fanOut));
-    if (outcome.kind === 'complete') {
-      record.finishReasons = outcome.finishReasons;
-      complete(call, outcome.usage);
-    }
-    else if (outcome.kind === 'client_gone') {
-      record.brokenOff = 'client_gone';
-      meter.settle('client_gone', endpoint.name);
-    } else {
-      record.brokenOff = 'upstream_broke_off';
-      console.warn(`parley: ${id}: ${endpoint.name}: stream broke off: ${outcome.reason}`);
-      meter.settle('broke_off', endpoint.name, undefined, outcome.reason);
-    }
+    const upstreamRequest = (endpoint: RoutedEndpoint) => withPriority(api.upstreamRequest(endpoint, a.model, request, a.passThrough), endpoint, a.tier);
+    const plan = await ctx.router.plan(a.model, () => affinityKey(api, request, req, table.settings));
+    call = await callWithFailover(ctx, span, { model: a.model, settings: table.settings, upstreamRequest, plan, account: caller.account, tier: a.tier, cancellation: exchange.upstreamCall, record });
+    record.endpoint = call.endpoint.url;
+    record.provider = call.endpoint.kind;
+    const served = { api, call, request, meter, record, ctx, fanOut: { choicesPerCall: a.replies / call.bodies.length, callsPerPrompt: call.bodies.length / a.prompts.tokens.length } };
+    if (relay && streaming) await relayStream(served, streaming, relay);
+    else await sendWhole(served, a.identity, res, meter.rateLimitHeaders, started);
   } catch (err) {
-    const failure = meter.fail(err, call?.endpoint.name ?? '', clientGone());
+    const failure = meter.fail(err, call?.endpoint.name ?? '', exchange.clientGone());
     if (failure instanceof ApiError && relay?.failBeforeStart(failure)) return;
     throw failure;
   } finally {
     call?.release();
+  }
+}
+
+/** A request its upstream has taken: what reading, rendering and settling its reply need. */
+interface Served<R, W extends { usage: Usage }> {
+  api: ApiDescriptor<R, W>;
+  call: UpstreamCall;
+  request: R;
+  meter: Meter;
+  record: RequestRecord;
+  ctx: GatewayContext;
+  fanOut: FanOut;
+}
+
+/** Charges a reply that completed, and notes its usage where routing and telemetry read it. */
+function settleComplete(s: Pick<Served<unknown, { usage: Usage }>, 'ctx' | 'call' | 'record' | 'meter'>, usage: Usage): void {
+  s.ctx.router.state(s.call.endpoint).recordUsage(usage.prompt_tokens, usage.cached_tokens);
+  Object.assign(s.record, { promptTokens: usage.prompt_tokens, cachedTokens: usage.cached_tokens, completionTokens: usage.completion_tokens });
+  s.record.cost = s.meter.settle('complete', s.call.endpoint.name, usage);
+}
+
+async function sendWhole<R, W extends { usage: Usage }>(s: Served<R, W>, identity: ReplyIdentity, res: ServerResponse, headers: Record<string, string>, started: number): Promise<void> {
+  const parts = await Promise.all(s.call.bodies.map((b) => s.api.readWhole(s.call.endpoint, b, s.request)));
+  const whole = parts.length === 1 ? parts[0] : s.api.mergeWhole(parts, s.fanOut);
+  if ('choices' in whole) s.record.finishReasons = (whole as unknown as Completion).choices.map((c) => c.finish_reason ?? '');
+  const reply = s.api.renderWhole(identity, whole, s.request);
+  s.record.firstByteMs = performance.now() - started;
+  if (reply instanceof WrittenReply) sendJsonParts(res, reply.parts, headers);
+  else sendJson(res, 200, reply, headers);
+  settleComplete(s, whole.usage);
+}
+
+async function relayStream<R, W extends { usage: Usage }>(s: Served<R, W>, streaming: Streaming<R>, relay: StreamRelay): Promise<void> {
+  const { endpoint } = s.call;
+  const streams = s.call.bodies.map((b) => streaming.read(endpoint, b));
+  const outcome = await relay.run(streams.length === 1 ? streams[0] : mergeStreams(streams, s.fanOut));
+  if (outcome.kind === 'complete') {
+    s.record.finishReasons = outcome.finishReasons;
+    settleComplete(s, outcome.usage);
+  } else if (outcome.kind === 'client_gone') {
+    s.record.brokenOff = 'client_gone';
+    s.meter.settle('client_gone', endpoint.name);
+  } else {
+    s.record.brokenOff = 'upstream_broke_off';
+    console.warn(`parley: ${s.record.id}: ${endpoint.name}: stream broke off: ${outcome.reason}`);
+    s.meter.settle('broke_off', endpoint.name, undefined, outcome.reason);
   }
 }

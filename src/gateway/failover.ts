@@ -80,91 +80,128 @@ export interface Forwarding {
 }
 
 export async function callWithFailover(ctx: GatewayContext, span: Span, forwarding: Forwarding): Promise<UpstreamCall> {
-  const failed: FailedAttempt[] = [];
+  const walk = new PlanWalk(ctx, span, forwarding);
   try {
-    const call = await walkPlan(ctx, span, forwarding, failed);
-    blame(failed, forwarding.account, true);
+    const call = await walk.run();
+    blame(walk.failed, forwarding.account, true);
     return call;
   } catch (err) {
-    blame(failed, forwarding.account, false);
+    blame(walk.failed, forwarding.account, false);
     throw err;
   }
 }
 
-async function walkPlan(ctx: GatewayContext, span: Span, forwarding: Forwarding, failed: FailedAttempt[]): Promise<UpstreamCall> {
-  const { model, plan, account, tier, cancellation, settings } = forwarding;
-  const modelId = model.config.id;
-  const { maxAttempts, deadlineMs } = settings.failover;
-  const queueTimeoutMs = tier === 'flex' ? settings.failover.flexQueueTimeoutMs : settings.failover.queueTimeoutMs;
-  const retryAfter = Math.max(1, Math.ceil(settings.health.openMs / 1000));
-  const busy = () => (tier === 'flex' ? flexUnavailable(modelId, retryAfter) : upstreamsBusy(modelId, retryAfter));
-  if (plan.endpoints.length === 0) throw noHealthyUpstream(modelId, retryAfter);
-  const deadline = Date.now() + deadlineMs;
-  let attempts = 0;
-  let lastError: unknown;
+/** One request's way along its plan: the endpoints with a free slot first, then a wait in the first queue with room. */
+class PlanWalk {
+  readonly failed: FailedAttempt[] = [];
+  private attempts = 0;
+  private lastError: unknown;
+  private readonly deadline: number;
+  private readonly settings: RoutingTable['settings'];
 
-  // Holds a slot on `endpoint`; resolves to the call, or to undefined after a failure worth moving on from.
-  const attempt = async (endpoint: RoutedEndpoint): Promise<UpstreamCall | undefined> => {
-    const state = ctx.router.state(endpoint);
+  constructor(
+    private readonly ctx: GatewayContext,
+    private readonly span: Span,
+    private readonly forwarding: Forwarding,
+  ) {
+    this.settings = forwarding.settings;
+    this.deadline = Date.now() + this.settings.failover.deadlineMs;
+  }
+
+  async run(): Promise<UpstreamCall> {
+    const { plan, tier } = this.forwarding;
+    if (plan.endpoints.length === 0) throw noHealthyUpstream(this.forwarding.model.config.id, this.retryAfter);
+    const full: RoutedEndpoint[] = [];
+    for (const endpoint of plan.endpoints) {
+      if (!this.attemptsLeft() || Date.now() >= this.deadline) break;
+      if (!(await this.ctx.router.state(endpoint).tryAcquire(tier))) {
+        full.push(endpoint);
+        continue;
+      }
+      const call = await this.attempt(endpoint);
+      if (call) return call;
+    }
+    for (const endpoint of full) {
+      if (!this.attemptsLeft() || !this.ctx.router.state(endpoint).hasQueueRoom(this.forwarding.account)) continue;
+      const wait = Math.min(this.queueTimeoutMs, this.deadline - Date.now());
+      if (wait <= 0) break;
+      await this.waitInQueue(endpoint, wait);
+      const call = await this.attempt(endpoint);
+      if (call) return call;
+    }
+    throw this.lastError ?? this.busy();
+  }
+
+  private attemptsLeft(): boolean {
+    return this.attempts < this.settings.failover.maxAttempts;
+  }
+
+  private get retryAfter(): number {
+    return Math.max(1, Math.ceil(this.settings.health.openMs / 1000));
+  }
+
+  private get queueTimeoutMs(): number {
+    return this.forwarding.tier === 'flex' ? this.settings.failover.flexQueueTimeoutMs : this.settings.failover.queueTimeoutMs;
+  }
+
+  private busy(): ApiError {
+    const modelId = this.forwarding.model.config.id;
+    return this.forwarding.tier === 'flex' ? flexUnavailable(modelId, this.retryAfter) : upstreamsBusy(modelId, this.retryAfter);
+  }
+
+  private async waitInQueue(endpoint: RoutedEndpoint, wait: number): Promise<void> {
+    const { account, tier, cancellation } = this.forwarding;
+    try {
+      await this.ctx.router.state(endpoint).acquireQueued(account, tier, wait, cancellation);
+    } catch (err) {
+      throw err instanceof QueueTimeout ? this.busy() : err;
+    }
+  }
+
+  /** With a slot held on `endpoint`: the call, or undefined after a failure worth moving on from. */
+  private async attempt(endpoint: RoutedEndpoint): Promise<UpstreamCall | undefined> {
+    const { tier, cancellation, record } = this.forwarding;
+    const state = this.ctx.router.state(endpoint);
     if (!state.breaker.allowRequest()) {
       state.release(tier);
       return undefined;
     }
-    attempts++;
-    forwarding.record.attempts = attempts;
+    record.attempts = ++this.attempts;
     const started = Date.now();
-    const attemptSpan = ctx.telemetry.child(span, 'upstream attempt', { 'server.address': endpoint.url, 'gen_ai.provider.name': endpoint.kind, 'gen_ai.request.model': endpoint.upstreamModel, 'parley.attempt': attempts });
-    const timeouts = { firstByteMs: Math.max(1, Math.min(settings.upstreamFirstByteTimeoutMs, deadline - started)), idleMs: settings.upstreamIdleTimeoutMs };
+    const attemptSpan = this.ctx.telemetry.child(this.span, 'upstream attempt', {
+      'server.address': endpoint.url, 'gen_ai.provider.name': endpoint.kind, 'gen_ai.request.model': endpoint.upstreamModel, 'parley.attempt': this.attempts,
+    });
+    const timeouts = { firstByteMs: Math.max(1, Math.min(this.settings.upstreamFirstByteTimeoutMs, this.deadline - started)), idleMs: this.settings.upstreamIdleTimeoutMs };
     try {
-      const { path, bodies: sent } = forwarding.upstreamRequest(endpoint);
+      const { path, bodies: sent } = this.forwarding.upstreamRequest(endpoint);
       const bodies = await Promise.all(sent.map((b) => postUpstream(endpoint, path, b, cancellation, timeouts, traceparentOf(attemptSpan))));
-      state.recordSuccess(account, Date.now() - started);
-      ctx.telemetry.recordUpstreamCall(forwarding.record, endpoint, (Date.now() - started) / 1000);
+      state.recordSuccess(this.forwarding.account, Date.now() - started);
+      this.ctx.telemetry.recordUpstreamCall(record, endpoint, (Date.now() - started) / 1000);
       attemptSpan.end();
       let released = false;
       return { endpoint, bodies, release: () => void (released || ((released = true), state.release(tier))) };
     } catch (err) {
       state.release(tier);
       const errorType = err instanceof ApiError ? (err.code ?? err.type) : 'aborted';
-      ctx.telemetry.recordUpstreamCall(forwarding.record, endpoint, (Date.now() - started) / 1000, errorType);
+      this.ctx.telemetry.recordUpstreamCall(record, endpoint, (Date.now() - started) / 1000, errorType);
       attemptSpan.setStatus({ code: SpanStatusCode.ERROR, message: errorType });
       attemptSpan.end();
-      if (cancellation.cancelled || !isRetryable(err)) {
-        // The upstream answered (a 4xx is the request's fault, not the endpoint's), or its client left.
-        if (err instanceof ApiError && !cancellation.cancelled) state.breaker.onSuccess(account);
-        else state.breaker.onNoVerdict();
-        throw err;
-      }
-      failed.push({ state, err: err as ApiError });
-      console.warn(`parley: ${endpoint.name}: ${(err as Error).message}; trying the next endpoint`);
-      lastError = err;
+      this.afterFailure(endpoint, state, err);
       return undefined;
     }
-  };
-
-  const full: RoutedEndpoint[] = [];
-  for (const endpoint of plan.endpoints) {
-    if (attempts >= maxAttempts || Date.now() >= deadline) break;
-    if (!(await ctx.router.state(endpoint).tryAcquire(tier))) {
-      full.push(endpoint);
-      continue;
-    }
-    const call = await attempt(endpoint);
-    if (call) return call;
   }
-  for (const endpoint of full) {
-    const state = ctx.router.state(endpoint);
-    if (attempts >= maxAttempts || !state.hasQueueRoom(account)) continue;
-    const wait = Math.min(queueTimeoutMs, deadline - Date.now());
-    if (wait <= 0) break;
-    try {
-      await state.acquireQueued(account, tier, wait, cancellation);
-    } catch (err) {
-      if (err instanceof QueueTimeout) throw busy();
+
+  /** Throws what the caller should see, unless the failure is one another endpoint may not share. */
+  private afterFailure(endpoint: RoutedEndpoint, state: EndpointState, err: unknown): void {
+    const { cancellation, account } = this.forwarding;
+    if (cancellation.cancelled || !isRetryable(err)) {
+      // The upstream answered (a 4xx is the request's fault, not the endpoint's), or its client left.
+      if (err instanceof ApiError && !cancellation.cancelled) state.breaker.onSuccess(account);
+      else state.breaker.onNoVerdict();
       throw err;
     }
-    const call = await attempt(endpoint);
-    if (call) return call;
+    this.failed.push({ state, err: err as ApiError });
+    console.warn(`parley: ${endpoint.name}: ${(err as Error).message}; trying the next endpoint`);
+    this.lastError = err;
   }
-  throw lastError ?? busy();
 }

@@ -16,6 +16,7 @@ import { LocalEngines } from '../engine/supervisor.js';
 import { listen } from '../listen.js';
 import { connectRedis } from '../redis/connection.js';
 import type { SharedRedis } from '../redis/shared-redis.js';
+import type { Redis } from '../redis/connection.js';
 import { checkKeyLayout } from '../redis/key-layout.js';
 import { startPrivateRedis } from '../redis/private-server.js';
 import { PrefixSharing } from '../routing/prefix-sharing.js';
@@ -31,7 +32,6 @@ export interface GatewayOptions {
   dataDir: string;
   host: string;
   port: number;
-  /** The shared Redis; without it, a private redis-server in the data folder. */
   /** The shared Redis; without it, a private redis-server in the data folder. */
   redis?: SharedRedis;
   /** The API-key hashing secret; by default PARLEY_KEY_SECRET or the data folder's. */
@@ -49,49 +49,58 @@ export interface RunningGateway {
 
 const SETTLE_ON_CLOSE_MS = 5_000;
 
+/** What has been started, stopped in reverse order: on close, or when the start fails part-way (a private Redis would outlive it). */
+class StartedParts {
+  private readonly stops: (() => unknown)[] = [];
+
+  add<T>(part: T, stop: (part: T) => unknown): T {
+    this.stops.push(() => stop(part));
+    return part;
+  }
+
+  async stopAll(): Promise<void> {
+    for (const stop of this.stops.splice(0).reverse()) await stop();
+  }
+}
+
+/** Redis (the shared one, or a private one with a demo account on its first start) and the keys it holds. */
+async function openState(opts: GatewayOptions, secret: string, demoCredit: number, parts: StartedParts) {
+  const privateRedis = opts.redis ? undefined : parts.add(await startPrivateRedis(opts.dataDir), (r) => r.stop());
+  const redis = parts.add(await connectRedis(opts.redis ?? privateRedis!.target), (r) => r.disconnect());
+  await checkKeyLayout(redis);
+  const keys = parts.add(await KeyAuthenticator.start(redis, secret), (k) => k.close());
+  const demoKey = privateRedis && demoCredit > 0 ? await ensureDemoAccount(redis, secret, Math.round(demoCredit * MICROS_PER_UNIT)) : undefined;
+  return { redis, keys, demoKey };
+}
+
+/** Settlements, journaled on disk until Redis has them; and those an earlier process (this one's, or a dead replica's) owed. */
+function openSettlements(redis: Redis, dataDir: string, table: () => RoutingTable, telemetry: Telemetry, parts: StartedParts): SettlementQueue {
+  const journal = parts.add(SettlementJournal.open(join(dataDir, 'settlements')), (j) => j.close());
+  const settlements = new SettlementQueue(redis, () => (table().billing.usageRetentionDays ?? 0) * 86_400_000, journal);
+  telemetry.watch({ settlementsJournaled: () => settlements.journaled, redisReady: () => redis.status === 'ready' });
+  const replayed = settlements.adoptOrphans(table().billing.holdTtlMs);
+  if (replayed > 0) console.log(`parley: settling ${replayed} replies an earlier process owed (from its settlement journal)`);
+  // A replica that died owing settlements on a volume others share: adopted once no one has written its journal for a hold's life.
+  const adoptAbandoned = setInterval(() => settlements.adoptOrphans(table().billing.holdTtlMs), table().billing.holdTtlMs);
+  adoptAbandoned.unref();
+  parts.add(adoptAbandoned, clearInterval);
+  return settlements;
+}
+
 export async function startGateway(opts: GatewayOptions): Promise<RunningGateway> {
   const routingFile = loadRoutingFile(opts.configPath);
   const secret = opts.keySecret ?? resolveKeySecret(opts.dataDir, opts.redis !== undefined);
-  /** What has been started, stopped in reverse order: on close, or when the start fails part-way (a private Redis would outlive it). */
-  const started: (() => unknown)[] = [];
-  const stopStarted = async () => {
-    for (const stop of started.splice(0).reverse()) await stop();
-  };
+  const parts = new StartedParts();
   try {
-    const privateRedis = opts.redis ? undefined : await startPrivateRedis(opts.dataDir);
-    if (privateRedis) started.push(() => privateRedis.stop());
-    const redis = await connectRedis(opts.redis ?? privateRedis!.target);
-    started.push(() => redis.disconnect());
-    await checkKeyLayout(redis);
-    const keys = await KeyAuthenticator.start(redis, secret);
-    started.push(() => keys.close());
-    const demoKey =
-      privateRedis && routingFile.billing.demoCredit > 0
-        ? await ensureDemoAccount(redis, secret, Math.round(routingFile.billing.demoCredit * MICROS_PER_UNIT))
-        : undefined;
-
-    const engines = new LocalEngines(opts.dataDir);
-    started.push(() => engines.stopAll());
+    const { redis, keys, demoKey } = await openState(opts, secret, routingFile.billing.demoCredit, parts);
+    const engines = parts.add(new LocalEngines(opts.dataDir), (e) => e.stopAll());
     let table: RoutingTable = await buildRoutingTable(routingFile, engines);
-    const sharing = new PrefixSharing(redis);
-    started.push(() => sharing.close());
-    const router = new Router(sharing, redis);
+    const sharing = parts.add(new PrefixSharing(redis), (p) => p.close());
+    const router = parts.add(new Router(sharing, redis), (r) => r.close());
     router.apply(table);
-    started.push(() => router.close());
+    const telemetry = parts.add(new Telemetry(router), (t) => t.shutdown());
+    const settlements = openSettlements(redis, opts.dataDir, () => table, telemetry, parts);
     const lifecycle = new Lifecycle();
-    const telemetry = new Telemetry(router);
-    started.push(() => telemetry.shutdown());
-    const keepUsageEventsMs = () => (table.billing.usageRetentionDays ?? 0) * 86_400_000;
-    const journal = SettlementJournal.open(join(opts.dataDir, 'settlements'));
-    started.push(() => journal.close());
-    const settlements = new SettlementQueue(redis, keepUsageEventsMs, journal);
-    telemetry.watch({ settlementsJournaled: () => settlements.journaled, redisReady: () => redis.status === 'ready' });
-    const replayed = settlements.adoptOrphans(table.billing.holdTtlMs);
-    if (replayed > 0) console.log(`parley: settling ${replayed} replies an earlier process owed (from its settlement journal)`);
-    // A replica that died owing settlements on a volume others share: adopted once no one has written its journal for a hold's life.
-    const adoptAbandoned = setInterval(() => settlements.adoptOrphans(table.billing.holdTtlMs), table.billing.holdTtlMs);
-    adoptAbandoned.unref();
-    started.push(() => clearInterval(adoptAbandoned));
     const context: GatewayContext = { routing: () => table, router, lifecycle, telemetry, redis, keys, holds: new HoldQueue(redis), settlements, keySecret: secret };
     const server = createGatewayServer(context);
     // Streams can be long; Node's default request timeout would cut them.
@@ -117,13 +126,13 @@ export async function startGateway(opts: GatewayOptions): Promise<RunningGateway
         const closed = new Promise<void>((resolve) => server.close(() => resolve()));
         server.closeAllConnections();
         await closed;
-        const unsettled = await context.settlements.drain(SETTLE_ON_CLOSE_MS);
+        const unsettled = await settlements.drain(SETTLE_ON_CLOSE_MS);
         if (unsettled > 0) console.warn(`parley: ${unsettled} settlements still pending at shutdown; their holds expire on their own`);
-        await stopStarted();
+        await parts.stopAll();
       },
     };
   } catch (err) {
-    await stopStarted();
+    await parts.stopAll();
     throw err;
   }
 }
