@@ -1,10 +1,12 @@
-// Light load, A/B: this build against another revision's (built here from
-// git, on this checkout's node_modules), one connection posting whole
-// 256-token chat replies to the same fast scripted upstream, the two taking
-// turns, in the reverse order every other round. Prints each round's
-// requests/s and the ratio this build ÷ the other.
+// This build against another revision's, A/B in one run: the other is built
+// here from git, on this checkout's node_modules. Chat requests for
+// 256-token replies (whole or streamed, on 1 connection by default: light
+// load) to the same fast scripted upstream, the two taking turns, in the
+// reverse order every other round. Prints each round's requests/s and the
+// ratio this build ÷ the other. It is how a fast path earns its place: this
+// build with it against a revision without it.
 //
-//   npm run build && node bench/light-load.mjs [revision, default 95dfa38] [seconds per run, default 10] [rounds, default 4]
+//   npm run build && node bench/revision-ab.mjs [revision, default 95dfa38] [mode: whole|streamed, default whole] [connections, default 1] [seconds per run, default 10] [rounds, default 4]
 import { execFileSync } from 'node:child_process';
 import { existsSync, mkdtempSync, symlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -12,8 +14,10 @@ import { join } from 'node:path';
 import { apiLoad, benchModel, forked, median, ROOT, startParley, stopAll, WARMUP_SECONDS } from './support.mjs';
 
 const REVISION = process.argv[2] ?? '95dfa38';
-const SECONDS = Number(process.argv[3] ?? 10);
-const ROUNDS = Number(process.argv[4] ?? 4);
+const MODE = process.argv[3] ?? 'whole';
+const CONNECTIONS = Number(process.argv[4] ?? 1);
+const SECONDS = Number(process.argv[5] ?? 10);
+const ROUNDS = Number(process.argv[6] ?? 4);
 
 /** A checkout of `revision` with its build, sharing this one's node_modules. */
 function buildOf(revision) {
@@ -33,7 +37,7 @@ try {
   const { api: _api, ...model } = benchModel(`http://127.0.0.1:${port}`);
   const models = [model];
   const targets = [['this build', await startParley(models)], [REVISION, await startParley(models, {}, [], undefined, other)]];
-  const load = (parley, seconds) => apiLoad(`${parley.url}/v1`, { authorization: `Bearer ${parley.key}` }, 'whole', 1, seconds);
+  const load = (parley, seconds) => apiLoad(`${parley.url}/v1`, { authorization: `Bearer ${parley.key}` }, MODE, CONNECTIONS, seconds);
   for (const [, parley] of targets) await load(parley, WARMUP_SECONDS);
   const ratios = [];
   for (let round = 0; round < ROUNDS; round++) {
@@ -46,7 +50,7 @@ try {
     ratios.push(reqs['this build'] / reqs[REVISION]);
     console.log(`round ${round + 1}: this build ${Math.round(reqs['this build'])} req/s, ${REVISION} ${Math.round(reqs[REVISION])} req/s, ratio ${ratios.at(-1).toFixed(2)}`);
   }
-  console.log(`this build / ${REVISION}: median ${median(ratios).toFixed(2)} (rounds: ${ratios.map((r) => r.toFixed(2)).join(' ')})`);
+  console.log(`${MODE}, ${CONNECTIONS} connection(s), this build / ${REVISION}: median ${median(ratios).toFixed(2)} (rounds: ${ratios.map((r) => r.toFixed(2)).join(' ')})`);
 } finally {
   stopAll();
 }
