@@ -6,22 +6,11 @@ import type { ServerResponse } from 'node:http';
 
 const AFTER_STOP_MS = 2_000;
 
-/** What ends one running request, linked into the list of them. */
-interface Stopper {
-  stop: () => void;
-  prev: Stopper | undefined;
-  next: Stopper | undefined;
-}
-
 export class Lifecycle {
   private inFlight = 0;
   private idle: (() => void) | undefined;
-  // A linked list, not a Map: a Map that gains and loses an entry per request
-  // leaves, in each table V8 discards as it rehashes, references to the
-  // entries it held. Once such a table is in the old generation, every
-  // scavenge keeps the requests it reaches alive and promotes them; nodes
-  // unlinked here keep nothing (measured with bench/gc-survival.mjs, in git history).
-  private stoppers: Stopper | undefined;
+  /** What ends each running request. */
+  private readonly stoppers = new Set<() => void>();
   draining = false;
   /** True once the grace period is over: requests still running end now. */
   stopped = false;
@@ -51,15 +40,8 @@ export class Lifecycle {
 
   /** What ends the request answered by `res` if it is still running when the grace period is over. */
   onStop(res: ServerResponse, stop: () => void): void {
-    const node: Stopper = { stop, prev: undefined, next: this.stoppers };
-    if (this.stoppers) this.stoppers.prev = node;
-    this.stoppers = node;
-    res.once('close', () => {
-      if (node.prev) node.prev.next = node.next;
-      else this.stoppers = node.next;
-      if (node.next) node.next.prev = node.prev;
-      node.prev = node.next = undefined;
-    });
+    this.stoppers.add(stop);
+    res.once('close', () => this.stoppers.delete(stop));
   }
 
   /** Stops taking requests and waits for those in flight, stopping any still running after `graceMs`. */
@@ -68,11 +50,8 @@ export class Lifecycle {
     if (!(await this.waitIdle(graceMs))) {
       console.warn(`parley: ${this.inFlight} requests still running after the ${graceMs} ms grace period; ending them`);
       this.stopped = true;
-      // Each stop may unlink its own node at once: the next one is read first.
-      for (let node = this.stoppers, next; node; node = next) {
-        next = node.next;
-        node.stop();
-      }
+      // Each stop may delete itself from the set at once: they are listed first.
+      for (const stop of [...this.stoppers]) stop();
       await this.waitIdle(AFTER_STOP_MS);
     }
   }

@@ -226,11 +226,8 @@ export class ChunkRenderer extends OpenAiChunks {
       if (delta.tool_calls) delta.tool_calls = delta.tool_calls.map((t) => this.toolCallPiece(c.index, t));
       const emptyDelta = Object.keys(delta).length === 0;
       if (bare && emptyDelta) continue;
-      // The usual finishing chunk is written from text: stringifying it was 0.7% of a streamed request's main-thread time.
-      const finishing = emptyDelta && c.logprobs === null && c.finish_reason !== null;
       const { matched_stop: _stop, ...openAiChoice } = c;
-      const choice = finishing ? `[{"index":${c.index},"delta":{},"logprobs":null,"finish_reason":${jsonString(c.finish_reason!)}}]` : JSON.stringify([{ ...openAiChoice, delta }]);
-      out += sseData(this.prefix + choice + this.suffix);
+      out += sseData(this.prefix + JSON.stringify([{ ...openAiChoice, delta }]) + this.suffix);
     }
     return out;
   }

@@ -20,8 +20,6 @@ export interface SseFraming {
   errorField?: string;
 }
 
-const LF = 0x0a;
-const CR = 0x0d;
 
 /** Fed the body's text as it arrives; returns the events each read completes. */
 export class SseParser {
@@ -47,12 +45,6 @@ export class SseParser {
       }
       const nl = this.buffer.indexOf('\n', start);
       if (nl === -1) break;
-      // Nearly every event is one `data: ` line and a blank line: taken whole, without the line-by-line parse.
-      if (this.idle && this.buffer.charCodeAt(nl + 1) === LF && this.buffer.startsWith('data: ', start) && this.buffer.charCodeAt(nl - 1) !== CR) {
-        out.push({ event: undefined, data: this.buffer.slice(start + 6, nl) });
-        start = nl + 2;
-        continue;
-      }
       this.line(this.buffer.slice(start, nl), out);
       start = nl + 1;
     }
