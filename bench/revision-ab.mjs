@@ -6,12 +6,12 @@
 // ratio this build ÷ the other. It is how a fast path earns its place: this
 // build with it against a revision without it.
 //
-//   npm run build && node bench/revision-ab.mjs [revision, default 95dfa38] [mode: whole|streamed, default whole] [connections, default 1] [seconds per run, default 10] [rounds, default 4]
+//   npm run build && node bench/revision-ab.mjs [revision, default 95dfa38] [mode: whole|streamed|embeddings, default whole] [connections, default 1] [seconds per run, default 10] [rounds, default 4]
 import { execFileSync } from 'node:child_process';
 import { existsSync, mkdtempSync, symlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { apiLoad, benchModel, forked, median, ROOT, startParley, stopAll, WARMUP_SECONDS } from './support.mjs';
+import { abRounds, benchModel, forked, ROOT, startParley, stopAll } from './support.mjs';
 
 const REVISION = process.argv[2] ?? '95dfa38';
 const MODE = process.argv[3] ?? 'whole';
@@ -33,24 +33,11 @@ function buildOf(revision) {
 try {
   const other = buildOf(REVISION);
   const { port } = await forked('bench/fast-upstream.mjs', ['0']);
-  // A chat model in the routing file both revisions read (earlier ones knew no `api`).
-  const { api: _api, ...model } = benchModel(`http://127.0.0.1:${port}`);
-  const models = [model];
+  // Revisions before embeddings knew no `api`: chat loads leave it out, so that both read the routing file.
+  const { api, ...chatModel } = benchModel(`http://127.0.0.1:${port}`);
+  const models = [MODE === 'embeddings' ? { ...chatModel, api } : chatModel];
   const targets = [['this build', await startParley(models)], [REVISION, await startParley(models, {}, [], undefined, other)]];
-  const load = (parley, seconds) => apiLoad(`${parley.url}/v1`, { authorization: `Bearer ${parley.key}` }, MODE, CONNECTIONS, seconds);
-  for (const [, parley] of targets) await load(parley, WARMUP_SECONDS);
-  const ratios = [];
-  for (let round = 0; round < ROUNDS; round++) {
-    const reqs = {};
-    for (const [name, parley] of round % 2 ? [...targets].reverse() : targets) {
-      const r = await load(parley, SECONDS);
-      if (r.non2xx || r.errors) throw new Error(`${name}: ${r.non2xx} non-2xx, ${r.errors} errors`);
-      reqs[name] = r.requests.average;
-    }
-    ratios.push(reqs['this build'] / reqs[REVISION]);
-    console.log(`round ${round + 1}: this build ${Math.round(reqs['this build'])} req/s, ${REVISION} ${Math.round(reqs[REVISION])} req/s, ratio ${ratios.at(-1).toFixed(2)}`);
-  }
-  console.log(`${MODE}, ${CONNECTIONS} connection(s), this build / ${REVISION}: median ${median(ratios).toFixed(2)} (rounds: ${ratios.map((r) => r.toFixed(2)).join(' ')})`);
+  await abRounds(`${MODE}, ${CONNECTIONS} connection(s)`, targets, { mode: MODE, connections: CONNECTIONS, seconds: SECONDS, rounds: ROUNDS });
 } finally {
   stopAll();
 }

@@ -3,7 +3,7 @@
 // demo key that has credit and rate limits enough for a benchmark, and the
 // load the gateway benchmarks drive.
 import { fork, spawn } from 'node:child_process';
-import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { cpSync, mkdtempSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -162,4 +162,49 @@ export function startEngine(port, { parallel = 4, contextSize = 4096, dataDir, t
     child.once('message', (m) => resolve({ child, threads: m.threads }));
     child.once('exit', (code) => reject(new Error(`parley engine exited ${code}`)));
   });
+}
+
+/**
+ * A copy of this build (its bin, dist, config and package.json, on this
+ * checkout's node_modules) with `patches` made to its dist: each a file under
+ * dist/, a text in it and what replaces that text. Throws where a text is
+ * not there, so that a patch the code has outgrown is not measured as one.
+ */
+export function patchedBuild(label, patches) {
+  const root = mkdtempSync(join(tmpdir(), `parley-${label}-`));
+  for (const entry of ['bin', 'dist', 'config', 'package.json']) cpSync(join(ROOT, entry), join(root, entry), { recursive: true });
+  symlinkSync(join(ROOT, 'node_modules'), join(root, 'node_modules'));
+  for (const [file, text, replacement] of patches) {
+    const path = join(root, 'dist', file);
+    const before = readFileSync(path, 'utf8');
+    const after = before.replace(text, replacement);
+    if (after === before) throw new Error(`${label}: no ${text} in dist/${file}`);
+    writeFileSync(path, after);
+  }
+  return root;
+}
+
+/**
+ * `mode` load on each of two gateways in turn (`targets`: [name, parley]
+ * pairs), in the reverse order every other round, after a warm-up; prints
+ * each round's requests/s and the median of the same-round ratios first ÷
+ * second, which it returns.
+ */
+export async function abRounds(label, targets, { mode, connections, seconds, rounds }) {
+  const load = ([, p], s) => apiLoad(`${p.url}/v1`, { authorization: `Bearer ${p.key}` }, mode, connections, s);
+  for (const target of targets) await load(target, WARMUP_SECONDS);
+  const ratios = [];
+  for (let round = 0; round < rounds; round++) {
+    const rate = new Map();
+    for (const target of round % 2 ? [...targets].reverse() : targets) {
+      const r = await load(target, seconds);
+      if (r.non2xx || r.errors) throw new Error(`${target[0]}: ${r.non2xx} non-2xx, ${r.errors} errors`);
+      rate.set(target[0], r.requests.average);
+    }
+    const [a, b] = targets.map(([name]) => rate.get(name));
+    ratios.push(a / b);
+    console.log(`${label}, round ${round + 1}: ${targets[0][0]} ${Math.round(a)} req/s, ${targets[1][0]} ${Math.round(b)} req/s, ratio ${ratios.at(-1).toFixed(2)}`);
+  }
+  console.log(`${label}: ${targets[0][0]} ÷ ${targets[1][0]}: median ${median(ratios).toFixed(2)} (rounds: ${ratios.map((r) => r.toFixed(2)).join(' ')})`);
+  return median(ratios);
 }

@@ -1,6 +1,6 @@
 // A reply's text as its tokens come. Decoding the whole reply again at each
 // token costs time that grows with the square of its length (285 ms over a
-// 4,096-token reply, on the engine's event loop: bench/reply-decoding.mjs, in git history);
+// 4,096-token reply, on the engine's event loop);
 // decoding each token alone loses what depends on the tokens before it: the
 // space a SentencePiece word starts with, and a UTF-8 character split over
 // byte tokens. So each token decodes a short window, the tokens of the last

@@ -74,7 +74,7 @@ export class StreamRelay {
         for (const event of batch) {
           if (event.content) {
             contentDeltas += event.content.pieces;
-            const [opening, pieces] = renderer.content(event.content);
+            const [opening, pieces] = renderer.content!(event.content);
             this.write(opening);
             this.write(pieces);
           }

@@ -119,8 +119,12 @@ export function renderCompletion(identity: ReplyIdentity, completion: Completion
 export interface ReplyRenderer {
   /** What opens the stream, before any content ('' where the API opens nothing). */
   start(): string;
-  /** A run of plain content: the text that opens its block or choice ('' once open), and its pieces, kept apart because the run is long and joining would copy it. */
-  content(run: ContentRun): [opening: string, pieces: string];
+  /**
+   * A run of plain content: the text that opens its block or choice ('' once open), and its pieces, kept apart
+   * because the run is long and joining would copy it. Only a dialect's quick path makes runs, and it reads chat
+   * chunks alone: a renderer of text completions never gets one, and has none.
+   */
+  content?(run: ContentRun): [opening: string, pieces: string];
   /** A batch of deltas ('' when there is nothing to send). */
   deltas(choices: ChoiceDelta[]): string;
   /** What closes a reply that finished, with its usage. */
@@ -162,7 +166,6 @@ export abstract class OpenAiChunks implements ReplyRenderer {
     this.suffix = includeUsage ? ',"usage":null}' : '}';
   }
 
-  abstract content(run: ContentRun): [opening: string, pieces: string];
   abstract deltas(choices: ChoiceDelta[]): string;
 
   start(): string {

@@ -5,7 +5,7 @@
 // (chat-response.ts: a choice's text is its message's content), so that
 // the dialects, the fan-out and the stream relay serve both APIs.
 import { z } from 'zod';
-import { OpenAiChunks, sseData, usageBody, type ChoiceDelta, type Completion, type ContentRun, type ReplyIdentity } from './chat-response.js';
+import { OpenAiChunks, sseData, usageBody, type ChoiceDelta, type Completion, type ReplyIdentity } from './chat-response.js';
 import type { ApiError } from './errors.js';
 import { parseRequest } from './request-parsing.js';
 
@@ -71,10 +71,6 @@ export function renderTextCompletion(identity: ReplyIdentity, completion: Comple
 export class TextChunkRenderer extends OpenAiChunks {
   constructor(identity: ReplyIdentity, includeUsage: boolean) {
     super(`{"id":${JSON.stringify(identity.id)},"object":"text_completion","created":${identity.created},"model":${JSON.stringify(identity.model)},"service_tier":${JSON.stringify(identity.serviceTier)},"choices":`, includeUsage);
-  }
-
-  content(run: ContentRun): [opening: string, pieces: string] {
-    return ['', run.render(`data: ${this.prefix}[{"text":`, `,"index":${run.index},"logprobs":null,"finish_reason":null}]${this.suffix}\n\n`)];
   }
 
   deltas(choices: ChoiceDelta[]): string {

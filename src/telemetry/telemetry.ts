@@ -10,7 +10,7 @@
 // ids, endpoints, statuses and token counts, never an API key or any prompt
 // or reply text.
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { context, trace, type Counter, type Histogram, type Meter, type Span, type Tracer } from '@opentelemetry/api';
+import { context, trace, type Span, type Tracer } from '@opentelemetry/api';
 import { OTLPMetricExporter } from '@opentelemetry/exporter-metrics-otlp-http';
 import { PrometheusExporter } from '@opentelemetry/exporter-prometheus';
 import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-http';
@@ -19,6 +19,7 @@ import { MeterProvider, PeriodicExportingMetricReader, type MetricReader } from 
 import { BasicTracerProvider, BatchSpanProcessor } from '@opentelemetry/sdk-trace-base';
 import type { Router } from '../routing/router.js';
 import { GEN_AI_OPERATIONS, type RequestRecord } from './request-record.js';
+import { HistogramTally, histogramProducer, Tally, type Attributes } from './tallies.js';
 
 const SECONDS_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120];
 // The buckets the GenAI conventions give each of their histograms.
@@ -36,26 +37,23 @@ function genAiAttributes(r: RequestRecord, errorType?: string): Attributes {
   return attributes;
 }
 
-type Attributes = Record<string, string>;
-
-const histogram = (meter: Meter, name: string, description: string, unit: string, boundaries: number[]): Histogram =>
-  meter.createHistogram(name, { description, unit, advice: { explicitBucketBoundaries: boundaries } });
+const seriesKey = (attributes: Attributes) => Object.values(attributes).join('\t');
 
 export class Telemetry {
   readonly tracer: Tracer;
   private readonly prometheus: PrometheusExporter;
   private readonly meterProvider: MeterProvider;
   private readonly tracerProvider: BasicTracerProvider | undefined;
-  private readonly requests: Counter;
-  private readonly duration: Histogram;
-  private readonly serverDuration: Histogram;
-  private readonly firstToken: Histogram;
-  private readonly perOutputToken: Histogram;
-  private readonly tokenUsage: Histogram;
-  private readonly upstreamDuration: Histogram;
+  private readonly requests = new Tally();
+  private readonly duration = new HistogramTally('parley_request_duration_seconds', 'Time to answer a request, to its last byte', 's', SECONDS_BUCKETS);
+  private readonly serverDuration = new HistogramTally('gen_ai.server.request.duration', 'Generative AI server request duration, to the last byte of the reply', 's', DURATION_BUCKETS);
+  private readonly firstToken = new HistogramTally('gen_ai.server.time_to_first_token', 'Time to generate the first token, for successful streamed responses', 's', FIRST_TOKEN_BUCKETS);
+  private readonly perOutputToken = new HistogramTally('gen_ai.server.time_per_output_token', 'Time per output token generated after the first, for successful streamed responses', 's', PER_TOKEN_BUCKETS);
+  private readonly tokenUsage = new HistogramTally('gen_ai.client.token.usage', 'Tokens used per request: input, output, and the input read from the upstream cache (cached_input)', '{token}', TOKEN_BUCKETS);
+  private readonly upstreamDuration = new HistogramTally('gen_ai.client.operation.duration', 'Each upstream call, as its client: to its first byte', 's', DURATION_BUCKETS);
   /** The credit holds this replica has open, each with when it opened; read when metrics are collected. */
   private readonly openHolds = new Set<{ openedAt: number }>();
-  private readonly charged: Counter;
+  private readonly charged = new Tally();
   /** Tokens by account, for parley_account_tokens; kept only while an operator asks for it. */
   private readonly accountTokens = new Map<string, number>();
   private topAccounts = 0;
@@ -65,22 +63,16 @@ export class Telemetry {
   constructor(router: Router) {
     const resource = resourceFromAttributes({ 'service.name': process.env.OTEL_SERVICE_NAME ?? 'parley' });
     const otlp = Boolean(process.env.OTEL_EXPORTER_OTLP_ENDPOINT);
-    this.prometheus = new PrometheusExporter({ preventServerStart: true });
+    const metricProducers = [histogramProducer(resource, 'parley', [this.duration, this.serverDuration, this.firstToken, this.perOutputToken, this.tokenUsage, this.upstreamDuration])];
+    this.prometheus = new PrometheusExporter({ preventServerStart: true, metricProducers });
     const readers: MetricReader[] = [this.prometheus];
-    if (otlp) readers.push(new PeriodicExportingMetricReader({ exporter: new OTLPMetricExporter(), exportIntervalMillis: 15_000 }));
+    if (otlp) readers.push(new PeriodicExportingMetricReader({ exporter: new OTLPMetricExporter(), exportIntervalMillis: 15_000, metricProducers }));
     this.meterProvider = new MeterProvider({ resource, readers });
     this.tracerProvider = otlp ? new BasicTracerProvider({ resource, spanProcessors: [new BatchSpanProcessor(new OTLPTraceExporter(), { scheduledDelayMillis: 500 })] }) : undefined;
     this.tracer = (this.tracerProvider ?? trace.getTracerProvider()).getTracer('parley');
 
     const meter = this.meterProvider.getMeter('parley');
-    this.requests = meter.createCounter('parley_requests', { description: 'Requests answered, by route, status and error code' });
-    this.duration = histogram(meter, 'parley_request_duration_seconds', 'Time to answer a request, to its last byte', 's', SECONDS_BUCKETS);
-    this.serverDuration = histogram(meter, 'gen_ai.server.request.duration', 'Generative AI server request duration, to the last byte of the reply', 's', DURATION_BUCKETS);
-    this.firstToken = histogram(meter, 'gen_ai.server.time_to_first_token', 'Time to generate the first token, for successful streamed responses', 's', FIRST_TOKEN_BUCKETS);
-    this.perOutputToken = histogram(meter, 'gen_ai.server.time_per_output_token', 'Time per output token generated after the first, for successful streamed responses', 's', PER_TOKEN_BUCKETS);
-    this.tokenUsage = histogram(meter, 'gen_ai.client.token.usage', 'Tokens used per request: input, output, and the input read from the upstream cache (cached_input)', '{token}', TOKEN_BUCKETS);
-    this.upstreamDuration = histogram(meter, 'gen_ai.client.operation.duration', 'Each upstream call, as its client: to its first byte', 's', DURATION_BUCKETS);
-    this.charged = meter.createCounter('parley_credit_charged_micros', { description: 'Credit charged for complete replies, in micro-units of the account currency, by model' });
+    meter.createObservableCounter('parley_requests', { description: 'Requests answered, by route, status and error code' }).addCallback((r) => this.requests.observe(r));
     meter.createObservableUpDownCounter('parley_holds_open', { description: 'Credit holds this replica has open' }).addCallback((r) => r.observe(this.openHolds.size));
     meter.createObservableGauge('parley_oldest_hold_seconds', { description: 'How long the oldest credit hold this replica has open has been open' }).addCallback((r) => {
       const now = performance.now();
@@ -88,6 +80,7 @@ export class Telemetry {
       for (const h of this.openHolds) oldest = Math.max(oldest, (now - h.openedAt) / 1000);
       r.observe(oldest);
     });
+    meter.createObservableCounter('parley_credit_charged_micros', { description: 'Credit charged for complete replies, in micro-units of the account currency, by model' }).addCallback((r) => this.charged.observe(r));
     meter.createObservableGauge('parley_account_tokens', { description: 'Tokens (prompt and completion) since this replica started, for the gateway.metricsTopAccounts accounts that used the most, and the rest as account="other"' }).addCallback((r) => {
       if (this.topAccounts === 0) return;
       const ranked = [...this.accountTokens].sort((a, b) => b[1] - a[1]);
@@ -115,8 +108,8 @@ export class Telemetry {
   }
 
   recordRequest(route: string, status: number, code: string | null, seconds: number): void {
-    this.requests.add(1, { route, status: String(status), code: code ?? '' });
-    this.duration.record(seconds, { route, status: String(status) });
+    this.requests.add(`${route}\t${status}\t${code ?? ''}`, 1, () => ({ route, status: String(status), code: code ?? '' }));
+    this.duration.record(`${route}\t${status}`, seconds, () => ({ route, status: String(status) }));
   }
 
   /**
@@ -128,24 +121,29 @@ export class Telemetry {
     if (topAccounts > 0 && r.account && r.promptTokens !== undefined) {
       this.accountTokens.set(r.account, (this.accountTokens.get(r.account) ?? 0) + r.promptTokens + (r.completionTokens ?? 0));
     }
-    this.serverDuration.record(seconds, genAiAttributes(r, errorType));
+    const attributes = genAiAttributes(r, errorType);
+    this.serverDuration.record(seriesKey(attributes), seconds, () => attributes);
     if (errorType || r.promptTokens === undefined) return;
     const base = genAiAttributes(r);
     const tokens: [string, number][] = [['input', r.promptTokens], ['output', r.completionTokens ?? 0], ['cached_input', r.cachedTokens ?? 0]];
-    for (const [type, count] of tokens) this.tokenUsage.record(count, { ...base, 'gen_ai.token.type': type });
+    for (const [type, count] of tokens) {
+      const withType = { ...base, 'gen_ai.token.type': type };
+      this.tokenUsage.record(seriesKey(withType), count, () => withType);
+    }
     const after = (r.completionTokens ?? 0) - 1;
-    if (r.streamed && r.firstByteMs !== undefined && after > 0) this.perOutputToken.record((seconds - r.firstByteMs / 1000) / after, base);
+    if (r.streamed && r.firstByteMs !== undefined && after > 0) this.perOutputToken.record(seriesKey(base), (seconds - r.firstByteMs / 1000) / after, () => base);
   }
 
   recordFirstToken(r: RequestRecord, seconds: number): void {
-    this.firstToken.record(seconds, genAiAttributes(r));
+    const attributes = genAiAttributes(r);
+    this.firstToken.record(seriesKey(attributes), seconds, () => attributes);
   }
 
   /** One upstream call, from Parley as its client, to its first byte (or its failure). */
   recordUpstreamCall(r: RequestRecord, endpoint: { url: string; kind: string; upstreamModel: string }, seconds: number, errorType?: string): void {
     const attributes: Attributes = { 'gen_ai.operation.name': GEN_AI_OPERATIONS[r.api!], 'gen_ai.request.model': endpoint.upstreamModel, 'gen_ai.provider.name': endpoint.kind, 'server.address': endpoint.url };
     if (errorType) attributes['error.type'] = errorType;
-    this.upstreamDuration.record(seconds, attributes);
+    this.upstreamDuration.record(seriesKey(attributes), seconds, () => attributes);
   }
 
   /** Reads the settlement journal and the Redis connection for their gauges. */
@@ -165,11 +163,14 @@ export class Telemetry {
   }
 
   recordCharge(model: string, micros: number): void {
-    this.charged.add(micros, { model });
+    this.charged.add(model, micros, () => ({ model }));
   }
 
   /** A child span of `parent` (the request's span). */
   child(parent: Span, name: string, attributes: Record<string, string | number>): Span {
+    // Under a parent that records nothing (no trace exporter) the child would record nothing either: the
+    // tracer would still build a context and check the parent's ids, some 1% of a short request's time.
+    if (!parent.isRecording()) return trace.wrapSpanContext(parent.spanContext());
     return this.tracer.startSpan(name, { attributes }, trace.setSpan(context.active(), parent));
   }
 

@@ -16,9 +16,9 @@ export class Cancellation {
 
   /**
    * Calls `listener` when the work is cancelled later; returns what
-   * unsubscribes it. Never calls it from within this call: a listener that
-   * ran before its caller had kept the unsubscriber was how a cancelled
-   * request once crashed the queue, so callers check `cancelled` first.
+   * unsubscribes it. Never calls it from within this call: a listener run
+   * before its caller has kept the unsubscriber could not unsubscribe itself,
+   * so callers check `cancelled` first.
    */
   subscribe(listener: () => void): () => void {
     if (this.cancelled) return () => {};

@@ -1,0 +1,36 @@
+// What each of Parley's fast paths earns, A/B in one run: this build against
+// a copy of it with that one path switched off (patched in its dist), 32
+// connections to the fast scripted upstream, the two taking turns, in the
+// reverse order every other round. A path that does not move its figure
+// should go (STYLE.md, plain before fast).
+//
+//   quick-path           streamed chat: the dialect's quick path (upstream/quick-events.ts) against every event parsed as JSON
+//   embeddings-in-place  embeddings: vectors passed on unread (upstream/embeddings-in-place.ts) against read and written again
+//   child-span           whole chat: no child spans under a request nothing traces (telemetry/telemetry.ts) against the tracer's
+//
+//   npm run build && node bench/fast-paths.mjs [paths, default all, comma-separated] [seconds per run, default 8] [rounds, default 4]
+import { abRounds, benchModel, forked, patchedBuild, startParley, stopAll } from './support.mjs';
+
+const PATHS = {
+  'quick-path': { mode: 'streamed', patches: [['upstream/dialect.js', 'quick: quirks.chunkFraming && quickEvents(quirks.chunkFraming)', 'quick: undefined']] },
+  'embeddings-in-place': { mode: 'embeddings', patches: [['upstream/dialect.js', 'inPlace: embeddingsInPlace,', 'inPlace: () => undefined,']] },
+  'child-span': { mode: 'whole', patches: [['telemetry/telemetry.js', 'if (!parent.isRecording())', 'if (false)']] },
+};
+const chosen = (process.argv[2] ?? Object.keys(PATHS).join(',')).split(',');
+const SECONDS = Number(process.argv[3] ?? 8);
+const ROUNDS = Number(process.argv[4] ?? 4);
+
+try {
+  const { port } = await forked('bench/fast-upstream.mjs', ['0']);
+  const models = [benchModel(`http://127.0.0.1:${port}`)];
+  const settings = { requestLog: false };
+  const shipped = await startParley(models, settings);
+  for (const name of chosen) {
+    const { mode, patches } = PATHS[name];
+    const without = await startParley(models, settings, [], undefined, patchedBuild(`no-${name}`, patches));
+    await abRounds(`${name} (${mode})`, [['this build', shipped], [`without ${name}`, without]], { mode, connections: 32, seconds: SECONDS, rounds: ROUNDS });
+    without.child.kill('SIGTERM');
+  }
+} finally {
+  stopAll();
+}
