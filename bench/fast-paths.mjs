@@ -6,7 +6,6 @@
 //
 //   quick-path           streamed chat: the dialect's quick path (upstream/quick-events.ts) against every event parsed as JSON
 //   embeddings-in-place  embeddings: vectors passed on unread (upstream/embeddings-in-place.ts) against read and written again
-//   child-span           whole chat: no child spans under a request nothing traces (telemetry/telemetry.ts) against the tracer's
 //
 //   npm run build && node bench/fast-paths.mjs [paths, default all, comma-separated] [seconds per run, default 8] [rounds, default 4]
 import { abRounds, benchModel, forked, patchedBuild, startParley, stopAll } from './support.mjs';
@@ -14,7 +13,6 @@ import { abRounds, benchModel, forked, patchedBuild, startParley, stopAll } from
 const PATHS = {
   'quick-path': { mode: 'streamed', patches: [['upstream/dialect.js', 'quick: quirks.chunkFraming && quickEvents(quirks.chunkFraming)', 'quick: undefined']] },
   'embeddings-in-place': { mode: 'embeddings', patches: [['upstream/dialect.js', 'inPlace: embeddingsInPlace,', 'inPlace: () => undefined,']] },
-  'child-span': { mode: 'whole', patches: [['telemetry/telemetry.js', 'if (!parent.isRecording())', 'if (false)']] },
 };
 const chosen = (process.argv[2] ?? Object.keys(PATHS).join(',')).split(',');
 const SECONDS = Number(process.argv[3] ?? 8);
