@@ -1,7 +1,7 @@
 // Metrics kept by the request path in plain numbers, one map lookup per
 // record, and read only when a reader collects. The SDK's own synchronous
 // instruments hash their attributes (sorted, as JSON) on every record, and a
-// request makes nine records. `node bench/revision-ab.mjs 11f4d31 whole 32 8 4`
+// request makes eight to ten. `node bench/revision-ab.mjs 11f4d31 whole 32 8 4`
 // (11f4d31 uses the SDK's instruments) gave this build 1.08 times its whole
 // requests/s (2026-11-26; rounds 1.05 1.04 1.08 1.10).
 import { ValueType, type HrTime } from '@opentelemetry/api';
