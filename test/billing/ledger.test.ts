@@ -282,36 +282,6 @@ describe.each(TOPOLOGIES)('on $topology', ({ oneServer, start }) => {
       expect((await readBalance(redis.client, account))!.held).toBe(100);
     });
 
-    onOneServer('sends the holds and the settlements of one turn to Redis in one write', async () => {
-      const { account } = await makeAccount(redis, 1);
-      const holds = new HoldQueue(redis.client);
-      const queue = new SettlementQueue(redis.client);
-      await holds.hold({ hold: ask(account, 'w1') });
-      // What the socket hands to the system: one call per write, or one for several corked writes.
-      const socket = redis.client.stream as unknown as Record<'_write' | '_writev', (...a: unknown[]) => void>;
-      const writes: string[] = [];
-      for (const method of ['_write', '_writev'] as const) {
-        const original = socket[method];
-        socket[method] = function (...a: unknown[]) {
-          writes.push(method);
-          return original.apply(this, a);
-        };
-      }
-      try {
-        const before = await scriptCalls();
-        writes.length = 0;
-        const [held] = await Promise.all([holds.hold({ hold: ask(account, 'w2') }), queue.settle(settlement(account, 'w1', 30))]);
-        expect(writes).toEqual(['_writev']);
-        expect((await scriptCalls()) - before).toBe(2);
-        expect(held.kind).toBe('held');
-      } finally {
-        // The spies are the socket's own properties, over its prototype's methods.
-        delete (socket as Partial<typeof socket>)._write;
-        delete (socket as Partial<typeof socket>)._writev;
-      }
-      expect((await readBalance(redis.client, account))!.held).toBe(50);
-    });
-
     onOneServer('charges settlements in order, each at most what is left, and adds them to the day\'s totals per model', async () => {
       const { account } = await makeAccount(redis, 0.0001); // 100 micro-units
       for (const id of ['s1', 's2', 's3']) await holdCredit(redis.client, { account, requestId: id, ttlMs: 60_000, prices, promptTokens: 1, n: 1, maxReplyTokens: 1 });
