@@ -14,6 +14,7 @@ import { ApiError, checkContextWindow, promptTooLong } from '../protocol/errors.
 import { sendJson, sendJsonParts } from '../protocol/http-io.js';
 import { servingTier, type ServiceTier } from '../protocol/service-tier.js';
 import { hintKey } from '../routing/affinity-key.js';
+import type { RoutePlan } from '../routing/router.js';
 import type { RoutedEndpoint, RoutedModel } from '../routing/routing-table.js';
 import type { UpstreamBody } from '../upstream/client.js';
 import { mergeStreams, type FanOut } from '../upstream/fan-out.js';
@@ -184,6 +185,17 @@ function admit<R>(api: ApiDescriptor<R, { usage: Usage }>, exchange: Exchange, s
   };
 }
 
+/** The request's plan, with its first endpoint's slot taken where one is free there (`firstHeld`). */
+function routeWithFirstSlot(ctx: GatewayContext, a: Admitted<unknown>, affinityKey: () => string): Promise<{ plan: RoutePlan; firstHeld: boolean }> {
+  const route = ctx.router.plan(a.model, affinityKey).then(async (plan) => {
+    const first = plan.endpoints[0];
+    return { plan, firstHeld: first !== undefined && (await ctx.router.state(first).tryAcquire(a.tier)) };
+  });
+  // Awaited only once the hold is in: a failure before then is not an unhandled one.
+  route.catch(() => undefined);
+  return route;
+}
+
 /** The relay of a streamed reply, opened before the upstream is called so that keep-alives and early failures reach the client. */
 function openRelay<R>(streaming: Streaming<R>, a: Admitted<R>, request: R, res: ServerResponse, ctx: GatewayContext, exchange: Exchange, meter: Meter, record: RequestRecord, started: number): StreamRelay {
   const counted = a.prompts.exact ? a.promptTokens : 0;
@@ -209,10 +221,20 @@ export async function handleApiRequest<R, W extends { usage: Usage }>(api: ApiDe
   record.account = caller.account;
   record.keyId = caller.keyId;
   const a = admit(api, exchange, span, record);
-  const meter = await Meter.open(ctx, span, {
-    table, caller, model: a.model, settlementId: randomId(), clientIds: a.clientIds, promptTokens: a.promptTokens,
-    n: a.replies, maxReplyTokens: a.maxReplyTokens, user: a.asked.user, api: api.name, tier: a.tier,
-  });
+  // The plan and its first endpoint's slot are asked for beside the credit hold: both wait on Redis, and
+  // in one round trip. `node bench/revision-ab.mjs <revision before this> whole 1` measures it (bench/README.md).
+  const route = routeWithFirstSlot(ctx, a, () => affinityKey(api, a.request, req, table.settings));
+  let meter: Meter;
+  try {
+    meter = await Meter.open(ctx, span, {
+      table, caller, model: a.model, settlementId: randomId(), clientIds: a.clientIds, promptTokens: a.promptTokens,
+      n: a.replies, maxReplyTokens: a.maxReplyTokens, user: a.asked.user, api: api.name, tier: a.tier,
+    });
+  } catch (err) {
+    // Not served (no credit, a key's limits): its slot goes back.
+    void route.then((r) => r.firstHeld && ctx.router.state(r.plan.endpoints[0]).release(a.tier), () => undefined);
+    throw err;
+  }
   // A window or a balance that leaves room for fewer reply tokens than asked lowers the limit sent upstream.
   const request = meter.maxReplyTokens < (a.asked.maxTokens ?? a.maxReplyTokens) ? api.withMaxTokens(a.request, meter.maxReplyTokens) : a.request;
   const streaming = a.asked.stream ? api.streaming : undefined;
@@ -221,8 +243,8 @@ export async function handleApiRequest<R, W extends { usage: Usage }>(api: ApiDe
   let call: UpstreamCall | undefined;
   try {
     const upstreamRequest = (endpoint: RoutedEndpoint) => withPriority(api.upstreamRequest(endpoint, a.model, request, a.passThrough), endpoint, a.tier);
-    const plan = await ctx.router.plan(a.model, () => affinityKey(api, request, req, table.settings));
-    call = await callWithFailover(ctx, span, { model: a.model, settings: table.settings, upstreamRequest, plan, account: caller.account, tier: a.tier, cancellation: exchange.upstreamCall, record });
+    const { plan, firstHeld } = await route;
+    call = await callWithFailover(ctx, span, { model: a.model, settings: table.settings, upstreamRequest, plan, firstHeld, account: caller.account, tier: a.tier, cancellation: exchange.upstreamCall, record });
     record.endpoint = call.endpoint.url;
     record.provider = call.endpoint.kind;
     const served = { api, call, request, meter, record, ctx, fanOut: { choicesPerCall: a.replies / call.bodies.length, callsPerPrompt: call.bodies.length / a.prompts.tokens.length } };

@@ -71,6 +71,8 @@ export interface Forwarding {
   settings: RoutingTable['settings'];
   upstreamRequest(endpoint: RoutedEndpoint): UpstreamRequest;
   plan: RoutePlan;
+  /** Whether the plan's first endpoint's slot is taken already (it is asked for beside the credit hold). */
+  firstHeld: boolean;
   account: string;
   /** The tier the request is admitted at. */
   tier: ServiceTier;
@@ -112,9 +114,15 @@ class PlanWalk {
     const { plan, tier } = this.forwarding;
     if (plan.endpoints.length === 0) throw noHealthyUpstream(this.forwarding.model.config.id, this.retryAfter);
     const full: RoutedEndpoint[] = [];
+    let firstHeld: boolean | undefined = this.forwarding.firstHeld;
     for (const endpoint of plan.endpoints) {
-      if (!this.attemptsLeft() || Date.now() >= this.deadline) break;
-      if (!(await this.ctx.router.state(endpoint).tryAcquire(tier))) {
+      const held = firstHeld;
+      firstHeld = undefined;
+      if (!this.attemptsLeft() || Date.now() >= this.deadline) {
+        if (held) this.ctx.router.state(endpoint).release(tier);
+        break;
+      }
+      if (!(held ?? (await this.ctx.router.state(endpoint).tryAcquire(tier)))) {
         full.push(endpoint);
         continue;
       }

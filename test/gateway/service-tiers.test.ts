@@ -129,6 +129,20 @@ describe("an endpoint's capacity", () => {
     });
   });
 
+  it('gives back the slot a request took beside its credit hold when the hold is refused', async () => {
+    await withGatewayOn([greeting()], ([url]) => ({
+      gateway: { health: { probe: { intervalMs: 0 } }, failover: { queueTimeoutMs: 200 } },
+      models: [modelEntry('m', [{ kind: 'vllm', url, maxConcurrent: 1 }])],
+    }), async (gw) => {
+      const broke = await makeAccount(gw.redis, 0);
+      for (let i = 0; i < 3; i++) expect((await postChat({ ...gw, apiKey: broke.key }, { model: 'm', messages })).status).toBe(402);
+      // Its one slot is free: a funded request is served at once, not queued past its timeout.
+      const served = await gw.client.chat.completions.create({ model: 'm', messages });
+      expect(served.choices[0].message.content).toBe('Hello there');
+      expect(gw.context.router.snapshot()[0].endpoints[0].inFlight).toBe(0);
+    });
+  });
+
   it("keeps flex off its last slot, which a default request then takes; flex waiting past its timeout gets OpenAI's 429 and costs nothing", async () => {
     const upstream = holdingUpstream();
     await withGatewayOn([upstream.script], ([url]) => ({
