@@ -10,13 +10,16 @@
 // from the rest, with the most other-tier leases held at once per second,
 // for the room flex leaves (EndpointState's mayAdmit).
 //
-// Coordination costs one script call per admission and one per release,
-// the release off the reply's path (bench/service-tiers.mjs measures it).
+// Admissions asked for within one turn of the event loop go in one script
+// call, applied in order (as holds do: billing/hold-queue.ts); a release is
+// one call, off the reply's path. `node bench/revision-ab.mjs <revision> whole 32`
+// against the revision before the batching measures it (bench/README.md).
 import { randomUUID } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import type { ServiceTier } from '../protocol/service-tier.js';
-import { LUA_NOW_MS, luaScript } from '../redis/lua-script.js';
+import { LUA_NOW_MS, luaArgs, luaJson, luaScript } from '../redis/lua-script.js';
 import { redisKeys } from '../redis/keys.js';
+import { TurnBatches } from '../redis/turn-batches.js';
 import { PEAK_WINDOW_S, POLL_MS, flexLimit } from './admission-rule.js';
 
 const LEASE_MS = 30_000;
@@ -24,52 +27,67 @@ const RENEW_MS = 5_000;
 /** A waiting mark not refreshed for this long is dropped: its replica stopped waiting, or died. */
 const WAITING_MARK_MS = 10 * POLL_MS;
 
-// KEYS: flex leases, other leases, priority waiters, default waiters, the most other-tier leases held at once
-// per second. ARGV: lease, tier, maxConcurrent, flex's limit, lease ms, waiting mark id, mark ms, peak window s.
-// Returns 1 with the lease taken, 0 without (a default or priority request is then marked waiting). The rule
-// is EndpointState's mayAdmit, for the fleet: flex leaves room for the most other requests held lately, plus one.
+const ACQUIRE_ARGS = luaArgs(['lease', 'tier', 'max_concurrent', 'flex_limit', 'lease_ms', 'mark_id', 'mark_ms', 'peak_window_s'] as const);
+
+// ARGV[1]: the admissions, a JSON array, each where its endpoint's keys start
+// in KEYS (flex leases, other leases, priority waiters, default waiters, the
+// most other-tier leases held at once per second), then ACQUIRE_ARGS.
+// Replies, per admission, 1 with the lease taken, 0 without (a default or
+// priority request is then marked waiting). The rule is EndpointState's
+// mayAdmit, for the fleet: flex leaves room for the most other requests held
+// lately, plus one.
 const ACQUIRE = luaScript(`
 ${LUA_NOW_MS}
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now_ms)
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now_ms)
-redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now_ms - tonumber(ARGV[7]))
-redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now_ms - tonumber(ARGV[7]))
-local tier = ARGV[2]
-local flex, other = redis.call('ZCARD', KEYS[1]), redis.call('ZCARD', KEYS[2])
-local second = math.floor(now_ms / 1000)
-local admit
-if tier == 'flex' then
-  local peak = 0
-  local window = tonumber(ARGV[8])
-  local fields = {}
-  for s = second - window + 1, second do fields[#fields + 1] = tostring(s) end
-  for _, v in ipairs(redis.call('HMGET', KEYS[5], unpack(fields))) do
-    if v then peak = math.max(peak, tonumber(v)) end
+${ACQUIRE_ARGS.lua('S')}
+-- One admission: K, its endpoint's keys; A, its ACQUIRE_ARGS.
+local function acquire(K, A)
+  redis.call('ZREMRANGEBYSCORE', K[1], '-inf', now_ms)
+  redis.call('ZREMRANGEBYSCORE', K[2], '-inf', now_ms)
+  redis.call('ZREMRANGEBYSCORE', K[3], '-inf', now_ms - tonumber(A[S.mark_ms]))
+  redis.call('ZREMRANGEBYSCORE', K[4], '-inf', now_ms - tonumber(A[S.mark_ms]))
+  local tier = A[S.tier]
+  local flex, other = redis.call('ZCARD', K[1]), redis.call('ZCARD', K[2])
+  local second = math.floor(now_ms / 1000)
+  local admit
+  if tier == 'flex' then
+    local peak = 0
+    local window = tonumber(A[S.peak_window_s])
+    local fields = {}
+    for s = second - window + 1, second do fields[#fields + 1] = tostring(s) end
+    for _, v in ipairs(redis.call('HMGET', K[5], unpack(fields))) do
+      if v then peak = math.max(peak, tonumber(v)) end
+    end
+    local room = peak > 0 and peak + 1 or 0
+    admit = redis.call('ZCARD', K[3]) + redis.call('ZCARD', K[4]) == 0
+      and flex + other < tonumber(A[S.flex_limit]) and flex + room < tonumber(A[S.max_concurrent])
+  else
+    local ahead = tier == 'default' and redis.call('ZCARD', K[3]) or 0
+    admit = ahead == 0 and flex + other < tonumber(A[S.max_concurrent])
   end
-  local room = peak > 0 and peak + 1 or 0
-  admit = redis.call('ZCARD', KEYS[3]) + redis.call('ZCARD', KEYS[4]) == 0
-    and flex + other < tonumber(ARGV[4]) and flex + room < tonumber(ARGV[3])
-else
-  local ahead = tier == 'default' and redis.call('ZCARD', KEYS[3]) or 0
-  admit = ahead == 0 and flex + other < tonumber(ARGV[3])
+  local mark = tier == 'priority' and K[3] or K[4]
+  if not admit then
+    if tier ~= 'flex' then redis.call('ZADD', mark, now_ms, A[S.mark_id]) end
+    return 0
+  end
+  if tier == 'flex' then
+    redis.call('ZADD', K[1], now_ms + tonumber(A[S.lease_ms]), A[S.lease])
+  else
+    redis.call('ZREM', mark, A[S.mark_id])
+    redis.call('ZADD', K[2], now_ms + tonumber(A[S.lease_ms]), A[S.lease])
+    local held = tonumber(redis.call('HGET', K[5], tostring(second)) or '0')
+    if other + 1 > held then redis.call('HSET', K[5], tostring(second), other + 1) end
+    redis.call('PEXPIRE', K[5], tonumber(A[S.peak_window_s]) * 2000)
+  end
+  redis.call('PEXPIRE', K[1], A[S.lease_ms])
+  redis.call('PEXPIRE', K[2], A[S.lease_ms])
+  return 1
 end
-local mark = tier == 'priority' and KEYS[3] or KEYS[4]
-if not admit then
-  if tier ~= 'flex' then redis.call('ZADD', mark, now_ms, ARGV[6]) end
-  return 0
+local reply = {}
+for _, item in ipairs(cjson.decode(ARGV[1])) do
+  local at = item[1]
+  reply[#reply + 1] = acquire({ KEYS[at], KEYS[at + 1], KEYS[at + 2], KEYS[at + 3], KEYS[at + 4] }, { unpack(item, 2) })
 end
-if tier == 'flex' then
-  redis.call('ZADD', KEYS[1], now_ms + tonumber(ARGV[5]), ARGV[1])
-else
-  redis.call('ZREM', mark, ARGV[6])
-  redis.call('ZADD', KEYS[2], now_ms + tonumber(ARGV[5]), ARGV[1])
-  local held = tonumber(redis.call('HGET', KEYS[5], tostring(second)) or '0')
-  if other + 1 > held then redis.call('HSET', KEYS[5], tostring(second), other + 1) end
-  redis.call('PEXPIRE', KEYS[5], tonumber(ARGV[8]) * 2000)
-end
-redis.call('PEXPIRE', KEYS[1], ARGV[5])
-redis.call('PEXPIRE', KEYS[2], ARGV[5])
-return 1
+return reply
 `);
 
 // KEYS: leases. ARGV: lease ms, then the leases to keep.
@@ -85,28 +103,65 @@ const FLEX = 'flex:';
 const OTHER = 'other:';
 const leasesOf = (endpoint: string, lease: string) => (lease.startsWith(FLEX) ? redisKeys.endpointSlots(endpoint).flexLeases : redisKeys.endpointSlots(endpoint).otherLeases);
 
+interface Asking {
+  endpoint: string;
+  lease: string;
+  tier: ServiceTier;
+  maxConcurrent: number;
+  taken: (lease: string | undefined) => void;
+  failed: (err: unknown) => void;
+}
+
 export class FleetSlots {
   private readonly replica = randomUUID();
+  private readonly batches: TurnBatches<Asking>;
   /** Leases this replica holds, by endpoint. */
   private readonly held = new Map<string, Set<string>>();
   private readonly timer: NodeJS.Timeout;
 
   constructor(private readonly redis: Redis) {
+    this.batches = new TurnBatches(redis, (part) => void this.admit(part), (a) => redisKeys.endpointSlots(a.endpoint).flexLeases);
     this.timer = setInterval(() => void this.renew(), RENEW_MS);
     this.timer.unref();
   }
 
   /** Takes one of `endpoint`'s slots for `tier`; resolves to its lease, or undefined when the fleet has none free for it. */
-  async acquire(endpoint: string, tier: ServiceTier, maxConcurrent: number): Promise<string | undefined> {
-    const keys = redisKeys.endpointSlots(endpoint);
+  acquire(endpoint: string, tier: ServiceTier, maxConcurrent: number): Promise<string | undefined> {
     const lease = `${tier === 'flex' ? FLEX : OTHER}${randomUUID()}`;
-    const args = [lease, tier, maxConcurrent, flexLimit(maxConcurrent), LEASE_MS, this.replica, WAITING_MARK_MS, PEAK_WINDOW_S];
-    const taken = await ACQUIRE.run(this.redis, [keys.flexLeases, keys.otherLeases, keys.priorityWaiting, keys.defaultWaiting, keys.otherPeaks], args);
-    if (Number(taken) !== 1) return undefined;
-    let leases = this.held.get(endpoint);
-    if (!leases) this.held.set(endpoint, (leases = new Set()));
-    leases.add(lease);
-    return lease;
+    return new Promise((taken, failed) => this.batches.add({ endpoint, lease, tier, maxConcurrent, taken, failed }));
+  }
+
+  /** One turn's admissions, in one script call. */
+  private async admit(part: Asking[]): Promise<void> {
+    const keys: string[] = [];
+    const keysAt = new Map<string, number>();
+    const items = part.map((a) => {
+      let at = keysAt.get(a.endpoint);
+      if (at === undefined) {
+        const k = redisKeys.endpointSlots(a.endpoint);
+        at = keys.push(k.flexLeases, k.otherLeases, k.priorityWaiting, k.defaultWaiting, k.otherPeaks) - 4;
+        keysAt.set(a.endpoint, at);
+      }
+      const args = ACQUIRE_ARGS.list({
+        lease: a.lease, tier: a.tier, max_concurrent: a.maxConcurrent, flex_limit: flexLimit(a.maxConcurrent),
+        lease_ms: LEASE_MS, mark_id: this.replica, mark_ms: WAITING_MARK_MS, peak_window_s: PEAK_WINDOW_S,
+      });
+      return [at, ...args];
+    });
+    let taken: number[];
+    try {
+      taken = (await ACQUIRE.run(this.redis, keys, [luaJson(items)])) as number[];
+    } catch (err) {
+      for (const a of part) a.failed(err);
+      return;
+    }
+    part.forEach((a, i) => {
+      if (Number(taken[i]) !== 1) return a.taken(undefined);
+      let leases = this.held.get(a.endpoint);
+      if (!leases) this.held.set(a.endpoint, (leases = new Set()));
+      leases.add(a.lease);
+      a.taken(a.lease);
+    });
   }
 
   /** Gives a lease back; off the request's path, and a lease lost with Redis lapses by itself. */
