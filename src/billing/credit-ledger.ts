@@ -14,6 +14,7 @@
 // request beyond the hold itself and its usage event.
 import type { Redis } from 'ioredis';
 import { redisKeys } from '../redis/keys.js';
+import { BatchKeys, LUA_EACH_ITEM } from '../redis/batch-keys.js';
 import { LUA_INT, LUA_NOW_MS, luaArgs, luaConstants, luaJson, luaScript } from '../redis/lua-script.js';
 import { RATE_LIMIT_LUA, rateUse, type RateCheck, type RateUse } from '../ratelimit/rate-limiter.js';
 import type { Usage } from '../protocol/chat-response.js';
@@ -84,16 +85,7 @@ end
 // costs a few commands per account rather than a dozen per request.
 const BATCHED_ACCOUNTS = `
 ${RECLAIM_EXPIRED_HOLDS}
--- Calls f(K, A) for each item of the JSON array in ARGV[items_arg]. An item is where its account's
--- five keys start in KEYS, the places of its more_keys other keys, then its arguments (A).
-local function each_item(items_arg, more_keys, f)
-  for _, item in ipairs(cjson.decode(ARGV[items_arg])) do
-    local at = item[1]
-    local K = { KEYS[at], KEYS[at + 1], KEYS[at + 2], KEYS[at + 3], KEYS[at + 4] }
-    for i = 1, more_keys do K[5 + i] = KEYS[item[1 + i]] end
-    f(K, { unpack(item, 2 + more_keys) })
-  end
-end
+${LUA_EACH_ITEM}
 local accounts, accounts_read = {}, {}
 local function account(K)
   local a = accounts[K[1]]
@@ -209,7 +201,7 @@ local function hold(K, A)
   return {HELD, amount, tokens, window_counts(w)}
 end
 local reply = {}
-each_item(1, 2, function(K, A)
+each_item(1, 5, 2, function(K, A)
   for _, v in ipairs(hold(K, A)) do reply[#reply + 1] = v end
 end)
 write_accounts()
@@ -289,7 +281,7 @@ local function settle(K, A)
   return SETTLED, charge
 end
 local reply = {}
-each_item(2, 2, function(K, A)
+each_item(2, 5, 2, function(K, A)
   local done, charge = settle(K, A)
   reply[#reply + 1] = done
   reply[#reply + 1] = charge
@@ -345,35 +337,10 @@ const accountKeys = (account: string) => [
   redisKeys.account(account), redisKeys.holds(account), redisKeys.holdAmounts(account), redisKeys.reclaimedHolds(account), redisKeys.holdBudgets(account),
 ];
 
-/**
- * The KEYS of one batch script, each key once, and where each is (counted
- * from 1, as Lua does). A batch is mostly one account's requests; sending
- * every item's keys and arguments as command arguments of their own, rather
- * than keys once and the items as one JSON text, cost the client some 40%
- * more time per request in batches of 8.
- */
-class BatchKeys {
-  readonly list: string[] = [];
-  private readonly places = new Map<string, number>();
-
-  /** Where the account's five keys start: they are always together, in accountKeys' order. */
+/** The batch's KEYS, an account's five together in accountKeys' order. */
+class LedgerKeys extends BatchKeys {
   account(account: string): number {
-    const first = redisKeys.account(account);
-    const known = this.places.get(first);
-    if (known !== undefined) return known;
-    const at = this.list.length + 1;
-    this.places.set(first, at);
-    this.list.push(...accountKeys(account));
-    return at;
-  }
-
-  key(key: string): number {
-    let at = this.places.get(key);
-    if (at === undefined) {
-      at = this.list.push(key);
-      this.places.set(key, at);
-    }
-    return at;
+    return this.group(redisKeys.account(account), () => accountKeys(account));
   }
 }
 
@@ -419,7 +386,7 @@ export interface HoldAsk {
  * budget is spent. One script for the whole batch.
  */
 export async function holdCredits(redis: Redis, asks: HoldAsk[]): Promise<HoldResult[]> {
-  const keys = new BatchKeys();
+  const keys = new LedgerKeys();
   const items = asks.map(({ hold: h, rate }) => {
     const account = keys.account(h.account);
     const budget = h.budget;
@@ -507,7 +474,7 @@ export type SettleResult = { charged: number } | 'already settled' | 'refused';
  */
 export async function settleHolds(redis: Redis, batch: Settlement[], keepEventsMs = 0): Promise<SettleResult[]> {
   const day = currentUtcDay(Date.now());
-  const keys = new BatchKeys();
+  const keys = new LedgerKeys();
   const items = batch.map((s) => {
     const u = s.usage;
     return [

@@ -160,8 +160,7 @@ export class EndpointState {
 
   /** Gives back a slot `tier` took; the waiter whose turn it is, if any, takes it. */
   release(tier: ServiceTier): void {
-    this.inFlight--;
-    if (tier === 'flex') this.inFlightFlex--;
+    this.countHeld(tier, -1);
     const lease = this.leases[tier === 'flex' ? 'flex' : 'other'].pop();
     if (lease) this.fleet?.release(this.name, lease);
     this.wake?.();
@@ -184,9 +183,8 @@ export class EndpointState {
 
   /** Takes a slot here and, sharing Redis, one of the fleet's; false when the fleet has none free for `tier`. */
   private async take(tier: ServiceTier): Promise<boolean> {
-    this.inFlight++;
-    if (tier === 'flex') this.inFlightFlex++;
-    else this.otherPeak.note(this.inFlight - this.inFlightFlex);
+    this.countHeld(tier, 1);
+    if (tier !== 'flex') this.otherPeak.note(this.inFlight - this.inFlightFlex);
     if (!this.fleet) return true;
     try {
       const lease = await this.fleet.acquire(this.name, tier, this.limits.maxConcurrent);
@@ -198,9 +196,13 @@ export class EndpointState {
       // Redis is away: this replica's own count is all there is (and the request's credit hold fails anyway).
       return true;
     }
-    this.inFlight--;
-    if (tier === 'flex') this.inFlightFlex--;
+    this.countHeld(tier, -1);
     return false;
+  }
+
+  private countHeld(tier: ServiceTier, change: 1 | -1): void {
+    this.inFlight += change;
+    if (tier === 'flex') this.inFlightFlex += change;
   }
 
   /** The first waiter in admission order: the highest tier waiting, the account whose turn it is. */

@@ -20,6 +20,7 @@ import { randomUUID } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import type { ServiceTier } from '../protocol/service-tier.js';
 import { LUA_NOW_MS, luaArgs, luaJson, luaScript } from '../redis/lua-script.js';
+import { BatchKeys, LUA_EACH_ITEM } from '../redis/batch-keys.js';
 import { redisKeys } from '../redis/keys.js';
 import { TurnBatches } from '../redis/turn-batches.js';
 import { PEAK_WINDOW_S, POLL_MS, flexLimit } from './admission-rule.js';
@@ -31,9 +32,9 @@ const WAITING_MARK_MS = 10 * POLL_MS;
 
 const ACQUIRE_ARGS = luaArgs(['lease', 'tier', 'max_concurrent', 'flex_limit', 'lease_ms', 'mark_id', 'mark_ms', 'peak_window_s'] as const);
 
-// ARGV[1]: the admissions, a JSON array, each where its endpoint's keys start
-// in KEYS (flex leases, other leases, priority waiters, default waiters, the
-// most other-tier leases held at once per second), then ACQUIRE_ARGS.
+// ARGV[1]: the admissions (each_item), each with its endpoint's five keys
+// (flex leases, other leases, priority waiters, default waiters, the most
+// other-tier leases held at once per second) and ACQUIRE_ARGS.
 // Replies, per admission, 1 with the lease taken, 0 without (a default or
 // priority request is then marked waiting). The rule is EndpointState's
 // mayAdmit, for the fleet: flex leaves room for the most other requests held
@@ -41,6 +42,7 @@ const ACQUIRE_ARGS = luaArgs(['lease', 'tier', 'max_concurrent', 'flex_limit', '
 const ACQUIRE = luaScript(`
 ${LUA_NOW_MS}
 ${ACQUIRE_ARGS.lua('S')}
+${LUA_EACH_ITEM}
 -- One admission: K, its endpoint's keys; A, its ACQUIRE_ARGS.
 local function acquire(K, A)
   redis.call('ZREMRANGEBYSCORE', K[1], '-inf', now_ms)
@@ -85,10 +87,7 @@ local function acquire(K, A)
   return 1
 end
 local reply = {}
-for _, item in ipairs(cjson.decode(ARGV[1])) do
-  local at = item[1]
-  reply[#reply + 1] = acquire({ KEYS[at], KEYS[at + 1], KEYS[at + 2], KEYS[at + 3], KEYS[at + 4] }, { unpack(item, 2) })
-end
+each_item(1, 5, 0, function(K, A) reply[#reply + 1] = acquire(K, A) end)
 return reply
 `);
 
@@ -135,15 +134,10 @@ export class FleetSlots {
 
   /** One turn's admissions, in one script call. */
   private async admit(part: Asking[]): Promise<void> {
-    const keys: string[] = [];
-    const keysAt = new Map<string, number>();
+    const keys = new BatchKeys();
     const items = part.map((a) => {
-      let at = keysAt.get(a.endpoint);
-      if (at === undefined) {
-        const k = redisKeys.endpointSlots(a.endpoint);
-        at = keys.push(k.flexLeases, k.otherLeases, k.priorityWaiting, k.defaultWaiting, k.otherPeaks) - 4;
-        keysAt.set(a.endpoint, at);
-      }
+      const k = redisKeys.endpointSlots(a.endpoint);
+      const at = keys.group(k.flexLeases, () => [k.flexLeases, k.otherLeases, k.priorityWaiting, k.defaultWaiting, k.otherPeaks]);
       const args = ACQUIRE_ARGS.list({
         lease: a.lease, tier: a.tier, max_concurrent: a.maxConcurrent, flex_limit: flexLimit(a.maxConcurrent),
         lease_ms: LEASE_MS, mark_id: this.replica, mark_ms: WAITING_MARK_MS, peak_window_s: PEAK_WINDOW_S,
@@ -152,7 +146,7 @@ export class FleetSlots {
     });
     let taken: number[];
     try {
-      taken = (await ACQUIRE.run(this.redis, keys, [luaJson(items)])) as number[];
+      taken = (await ACQUIRE.run(this.redis, keys.list, [luaJson(items)])) as number[];
     } catch (err) {
       for (const a of part) a.failed(err);
       return;
