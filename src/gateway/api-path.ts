@@ -218,6 +218,7 @@ export async function handleApiRequest<R, W extends { usage: Usage }>(api: ApiDe
   record.api = api.name;
   const exchange = await openExchange(req, res, ctx);
   const { caller, table } = exchange;
+  record.settings = table.settings;
   record.account = caller.account;
   record.keyId = caller.keyId;
   const a = admit(api, exchange, span, record);

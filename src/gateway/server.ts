@@ -41,7 +41,8 @@ const anthropicClient = (req: IncomingMessage, path: string) => path.startsWith(
 function ended(ctx: GatewayContext, span: Span, record: RequestRecord, res: ServerResponse, errorCode: string | null, seconds: number): void {
   const errorType = errorCode ?? (res.statusCode >= 400 ? String(res.statusCode) : record.brokenOff);
   span.setAttributes(genAiSpanAttributes(record));
-  const { settings } = ctx.routing();
+  // A request that failed before its exchange opened (no key) goes by the table in force now.
+  const settings = record.settings ?? ctx.routing().settings;
   ctx.telemetry.recordGeneration(record, seconds, errorType, settings.metricsTopAccounts);
   if (settings.requestLog) writeRequestLog(record, res.statusCode, errorType, seconds);
 }

@@ -30,6 +30,8 @@ export interface RequestRecord {
   /** The reply's id (`chatcmpl-…`), and why each of its choices finished. */
   replyId?: string;
   finishReasons?: string[];
+  /** The telemetry settings of the routing table the request started on: a reload mid-request changes neither. */
+  settings?: { requestLog: boolean; metricsTopAccounts: number };
 }
 
 /** The GenAI conventions' name of each API's operation (gen_ai.operation.name): Messages and Responses are chat. */

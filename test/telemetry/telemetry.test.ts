@@ -145,6 +145,37 @@ describe('a log line per request', () => {
   });
 });
 
+describe('a log line per request, across a reload', () => {
+  it('follows the routing table the request started on: a reload that turns the log off mid-reply leaves that reply its line', async () => {
+    const config = (requestLog: boolean) => ({ gateway: { requestLog }, models: [modelEntry('m', [{ kind: 'vllm', url: upstream.url }]), modelEntry('s', [{ kind: 'vllm', url: slow.url }])] });
+    const gw = await startTestGateway(config(true));
+    const lines: string[] = [];
+    const write = process.stdout.write.bind(process.stdout);
+    process.stdout.write = ((text: string) => (lines.push(String(text)), true)) as typeof process.stdout.write;
+    try {
+      const reply = await postChat(gw, { model: 's', messages, stream: true }, { 'x-request-id': 'started-logged' });
+      const reader = reply.body!.getReader();
+      await reader.read();
+      gw.writeConfig(config(false));
+      // The reload has landed once a whole request logs nothing.
+      for (let i = 0; i < 50; i++) {
+        const before = lines.length;
+        await (await postChat(gw, { model: 'm', messages }, { 'x-request-id': `probe-${i}` })).text();
+        if (lines.length === before) break;
+        await sleep(50);
+      }
+      finishSlow();
+      while (!(await reader.read()).done);
+      await sleep(50);
+    } finally {
+      process.stdout.write = write;
+      await gw.close();
+    }
+    const logged = lines.filter((l) => l.includes('"msg":"request"')).map((l) => JSON.parse(l).request_id);
+    expect(logged).toContain('started-logged');
+  });
+});
+
 describe('traces over OTLP', () => {
   let collector: Server;
   const received: string[] = [];
