@@ -170,7 +170,11 @@ describe('on a Redis Cluster of 3 primaries, each with a replica', () => {
   let cluster: TestCluster;
   let upstream: FakeUpstream;
   let fleet: Fleet;
+  const waitTimeout = process.env.REDIS_WAIT_TIMEOUT_MS;
   beforeAll(async () => {
+    // A write counts once a replica has it. With every test file running at once on a 2-core machine, a replica
+    // can take longer than the default 250 ms; these tests check the books, not WAIT's latency.
+    process.env.REDIS_WAIT_TIMEOUT_MS = '2000';
     cluster = await startTestCluster(3, 1);
     upstream = await startFakeUpstream(answering({ prompt_tokens: 10, completion_tokens: 5 }));
     fleet = await startFleet({ kind: 'cluster', nodes: cluster.nodes.split(',').map((n) => ({ host: '127.0.0.1', port: Number(n.split(':')[1]) })) }, upstream);
@@ -179,6 +183,8 @@ describe('on a Redis Cluster of 3 primaries, each with a replica', () => {
     await fleet?.close();
     await upstream?.close();
     await cluster?.stop();
+    if (waitTimeout === undefined) delete process.env.REDIS_WAIT_TIMEOUT_MS;
+    else process.env.REDIS_WAIT_TIMEOUT_MS = waitTimeout;
   });
 
   it('keeps many accounts on different primaries, each exact under racing requests from 3 replicas; codes credit once; revocation, sessions and the audit log reach every replica', async () => {
