@@ -6,6 +6,7 @@
 //
 //   quick-path           streamed chat: the dialect's quick path (upstream/quick-events.ts) against every event parsed as JSON
 //   embeddings-in-place  embeddings: vectors passed on unread (upstream/embeddings-in-place.ts) against read and written again
+//   batched-releases     whole chat: a turn's fleet slot releases in one ZREM per set (routing/fleet-slots.ts) against one ZREM per release
 //
 //   npm run build && node bench/fast-paths.mjs [paths, default all, comma-separated] [seconds per run, default 8] [rounds, default 4]
 import { abRounds, benchModel, forked, patchedBuild, startParley, stopAll } from './support.mjs';
@@ -13,6 +14,7 @@ import { abRounds, benchModel, forked, patchedBuild, startParley, stopAll } from
 const PATHS = {
   'quick-path': { mode: 'streamed', patches: [['upstream/dialect.js', 'quick: quirks.chunkFraming && quickEvents(quirks.chunkFraming)', 'quick: undefined']] },
   'embeddings-in-place': { mode: 'embeddings', patches: [['upstream/dialect.js', 'inPlace: embeddingsInPlace,', 'inPlace: () => undefined,']] },
+  'batched-releases': { mode: 'whole', patches: [['routing/fleet-slots.js', 'this.releases.add({ endpoint, lease });', 'void this.redis.zrem(leasesOf(endpoint, lease), lease).catch(() => undefined);']] },
 };
 const chosen = (process.argv[2] ?? Object.keys(PATHS).join(',')).split(',');
 const SECONDS = Number(process.argv[3] ?? 8);
@@ -21,13 +23,12 @@ const ROUNDS = Number(process.argv[4] ?? 4);
 try {
   const { port } = await forked('bench/fast-upstream.mjs', ['0']);
   const models = [benchModel(`http://127.0.0.1:${port}`)];
-  const settings = { requestLog: false };
-  const shipped = await startParley(models, settings);
   for (const name of chosen) {
-    const { mode, patches } = PATHS[name];
+    const { mode, patches, settings = { requestLog: false } } = PATHS[name];
+    const shipped = await startParley(models, settings);
     const without = await startParley(models, settings, [], undefined, patchedBuild(`no-${name}`, patches));
     await abRounds(`${name} (${mode})`, [['this build', shipped], [`without ${name}`, without]], { mode, connections: 32, seconds: SECONDS, rounds: ROUNDS });
-    without.child.kill('SIGTERM');
+    for (const p of [shipped, without]) p.child.kill('SIGTERM');
   }
 } finally {
   stopAll();
