@@ -7,6 +7,7 @@
 //   quick-path           streamed chat: the dialect's quick path (upstream/quick-events.ts) against every event parsed as JSON
 //   embeddings-in-place  embeddings: vectors passed on unread (upstream/embeddings-in-place.ts) against read and written again
 //   batched-releases     whole chat: a turn's fleet slot releases in one ZREM per set (routing/fleet-slots.ts) against one ZREM per release
+//   batched-log-lines    whole chat, logging: log lines written together (telemetry/request-log.ts) against a write per line
 //
 //   npm run build && node bench/fast-paths.mjs [paths, default all, comma-separated] [seconds per run, default 8] [rounds, default 4]
 import { abRounds, benchModel, forked, patchedBuild, startParley, stopAll } from './support.mjs';
@@ -15,6 +16,7 @@ const PATHS = {
   'quick-path': { mode: 'streamed', patches: [['upstream/dialect.js', 'quick: quirks.chunkFraming && quickEvents(quirks.chunkFraming)', 'quick: undefined']] },
   'embeddings-in-place': { mode: 'embeddings', patches: [['upstream/dialect.js', 'inPlace: embeddingsInPlace,', 'inPlace: () => undefined,']] },
   'batched-releases': { mode: 'whole', patches: [['routing/fleet-slots.js', 'this.releases.add({ endpoint, lease });', 'void this.redis.zrem(leasesOf(endpoint, lease), lease).catch(() => undefined);']] },
+  'batched-log-lines': { mode: 'whole', settings: { requestLog: true }, patches: [['telemetry/request-log.js', 'writeLine(`${JSON.stringify(line)}\\n`);', 'process.stdout.write(`${JSON.stringify(line)}\\n`);']] },
 };
 const chosen = (process.argv[2] ?? Object.keys(PATHS).join(',')).split(',');
 const SECONDS = Number(process.argv[3] ?? 8);

@@ -23,6 +23,7 @@ import { PrefixSharing } from '../routing/prefix-sharing.js';
 import { Router } from '../routing/router.js';
 import { buildRoutingTable, type RoutingTable } from '../routing/routing-table.js';
 import type { GatewayContext } from './context.js';
+import { flushRequestLog } from '../telemetry/request-log.js';
 import { Telemetry } from '../telemetry/telemetry.js';
 import { Lifecycle } from './lifecycle.js';
 import { createGatewayServer } from './server.js';
@@ -126,6 +127,7 @@ export async function startGateway(opts: GatewayOptions): Promise<RunningGateway
         const closed = new Promise<void>((resolve) => server.close(() => resolve()));
         server.closeAllConnections();
         await closed;
+        flushRequestLog();
         const unsettled = await settlements.drain(SETTLE_ON_CLOSE_MS);
         if (unsettled > 0) console.warn(`parley: ${unsettled} settlements still pending at shutdown; their holds expire on their own`);
         await parts.stopAll();

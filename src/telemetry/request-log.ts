@@ -2,8 +2,39 @@
 // on stdout per generation (the Kubernetes way: the node's log agent takes
 // it), and the GenAI conventions' span attributes. Ids, counts and codes
 // only: never an API key, a prompt or a reply.
+//
+// Lines are written together, FLUSH_MS after the first of them or once
+// FLUSH_BYTES have gathered, and at once when the process exits or the
+// gateway closes: a write to stdout is a system call that blocks (stdout is
+// a pipe or a file), and its reader wakes for each. Against a write per
+// line, `node bench/fast-paths.mjs batched-log-lines` gave 1.26 times the
+// whole requests/s at 32 connections (2026-11-26). A process killed with
+// SIGKILL loses at most FLUSH_MS of lines; its usage events are in Redis.
 import type { Attributes } from '@opentelemetry/api';
 import { GEN_AI_OPERATIONS, type RequestRecord } from './request-record.js';
+
+const FLUSH_MS = 100;
+const FLUSH_BYTES = 64 * 1024;
+
+let pending = '';
+let flushTimer: NodeJS.Timeout | undefined;
+
+/** Writes the lines gathered so far. */
+export function flushRequestLog(): void {
+  clearTimeout(flushTimer);
+  flushTimer = undefined;
+  if (pending === '') return;
+  const text = pending;
+  pending = '';
+  process.stdout.write(text);
+}
+process.once('exit', flushRequestLog);
+
+function writeLine(line: string): void {
+  pending += line;
+  if (pending.length >= FLUSH_BYTES) flushRequestLog();
+  else flushTimer ??= setTimeout(flushRequestLog, FLUSH_MS).unref();
+}
 
 export function writeRequestLog(r: RequestRecord, status: number, errorType: string | undefined, seconds: number): void {
   const line = {
@@ -28,7 +59,7 @@ export function writeRequestLog(r: RequestRecord, status: number, errorType: str
     total_ms: Math.round(seconds * 1000),
     attempts: r.attempts,
   };
-  process.stdout.write(`${JSON.stringify(line)}\n`);
+  writeLine(`${JSON.stringify(line)}\n`);
 }
 
 export function genAiSpanAttributes(r: RequestRecord): Attributes {

@@ -5,6 +5,7 @@ import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { chunk, completionBody, replyJson, sleep, startFakeUpstream, writeEvents, type FakeUpstream } from '../support/fake-upstream.js';
 import { makeAccount, modelEntry, postChat, startTestGateway, type TestGateway } from '../support/gateway.js';
+import { flushRequestLog } from '../../src/telemetry/request-log.js';
 
 const SECRET_PROMPT = 'the launch code is tangerine-4417';
 const messages = [{ role: 'user' as const, content: SECRET_PROMPT }];
@@ -129,10 +130,10 @@ describe('a log line per request', () => {
       await (await postChat(gw, { model: 'm', messages }, { 'x-request-id': 'log-me-1' })).text();
       await postChat(gw, { model: 'nope', messages }, { 'x-request-id': 'log-me-2' });
     } finally {
-      process.stdout.write = write;
       await gw.close();
+      process.stdout.write = write;
     }
-    const logged = lines.filter((l) => l.includes('"msg":"request"')).map((l) => JSON.parse(l));
+    const logged = lines.flatMap((w) => w.trimEnd().split('\n')).filter((l) => l.includes('"msg":"request"')).map((l) => JSON.parse(l));
     // 36 uncached × 1 + 64 cached × 0.1 + 5 out × 2 = 52.4 micro-units, rounded up.
     expect(logged[0]).toMatchObject({
       level: 'info', request_id: 'log-me-1', account: gw.account, key_id: expect.stringMatching(/^key_/), api: 'chat', model: 'm', service_tier: 'default',
@@ -142,6 +143,25 @@ describe('a log line per request', () => {
     expect(logged[1]).toMatchObject({ request_id: 'log-me-2', model: 'nope', status: 404, error: 'model_not_found', attempts: 0 });
     expect(lines.join('')).not.toContain(gw.apiKey);
     expect(lines.join('')).not.toContain('tangerine');
+  });
+});
+
+describe('log lines, written together', () => {
+  it('go to stdout in fewer writes than lines, and all of them by the time the gateway has closed', async () => {
+    const gw = await startTestGateway({ gateway: { requestLog: true }, models: [modelEntry('m', [{ kind: 'vllm', url: upstream.url }])] });
+    const writes: string[] = [];
+    const write = process.stdout.write.bind(process.stdout);
+    process.stdout.write = ((text: string) => (writes.push(String(text)), true)) as typeof process.stdout.write;
+    try {
+      await Promise.all(Array.from({ length: 8 }, (_, i) => postChat(gw, { model: 'm', messages }, { 'x-request-id': `together-${i}` }).then((r) => r.text())));
+    } finally {
+      await gw.close();
+      process.stdout.write = write;
+    }
+    const logging = writes.filter((w) => w.includes('"msg":"request"'));
+    const ids = logging.flatMap((w) => w.trimEnd().split('\n')).map((l) => JSON.parse(l).request_id);
+    expect(ids.sort()).toEqual(Array.from({ length: 8 }, (_, i) => `together-${i}`).sort());
+    expect(logging.length).toBeLessThan(8);
   });
 });
 
@@ -161,6 +181,7 @@ describe('a log line per request, across a reload', () => {
       for (let i = 0; i < 50; i++) {
         const before = lines.length;
         await (await postChat(gw, { model: 'm', messages }, { 'x-request-id': `probe-${i}` })).text();
+        flushRequestLog();
         if (lines.length === before) break;
         await sleep(50);
       }
@@ -168,10 +189,10 @@ describe('a log line per request, across a reload', () => {
       while (!(await reader.read()).done);
       await sleep(50);
     } finally {
-      process.stdout.write = write;
       await gw.close();
+      process.stdout.write = write;
     }
-    const logged = lines.filter((l) => l.includes('"msg":"request"')).map((l) => JSON.parse(l).request_id);
+    const logged = lines.flatMap((w) => w.trimEnd().split('\n')).filter((l) => l.includes('"msg":"request"')).map((l) => JSON.parse(l).request_id);
     expect(logged).toContain('started-logged');
   });
 });
