@@ -8,6 +8,7 @@
 //   embeddings-in-place  embeddings: vectors passed on unread (upstream/embeddings-in-place.ts) against read and written again
 //   batched-releases     whole chat: a turn's fleet slot releases in one ZREM per set (routing/fleet-slots.ts) against one ZREM per release
 //   batched-log-lines    whole chat, logging: log lines written together (telemetry/request-log.ts) against a write per line
+//   uuid-ids             whole chat: ids from randomUUID's entropy cache (gateway/random-ids.ts) against randomBytes at each id
 //
 //   npm run build && node bench/fast-paths.mjs [paths, default all, comma-separated] [seconds per run, default 8] [rounds, default 4]
 import { abRounds, benchModel, forked, patchedBuild, startParley, stopAll } from './support.mjs';
@@ -17,6 +18,13 @@ const PATHS = {
   'embeddings-in-place': { mode: 'embeddings', patches: [['upstream/dialect.js', 'inPlace: embeddingsInPlace,', 'inPlace: () => undefined,']] },
   'batched-releases': { mode: 'whole', patches: [['routing/fleet-slots.js', 'this.releases.add({ endpoint, lease });', 'void this.redis.zrem(leasesOf(endpoint, lease), lease).catch(() => undefined);']] },
   'batched-log-lines': { mode: 'whole', settings: { requestLog: true }, patches: [['telemetry/request-log.js', 'writeLine(`${JSON.stringify(line)}\\n`);', 'process.stdout.write(`${JSON.stringify(line)}\\n`);']] },
+  'uuid-ids': {
+    mode: 'whole',
+    patches: [
+      ['gateway/random-ids.js', 'import { randomUUID } from', 'import { randomBytes, randomUUID } from'],
+      ['gateway/random-ids.js', "Buffer.from(randomUUID().replaceAll('-', ''), 'hex').toString('base64url')", "randomBytes(16).toString('base64url')"],
+    ],
+  },
 };
 const chosen = (process.argv[2] ?? Object.keys(PATHS).join(',')).split(',');
 const SECONDS = Number(process.argv[3] ?? 8);
