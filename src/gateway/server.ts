@@ -40,7 +40,7 @@ const anthropicClient = (req: IncomingMessage, path: string) => path.startsWith(
  */
 function ended(ctx: GatewayContext, span: Span, record: RequestRecord, res: ServerResponse, errorCode: string | null, seconds: number): void {
   const errorType = errorCode ?? (res.statusCode >= 400 ? String(res.statusCode) : record.brokenOff);
-  span.setAttributes(genAiSpanAttributes(record));
+  if (span.isRecording()) span.setAttributes(genAiSpanAttributes(record));
   // A request that failed before its exchange opened (no key) goes by the table in force now.
   const settings = record.settings ?? ctx.routing().settings;
   ctx.telemetry.recordGeneration(record, seconds, errorType, settings.metricsTopAccounts);
