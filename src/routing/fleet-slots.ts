@@ -11,13 +11,14 @@
 // for the room flex leaves (EndpointState's mayAdmit).
 //
 // Admissions asked for within one turn of the event loop go in one script
-// call, applied in order (as holds do: billing/hold-queue.ts); releases, off
-// the reply's path, go one ZREM per set of leases a turn (against one per
-// release, `node bench/fast-paths.mjs batched-releases`: 1.10 and 1.23
-// times the whole requests/s at 32 connections in two runs, 2026-11-26). Against one call per admission, after the
-// hold (88b18b7), `node bench/revision-ab.mjs 88b18b7 whole|streamed 32 8 4`
-// gave this 1.11 times the whole and 1.14 times the streamed requests/s
-// (2026-11-26), where asking beside the hold alone had given 0.92 whole.
+// call, applied in order (as holds do: billing/hold-queue.ts). Against one
+// call per admission, after the hold (88b18b7), `node bench/revision-ab.mjs
+// 88b18b7 whole|streamed 32 8 4` gave this 1.11 times the whole and 1.14
+// times the streamed requests/s (2026-11-26), where asking beside the hold
+// alone had given 0.92 whole. Releases, off the reply's path, go one ZREM
+// per set of leases a turn: against one per release, `node
+// bench/fast-paths.mjs batched-releases` gave 1.10 and 1.23 times the whole
+// requests/s at 32 connections in two runs (2026-11-26).
 import { randomUUID } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import type { ServiceTier } from '../protocol/service-tier.js';
