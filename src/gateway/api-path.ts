@@ -185,15 +185,36 @@ function admit<R>(api: ApiDescriptor<R, { usage: Usage }>, exchange: Exchange, s
   };
 }
 
-/** The request's plan, with its first endpoint's slot taken where one is free there (`firstHeld`). */
-function routeWithFirstSlot(ctx: GatewayContext, a: Admitted<unknown>, affinityKey: () => string): Promise<{ plan: RoutePlan; firstHeld: boolean }> {
-  const route = ctx.router.plan(a.model, affinityKey).then(async (plan) => {
-    const first = plan.endpoints[0];
-    return { plan, firstHeld: first !== undefined && (await ctx.router.state(first).tryAcquire(a.tier)) };
-  });
-  // Awaited only once the hold is in: a failure before then is not an unhandled one.
-  route.catch(() => undefined);
-  return route;
+/**
+ * The request's plan, with its first endpoint's slot taken where one is free
+ * there (`firstHeld`). The slot is the request's to give back until a
+ * failover walk takes the plan (and the slot with it).
+ */
+class FirstSlot {
+  private readonly route: Promise<{ plan: RoutePlan; firstHeld: boolean }>;
+  private taken = false;
+
+  constructor(private readonly ctx: GatewayContext, private readonly tier: ServiceTier, model: RoutedModel, affinityKey: () => string) {
+    this.route = ctx.router.plan(model, affinityKey).then(async (plan) => {
+      const first = plan.endpoints[0];
+      return { plan, firstHeld: first !== undefined && (await ctx.router.state(first).tryAcquire(tier)) };
+    });
+    // Awaited only once the hold is in: a failure before then is not an unhandled one.
+    this.route.catch(() => undefined);
+  }
+
+  /** The plan and its slot, for a failover walk, which from then on gives the slot back. */
+  async take(): Promise<{ plan: RoutePlan; firstHeld: boolean }> {
+    const route = await this.route;
+    this.taken = true;
+    return route;
+  }
+
+  /** The request ends before a walk took the slot: it goes back. */
+  giveBack(): void {
+    if (this.taken) return;
+    void this.route.then((r) => r.firstHeld && this.ctx.router.state(r.plan.endpoints[0]).release(this.tier), () => undefined);
+  }
 }
 
 /** The relay of a streamed reply, opened before the upstream is called so that keep-alives and early failures reach the client. */
@@ -225,7 +246,7 @@ export async function handleApiRequest<R, W extends { usage: Usage }>(api: ApiDe
   // The plan and its first endpoint's slot are asked for beside the credit hold: both wait on Redis, and
   // in one round trip. `node bench/revision-ab.mjs 88b18b7 whole 1 8 4` (88b18b7 asks after the hold) gave
   // this 1.18 times the light-load requests/s (2026-11-26; rounds 1.18 1.13 1.19 1.06).
-  const route = routeWithFirstSlot(ctx, a, () => affinityKey(api, a.request, req, table.settings));
+  const firstSlot = new FirstSlot(ctx, a.tier, a.model, () => affinityKey(api, a.request, req, table.settings));
   let meter: Meter;
   try {
     meter = await Meter.open(ctx, span, {
@@ -233,19 +254,20 @@ export async function handleApiRequest<R, W extends { usage: Usage }>(api: ApiDe
       n: a.replies, maxReplyTokens: a.maxReplyTokens, user: a.asked.user, api: api.name, tier: a.tier,
     });
   } catch (err) {
-    // Not served (no credit, a key's limits): its slot goes back.
-    void route.then((r) => r.firstHeld && ctx.router.state(r.plan.endpoints[0]).release(a.tier), () => undefined);
+    // Not served (no credit, a key's limits).
+    firstSlot.giveBack();
     throw err;
   }
-  // A window or a balance that leaves room for fewer reply tokens than asked lowers the limit sent upstream.
-  const request = meter.maxReplyTokens < (a.asked.maxTokens ?? a.maxReplyTokens) ? api.withMaxTokens(a.request, meter.maxReplyTokens) : a.request;
-  const streaming = a.asked.stream ? api.streaming : undefined;
-  const relay = streaming && openRelay(streaming, a, request, res, ctx, exchange, meter, record, started);
 
   let call: UpstreamCall | undefined;
+  let relay: StreamRelay | undefined;
   try {
+    // A window or a balance that leaves room for fewer reply tokens than asked lowers the limit sent upstream.
+    const request = meter.maxReplyTokens < (a.asked.maxTokens ?? a.maxReplyTokens) ? api.withMaxTokens(a.request, meter.maxReplyTokens) : a.request;
+    const streaming = a.asked.stream ? api.streaming : undefined;
+    relay = streaming && openRelay(streaming, a, request, res, ctx, exchange, meter, record, started);
     const upstreamRequest = (endpoint: RoutedEndpoint) => withPriority(api.upstreamRequest(endpoint, a.model, request, a.passThrough), endpoint, a.tier);
-    const { plan, firstHeld } = await route;
+    const { plan, firstHeld } = await firstSlot.take();
     call = await callWithFailover(ctx, span, { model: a.model, settings: table.settings, upstreamRequest, plan, firstHeld, account: caller.account, tier: a.tier, cancellation: exchange.upstreamCall, record });
     record.endpoint = call.endpoint.url;
     record.provider = call.endpoint.kind;
@@ -253,6 +275,7 @@ export async function handleApiRequest<R, W extends { usage: Usage }>(api: ApiDe
     if (relay && streaming) await relayStream(served, streaming, relay);
     else await sendWhole(served, a.identity, res, meter.rateLimitHeaders, started);
   } catch (err) {
+    firstSlot.giveBack();
     const failure = meter.fail(err, call?.endpoint.name ?? '', exchange.clientGone());
     if (failure instanceof ApiError && relay?.failBeforeStart(failure)) return;
     throw failure;

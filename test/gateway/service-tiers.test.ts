@@ -2,11 +2,16 @@
 // Responses API's): the tier a key may use, said on every reply, charged at
 // its prices, admitted in its order, flex refused with OpenAI's 429 when it
 // waits too long; and an endpoint's maxConcurrent held by the whole fleet.
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import Anthropic from '@anthropic-ai/sdk';
 import OpenAI from 'openai';
 import { describe, expect, it } from 'vitest';
 import { setKeyLimits } from '../../src/accounts/api-keys.js';
 import { readBalance } from '../../src/billing/credit-ledger.js';
+import { handleApiRequest, type ApiDescriptor } from '../../src/gateway/api-path.js';
+import { chat } from '../../src/gateway/chat-completions.js';
+import type { ChatCompletionRequest } from '../../src/protocol/chat-request.js';
 import { readUsageEvents, usageCsv, type UsageEvent } from '../../src/billing/usage-events.js';
 import { completionBody, greeting, replyJson, sleep, until, type Script } from '../support/fake-upstream.js';
 import { asAdmin, makeAccount, modelEntry, postChat, startTestGateway, withGatewayOn, type TestGateway } from '../support/gateway.js';
@@ -140,6 +145,31 @@ describe("an endpoint's capacity", () => {
       const served = await gw.client.chat.completions.create({ model: 'm', messages });
       expect(served.choices[0].message.content).toBe('Hello there');
       expect(gw.context.router.snapshot()[0].endpoints[0].inFlight).toBe(0);
+    });
+  });
+
+  it('gives back its slot and its hold when its reply fails to open after the hold (a renderer that throws)', async () => {
+    await withGatewayOn([greeting()], ([url]) => ({
+      gateway: { health: { probe: { intervalMs: 0 } }, failover: { queueTimeoutMs: 200 } },
+      models: [modelEntry('m', [{ kind: 'vllm', url, maxConcurrent: 1 }])],
+    }), async (gw) => {
+      const failing: ApiDescriptor<ChatCompletionRequest> = { ...chat, streaming: { ...chat.streaming!, renderer: () => { throw new Error('renderer failed'); } } };
+      const server = createServer((req, res) => {
+        const span = gw.context.telemetry.tracer.startSpan('failing renderer');
+        handleApiRequest(failing, req, res, gw.context, span, { id: 'failing', attempts: 0 }).catch(() => res.writeHead(500).end());
+      });
+      await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+      try {
+        const failed = await postChat({ url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, apiKey: gw.apiKey }, { model: 'm', messages, stream: true });
+        expect(failed.status).toBe(500);
+        await until(async () => (await readBalance(gw.redis.client, gw.account))!.held === 0);
+        expect(gw.context.router.snapshot()[0].endpoints[0].inFlight).toBe(0);
+        // Its one slot is free: a request through the gateway is served at once, not queued past its timeout.
+        const served = await gw.client.chat.completions.create({ model: 'm', messages });
+        expect(served.choices[0].message.content).toBe('Hello there');
+      } finally {
+        server.close();
+      }
     });
   });
 
