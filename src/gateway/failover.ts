@@ -114,10 +114,9 @@ class PlanWalk {
     const { plan, tier } = this.forwarding;
     if (plan.endpoints.length === 0) throw noHealthyUpstream(this.forwarding.model.config.id, this.retryAfter);
     const full: RoutedEndpoint[] = [];
-    let firstHeld: boolean | undefined = this.forwarding.firstHeld;
-    for (const endpoint of plan.endpoints) {
-      const held = firstHeld;
-      firstHeld = undefined;
+    for (const [i, endpoint] of plan.endpoints.entries()) {
+      // The first endpoint's slot was asked for beside the hold: taken, or refused (full); the others are asked here.
+      const held = i === 0 ? this.forwarding.firstHeld : undefined;
       if (!this.attemptsLeft() || Date.now() >= this.deadline) {
         if (held) this.ctx.router.state(endpoint).release(tier);
         break;

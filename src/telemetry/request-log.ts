@@ -8,8 +8,9 @@
 // gateway closes: a write to stdout is a system call that blocks (stdout is
 // a pipe or a file), and its reader wakes for each. Against a write per
 // line, `node bench/fast-paths.mjs batched-log-lines` gave 1.26 and 1.07
-// times the whole requests/s at 32 connections in two runs (2026-11-26). A process killed with
-// SIGKILL loses at most FLUSH_MS of lines; its usage events are in Redis.
+// times the whole requests/s at 32 connections in two runs (2026-11-26). A
+// process killed with SIGKILL loses at most FLUSH_MS of lines; its usage
+// events are in Redis.
 import type { Attributes } from '@opentelemetry/api';
 import { GEN_AI_OPERATIONS, type RequestRecord } from './request-record.js';
 

@@ -20,7 +20,6 @@ export interface SseFraming {
   errorField?: string;
 }
 
-
 /** Fed the body's text as it arrives; returns the events each read completes. */
 export class SseParser {
   /** What is left of the input past its last whole line. */
