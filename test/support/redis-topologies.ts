@@ -24,9 +24,27 @@ function startServer(dir: string, port: number, args: string[]): Server {
   return { port, child };
 }
 
+const exited = (server: Server) => server.child.exitCode !== null || server.child.signalCode !== null;
+
+/**
+ * A server on a free port, in its own folder under `dir`, once it answers. Test files run side by side: a port
+ * found free can be taken before the server binds it, and the server then exits; it starts again on another.
+ */
+async function startAnswering(dir: string, args: string[]): Promise<Server> {
+  for (;;) {
+    const port = await freePort();
+    const nodeDir = join(dir, String(port));
+    rmSync(nodeDir, { recursive: true, force: true });
+    await run('mkdir', ['-p', nodeDir]);
+    const server = startServer(nodeDir, port, args);
+    await until(async () => exited(server) || (await answers(port)), 10_000);
+    if (!exited(server)) return server;
+  }
+}
+
 function kill(server: Server): Promise<void> {
   return new Promise((resolve) => {
-    if (server.child.exitCode !== null || server.child.signalCode !== null) return resolve();
+    if (exited(server)) return resolve();
     server.child.once('exit', () => resolve());
     server.child.kill('SIGKILL');
   });
@@ -61,15 +79,10 @@ export async function startTestCluster(primaries = 3, replicas = 1): Promise<Tes
   const dir = mkdtempSync(join(tmpdir(), 'parley-cluster-'));
   const servers: Server[] = [];
   for (let i = 0; i < primaries * (1 + replicas); i++) {
-    const port = await freePort();
-    const nodeDir = join(dir, String(port));
-    rmSync(nodeDir, { recursive: true, force: true });
-    await run('mkdir', ['-p', nodeDir]);
-    servers.push(startServer(nodeDir, port, ['--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf', '--cluster-node-timeout', '2000']));
+    servers.push(await startAnswering(dir, ['--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf', '--cluster-node-timeout', '2000']));
   }
-  await until(async () => (await Promise.all(servers.map((s) => answers(s.port)))).every(Boolean), 10_000);
   await run('redis-cli', ['--cluster', 'create', ...servers.map((s) => `127.0.0.1:${s.port}`), '--cluster-replicas', String(replicas), '--cluster-yes']);
-  const live = () => servers.filter((s) => s.child.exitCode === null && s.child.signalCode === null);
+  const live = () => servers.filter((s) => !exited(s));
   const ok = async () => (await Promise.all(live().map((s) => cli(s.port, 'cluster', 'info')))).every((info) => info.includes('cluster_state:ok'));
   await until(ok, 20_000);
   // A replica that has not finished its first sync cannot take over (its data is too old to count).
