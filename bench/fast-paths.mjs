@@ -1,6 +1,6 @@
 // What each of Parley's fast paths earns, A/B in one run: this build against
-// a copy of it with that one path switched off (patched in its dist), 32
-// connections to the fast scripted upstream, the two taking turns, in the
+// a copy of it with that one path switched off (patched in its dist), on 32
+// connections (or as many as asked) to the fast scripted upstream, the two taking turns, in the
 // reverse order every other round. A path that does not move its figure
 // should go (STYLE.md, plain before fast).
 //
@@ -9,8 +9,9 @@
 //   batched-releases     whole chat: a turn's fleet slot releases in one ZREM per set (routing/fleet-slots.ts) against one ZREM per release
 //   batched-log-lines    whole chat, logging: log lines written together (telemetry/request-log.ts) against a write per line
 //   uuid-ids             whole chat: ids from randomUUID's entropy cache (gateway/random-ids.ts) against randomBytes at each id
+//   reused-leases        whole chat: a fleet slot's lease passed to the replica's next request (routing/fleet-slots.ts) against asking Redis at each request
 //
-//   npm run build && node bench/fast-paths.mjs [paths, default all, comma-separated] [seconds per run, default 8] [rounds, default 4]
+//   npm run build && node bench/fast-paths.mjs [paths, default all, comma-separated] [seconds per run, default 8] [rounds, default 4] [connections, default 32]
 import { abRounds, benchModel, forked, patchedBuild, startParley, stopAll } from './support.mjs';
 
 const PATHS = {
@@ -25,10 +26,12 @@ const PATHS = {
       ['gateway/random-ids.js', "Buffer.from(randomUUID().replaceAll('-', ''), 'hex').toString('base64url')", "randomBytes(16).toString('base64url')"],
     ],
   },
+  'reused-leases': { mode: 'whole', patches: [['routing/fleet-slots.js', 'const REUSE_MS = POLL_MS;', 'const REUSE_MS = 0;']] },
 };
 const chosen = (process.argv[2] ?? Object.keys(PATHS).join(',')).split(',');
 const SECONDS = Number(process.argv[3] ?? 8);
 const ROUNDS = Number(process.argv[4] ?? 4);
+const CONNECTIONS = Number(process.argv[5] ?? 32);
 
 try {
   const { port } = await forked('bench/fast-upstream.mjs', ['0']);
@@ -37,7 +40,7 @@ try {
     const { mode, patches, settings = { requestLog: false } } = PATHS[name];
     const shipped = await startParley(models, settings);
     const without = await startParley(models, settings, [], undefined, patchedBuild(`no-${name}`, patches));
-    await abRounds(`${name} (${mode})`, [['this build', shipped], [`without ${name}`, without]], { mode, connections: 32, seconds: SECONDS, rounds: ROUNDS });
+    await abRounds(`${name} (${mode})`, [['this build', shipped], [`without ${name}`, without]], { mode, connections: CONNECTIONS, seconds: SECONDS, rounds: ROUNDS });
     for (const p of [shipped, without]) p.child.kill('SIGTERM');
   }
 } finally {

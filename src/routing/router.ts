@@ -138,11 +138,11 @@ export class Router {
     });
   }
 
-  close(): void {
+  async close(): Promise<void> {
     this.fleet?.close();
-    this.slots?.close();
     for (const timer of this.probes.values()) clearInterval(timer);
     this.probes.clear();
+    await this.slots?.close();
   }
 
   private startProbe(endpoint: RoutedEndpoint, settings: GatewaySettings): void {

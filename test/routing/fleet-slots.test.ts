@@ -1,7 +1,10 @@
-// The fleet's slot releases of one turn go to Redis together: one ZREM per
-// set of leases, not one per lease.
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+// The fleet's slot leases: a lease Redis granted with room to spare passes to
+// the replica's next request without a script call, for a poll's time; one
+// that took the last slot, or found a request waiting, does not; spares go
+// back when that time is up, a turn's releases in one ZREM per set of leases.
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { connectRedis, type Redis } from '../../src/redis/connection.js';
+import { POLL_MS } from '../../src/routing/admission-rule.js';
 import { FleetSlots } from '../../src/routing/fleet-slots.js';
 import { startTestRedis, type TestRedis } from '../support/redis.js';
 
@@ -16,23 +19,88 @@ afterAll(async () => {
   await server?.stop();
 });
 
-const zremCalls = async () => Number(/cmdstat_zrem:calls=(\d+)/.exec(await server.client.info('commandstats'))?.[1] ?? 0);
+let slots: FleetSlots;
+let endpoint: string;
+beforeEach(() => {
+  slots = new FleetSlots(redis);
+  endpoint = `e${Math.random().toString(36).slice(2)}`;
+});
+afterEach(() => slots.close());
 
-describe('slot releases', () => {
-  it("gives a turn's slot releases back in one ZREM per set of leases", async () => {
-    const slots = new FleetSlots(redis);
+const calls = async (command: string) => Number(new RegExp(`cmdstat_${command}:calls=(\\d+)`).exec(await server.client.info('commandstats'))?.[1] ?? 0);
+const leasesHeld = async () => {
+  let held = 0;
+  for (const key of await server.client.keys(`*slots:${endpoint}}*leases*`)) held += await server.client.zcard(key);
+  return held;
+};
+const pause = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+describe('fleet slot leases', () => {
+  it("passes a released lease to the replica's next request of its kind without asking Redis", async () => {
+    const lease = await slots.acquire(endpoint, 'default', 8);
+    expect(lease).toBeTypeOf('string');
+    slots.release(endpoint, lease!);
+    const scripts = await calls('evalsha');
+    expect(await slots.acquire(endpoint, 'priority', 8)).toBe(lease);
+    expect(await calls('evalsha')).toBe(scripts);
+    expect(await leasesHeld()).toBe(1);
+    // A flex request is not given another kind's lease.
+    const flex = await slots.acquire(endpoint, 'flex', 8);
+    expect(flex).not.toBe(lease);
+    expect(await calls('evalsha')).toBe(scripts + 1);
+  });
+
+  it('gives spares back once a poll has passed, a turn of them in one ZREM per set of leases', async () => {
+    const leases = await Promise.all([slots.acquire(endpoint, 'default', 8), slots.acquire(endpoint, 'default', 8), slots.acquire(endpoint, 'flex', 8)]);
+    expect(leases.every((l) => typeof l === 'string')).toBe(true);
+    const before = await calls('zrem');
+    for (const lease of leases) slots.release(endpoint, lease!);
+    expect(await leasesHeld()).toBe(3);
+    await pause(POLL_MS * 3);
+    // Two sets (flex leases, the others): two calls for three leases.
+    expect((await calls('zrem')) - before).toBe(2);
+    expect(await leasesHeld()).toBe(0);
+    const next = await slots.acquire(endpoint, 'default', 8);
+    expect(leases).not.toContain(next);
+  });
+
+  it('gives back at once a lease that took the last slot', async () => {
+    const lease = await slots.acquire(endpoint, 'default', 1);
+    slots.release(endpoint, lease!);
+    await pause(5);
+    expect(await leasesHeld()).toBe(0);
+    const next = await slots.acquire(endpoint, 'default', 1);
+    expect(next).toBeTypeOf('string');
+    expect(next).not.toBe(lease);
+  });
+
+  it('does not pass on a lease granted while a request waits on another replica', async () => {
+    const filler = new FleetSlots(redis);
+    const waiter = new FleetSlots(redis);
     try {
-      const leases = await Promise.all([slots.acquire('e1', 'default', 8), slots.acquire('e1', 'default', 8), slots.acquire('e1', 'flex', 8)]);
-      expect(leases.every((l) => typeof l === 'string')).toBe(true);
-      const before = await zremCalls();
-      for (const lease of leases) slots.release('e1', lease!);
-      await new Promise((resolve) => setTimeout(resolve, 50));
-      // Two sets (flex leases, the others): two calls for three leases.
-      expect((await zremCalls()) - before).toBe(2);
-      const keys = await server.client.keys('*slots:e1*leases*');
-      for (const key of keys) expect(await server.client.zcard(key)).toBe(0);
+      const leases = await Promise.all([1, 2, 3, 4].map(() => filler.acquire(endpoint, 'default', 4)));
+      // The fleet is full: the waiting replica's request is refused and marked waiting.
+      expect(await waiter.acquire(endpoint, 'default', 4)).toBeUndefined();
+      filler.release(endpoint, leases[0]!);
+      filler.release(endpoint, leases[1]!);
+      await filler.close();
+      expect(await leasesHeld()).toBe(2);
+      // Room is left after this grant, but a request waits: the lease goes back as it is released.
+      const granted = await slots.acquire(endpoint, 'default', 4);
+      expect(granted).toBeTypeOf('string');
+      slots.release(endpoint, granted!);
+      await pause(5);
+      expect(await leasesHeld()).toBe(2);
+      expect(await slots.acquire(endpoint, 'default', 4)).not.toBe(granted);
     } finally {
-      slots.close();
+      await waiter.close();
     }
+  });
+
+  it('gives its spares back when it closes', async () => {
+    const lease = await slots.acquire(endpoint, 'default', 8);
+    slots.release(endpoint, lease!);
+    await slots.close();
+    expect(await leasesHeld()).toBe(0);
   });
 });
