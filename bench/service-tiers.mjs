@@ -6,11 +6,11 @@
 // streamed flex requests in flight, its flex queue timeout 4 s. Measured:
 // the interactive time to first token (p50, p99) alone and beside the
 // flood; the engine's largest concurrency and queue; flex alone as a share
-// of the engine's capacity; what one admission's coordination costs; and
-// the books afterwards (each account's balance against its usage events,
-// flex at half price, refused flex free); and what the fleet's slots cost an
-// admission (one script call to take a lease, one to give it back, on this
-// machine's Redis at 127.0.0.1:6379).
+// of the engine's capacity; the books afterwards (each account's balance
+// against its usage events, flex at half price, refused flex free); and
+// what the fleet's slots cost an admission, on this machine's Redis at
+// 127.0.0.1:6379: asked of Redis (one script call to take a lease, one to
+// give it back) and with a released lease passed on.
 //
 //   npm run build && node bench/service-tiers.mjs [seconds per phase, default 20]
 import { Redis } from 'ioredis';
@@ -76,25 +76,30 @@ function flexFlood(gateways, key, inFlight) {
   return { counts, stop: async () => ((stopped = true), await Promise.all(workers)) };
 }
 
-/** Microseconds per admission and release through the fleet's slots, `count` in a row. */
-async function coordinationCost(count) {
+/**
+ * Microseconds per admission and release through the fleet's slots, `count`
+ * in a row, at `maxConcurrent`: 1 takes the last slot each time, so every
+ * admission asks Redis; 8 leaves room, so a released lease passes to the
+ * next admission for 20 ms after each grant.
+ */
+async function coordinationCost(count, maxConcurrent) {
   const redis = new Redis({ host: '127.0.0.1', port: 6379, lazyConnect: true });
   await redis.connect();
   const slots = new FleetSlots(redis);
   try {
     const endpoint = `bench-${process.pid}`;
     const started = performance.now();
-    for (let i = 0; i < count; i++) slots.release(endpoint, await slots.acquire(endpoint, 'default', 8));
+    for (let i = 0; i < count; i++) slots.release(endpoint, await slots.acquire(endpoint, 'default', maxConcurrent));
     await redis.ping();
     return ((performance.now() - started) * 1000) / count;
   } finally {
-    slots.close();
+    await slots.close();
     redis.disconnect();
   }
 }
 
 try {
-  const coordinationUs = await coordinationCost(5000);
+  const coordinationUs = { asked: await coordinationCost(5000, 1), passedOn: await coordinationCost(5000, 8) };
   const engine = await forked('bench/slots-engine.mjs', ['0', String(SLOTS), String(REPLY_MS)]);
   const models = [{
     id: 'm', contextWindow: 32768, pricesPerMillion: { inputCacheMiss: 1, inputCacheHit: 0.1, output: 2 },
@@ -151,7 +156,7 @@ try {
   });
   console.log(`engine at most: ${engineMost.running} running, ${engineMost.waiting} queued; flood served ${flood.counts.served}, refused ${flood.counts.refused}`);
   console.log(`flex alone: ${flexShare.toFixed(2)} of the engine's capacity`);
-  console.log(`the fleet's slots: ${coordinationUs.toFixed(0)} µs per admission and release`);
+  console.log(`the fleet's slots: ${coordinationUs.asked.toFixed(0)} µs per admission and release asked of Redis, ${coordinationUs.passedOn.toFixed(1)} µs with leases passed on`);
   console.table(books);
 } finally {
   stopAll();

@@ -17,8 +17,9 @@
 // gets more slack than a waiter's poll already has: the count in Redis
 // never grows by a reuse, and a lease that took the last slot, or found
 // someone waiting, is never reused. Against asking at every request, `node
-// bench/fast-paths.mjs reused-leases 8 4 1` gave 1.xx times the light-load
-// requests/s (2026-11-26).
+// bench/fast-paths.mjs reused-leases 8 4 1` gave 1.17 and 1.08 times the
+// light-load (one connection) whole requests/s in two runs, and `... 6 4
+// 32` 1.34 times at 32 connections (2026-11-26).
 //
 // Admissions asked for within one turn of the event loop go in one script
 // call, applied in order (as holds do: billing/hold-queue.ts). Against one
