@@ -164,7 +164,7 @@ export class EndpointState {
     const lease = this.leases[tier === 'flex' ? 'flex' : 'other'].pop();
     if (lease) this.fleet?.release(this.name, lease);
     this.wake?.();
-    void this.admitWaiting();
+    if (this.waiters > 0) void this.admitWaiting();
   }
 
   private waitingAtOrAbove(tier: ServiceTier): boolean {
