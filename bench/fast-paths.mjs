@@ -10,6 +10,7 @@
 //   batched-log-lines    whole chat, logging: log lines written together (telemetry/request-log.ts) against a write per line
 //   uuid-ids             whole chat: ids from randomUUID's entropy cache (gateway/random-ids.ts) against randomBytes at each id
 //   reused-leases        whole chat: a fleet slot's lease passed to the replica's next request (routing/fleet-slots.ts) against asking Redis at each request
+//   untraced-children    whole chat: no child spans made under a request span that records nothing (telemetry/telemetry.ts) against a span made for each
 //
 //   npm run build && node bench/fast-paths.mjs [paths, default all, comma-separated] [seconds per run, default 8] [rounds, default 4] [connections, default 32]
 import { abRounds, benchModel, forked, patchedBuild, startParley, stopAll } from './support.mjs';
@@ -27,6 +28,7 @@ const PATHS = {
     ],
   },
   'reused-leases': { mode: 'whole', patches: [['routing/fleet-slots.js', 'const REUSE_MS = POLL_MS;', 'const REUSE_MS = 0;']] },
+  'untraced-children': { mode: 'whole', patches: [['telemetry/telemetry.js', 'if (!parent.isRecording())', 'if (false)']] },
 };
 const chosen = (process.argv[2] ?? Object.keys(PATHS).join(',')).split(',');
 const SECONDS = Number(process.argv[3] ?? 8);

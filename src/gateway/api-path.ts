@@ -38,8 +38,14 @@ export interface Streaming<R> {
   renderer(identity: ReplyIdentity, request: R, countedPromptTokens: number): ReplyRenderer;
 }
 
+/** A whole reply as read from the upstream: its usage, and a generation's choices (embeddings have none). */
+interface WholeReply {
+  usage: Usage;
+  choices?: { finish_reason: string | null }[];
+}
+
 /** What an API brings to the shared path. `W` is a whole reply as read from the upstream. */
-export interface ApiDescriptor<R, W extends { usage: Usage } = Completion> {
+export interface ApiDescriptor<R, W extends WholeReply = Completion> {
   /** The API, as usage events name it. */
   name: ClientApi;
   /** What a model must serve to be called through this API. */
@@ -153,7 +159,7 @@ interface Admitted<R> {
 }
 
 /** Validates the body as the API's request for a model the caller may use, and counts what it may cost. */
-function admit<R>(api: ApiDescriptor<R, { usage: Usage }>, exchange: Exchange, span: Span, record: RequestRecord): Admitted<R> {
+function admit<R>(api: ApiDescriptor<R, WholeReply>, exchange: Exchange, span: Span, record: RequestRecord): Admitted<R> {
   const { caller, table, body } = exchange;
   const request = api.parse(body);
   if (request instanceof ApiError) throw request;
@@ -234,7 +240,7 @@ function openRelay<R>(streaming: Streaming<R>, a: Admitted<R>, request: R, res: 
 }
 
 /** `record`: what the request comes to, filled in here for its log line, metrics and span (telemetry/request-record.ts). */
-export async function handleApiRequest<R, W extends { usage: Usage }>(api: ApiDescriptor<R, W>, req: IncomingMessage, res: ServerResponse, ctx: GatewayContext, span: Span, record: RequestRecord): Promise<void> {
+export async function handleApiRequest<R, W extends WholeReply>(api: ApiDescriptor<R, W>, req: IncomingMessage, res: ServerResponse, ctx: GatewayContext, span: Span, record: RequestRecord): Promise<void> {
   const started = performance.now();
   record.api = api.name;
   const exchange = await openExchange(req, res, ctx);
@@ -285,7 +291,7 @@ export async function handleApiRequest<R, W extends { usage: Usage }>(api: ApiDe
 }
 
 /** A request its upstream has taken: what reading, rendering and settling its reply need. */
-interface Served<R, W extends { usage: Usage }> {
+interface Served<R, W extends WholeReply> {
   api: ApiDescriptor<R, W>;
   call: UpstreamCall;
   request: R;
@@ -296,16 +302,16 @@ interface Served<R, W extends { usage: Usage }> {
 }
 
 /** Charges a reply that completed, and notes its usage where routing and telemetry read it. */
-function settleComplete(s: Pick<Served<unknown, { usage: Usage }>, 'ctx' | 'call' | 'record' | 'meter'>, usage: Usage): void {
+function settleComplete(s: Pick<Served<unknown, WholeReply>, 'ctx' | 'call' | 'record' | 'meter'>, usage: Usage): void {
   s.ctx.router.state(s.call.endpoint).recordUsage(usage.prompt_tokens, usage.cached_tokens);
   Object.assign(s.record, { promptTokens: usage.prompt_tokens, cachedTokens: usage.cached_tokens, completionTokens: usage.completion_tokens });
   s.record.cost = s.meter.settle('complete', s.call.endpoint.name, usage);
 }
 
-async function sendWhole<R, W extends { usage: Usage }>(s: Served<R, W>, identity: ReplyIdentity, res: ServerResponse, headers: Record<string, string>, started: number): Promise<void> {
+async function sendWhole<R, W extends WholeReply>(s: Served<R, W>, identity: ReplyIdentity, res: ServerResponse, headers: Record<string, string>, started: number): Promise<void> {
   const parts = await Promise.all(s.call.bodies.map((b) => s.api.readWhole(s.call.endpoint, b, s.request)));
   const whole = parts.length === 1 ? parts[0] : s.api.mergeWhole(parts, s.fanOut);
-  if ('choices' in whole) s.record.finishReasons = (whole as unknown as Completion).choices.map((c) => c.finish_reason ?? '');
+  if (whole.choices) s.record.finishReasons = whole.choices.map((c) => c.finish_reason ?? '');
   const reply = s.api.renderWhole(identity, whole, s.request);
   s.record.firstByteMs = performance.now() - started;
   if (reply instanceof WrittenReply) sendJsonParts(res, reply.parts, headers);
@@ -313,7 +319,7 @@ async function sendWhole<R, W extends { usage: Usage }>(s: Served<R, W>, identit
   settleComplete(s, whole.usage);
 }
 
-async function relayStream<R, W extends { usage: Usage }>(s: Served<R, W>, streaming: Streaming<R>, relay: StreamRelay): Promise<void> {
+async function relayStream<R, W extends WholeReply>(s: Served<R, W>, streaming: Streaming<R>, relay: StreamRelay): Promise<void> {
   const { endpoint } = s.call;
   const streams = s.call.bodies.map((b) => streaming.read(endpoint, b));
   const outcome = await relay.run(streams.length === 1 ? streams[0] : mergeStreams(streams, s.fanOut));
