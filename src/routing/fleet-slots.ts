@@ -123,7 +123,8 @@ return 0
 /** Lease ids say their kind, so that a release finds their set. */
 const FLEX = 'flex:';
 const OTHER = 'other:';
-const leasesOf = (endpoint: string, lease: string) => (lease.startsWith(FLEX) ? redisKeys.endpointSlots(endpoint).flexLeases : redisKeys.endpointSlots(endpoint).otherLeases);
+const kindOf = (lease: string) => (lease.startsWith(FLEX) ? FLEX : OTHER);
+const leasesOf = (endpoint: string, lease: string) => (kindOf(lease) === FLEX ? redisKeys.endpointSlots(endpoint).flexLeases : redisKeys.endpointSlots(endpoint).otherLeases);
 
 interface Asking {
   endpoint: string;
@@ -134,23 +135,26 @@ interface Asking {
   failed: (err: unknown) => void;
 }
 
-/** A set of leases: an endpoint's, of one kind. */
-const setOf = (endpoint: string, kind: typeof FLEX | typeof OTHER) => `${kind}${endpoint}`;
+/** A lease of an endpoint's slot. */
+interface Lease {
+  endpoint: string;
+  lease: string;
+}
 
 export class FleetSlots {
   private readonly replica = randomUUID();
   private readonly batches: TurnBatches<Asking>;
-  private readonly releases: TurnBatches<{ endpoint: string; lease: string }>;
+  private readonly releases: TurnBatches<Lease>;
   /** Leases this replica holds, by endpoint: in use or spare, each with when it may no longer pass on (0: never). */
   private readonly held = new Map<string, Map<string, number>>();
-  /** Released leases this replica may hand to its next request, by set (setOf), the latest last. */
-  private readonly spares = new Map<string, { endpoint: string; leases: string[] }>();
+  /** Released leases this replica may hand to its next request, by endpoint and kind (FLEX, OTHER), the latest last. */
+  private readonly spares = new Map<string, Record<typeof FLEX | typeof OTHER, string[]>>();
   private sweep: NodeJS.Timeout | undefined;
   private readonly timer: NodeJS.Timeout;
 
   constructor(private readonly redis: Redis) {
     this.batches = new TurnBatches(redis, (part) => void this.admit(part), (a) => redisKeys.endpointSlots(a.endpoint).flexLeases);
-    this.releases = new TurnBatches(redis, (part) => this.giveBack(part), (r) => leasesOf(r.endpoint, r.lease));
+    this.releases = new TurnBatches(redis, (part) => void this.giveBack(part), (r) => leasesOf(r.endpoint, r.lease));
     this.timer = setInterval(() => void this.renew(), RENEW_MS);
     this.timer.unref();
   }
@@ -158,7 +162,7 @@ export class FleetSlots {
   /** Takes one of `endpoint`'s slots for `tier`; resolves to its lease, or undefined when the fleet has none free for it. */
   acquire(endpoint: string, tier: ServiceTier, maxConcurrent: number): Promise<string | undefined> {
     const kind = tier === 'flex' ? FLEX : OTHER;
-    const spare = this.spares.get(setOf(endpoint, kind))?.leases.pop();
+    const spare = this.spares.get(endpoint)?.[kind].pop();
     if (spare && (this.held.get(endpoint)?.get(spare) ?? 0) > performance.now()) return Promise.resolve(spare);
     if (spare) this.drop(endpoint, spare);
     const lease = `${kind}${randomUUID()}`;
@@ -199,10 +203,9 @@ export class FleetSlots {
   release(endpoint: string, lease: string): void {
     const until = this.held.get(endpoint)?.get(lease) ?? 0;
     if (until <= performance.now()) return this.drop(endpoint, lease);
-    const set = setOf(endpoint, lease.startsWith(FLEX) ? FLEX : OTHER);
-    const spares = this.spares.get(set);
-    if (spares) spares.leases.push(lease);
-    else this.spares.set(set, { endpoint, leases: [lease] });
+    let spares = this.spares.get(endpoint);
+    if (!spares) this.spares.set(endpoint, (spares = { [FLEX]: [], [OTHER]: [] }));
+    spares[kindOf(lease)].push(lease);
     this.sweep ??= setTimeout(() => this.sweepSpares(), REUSE_MS).unref();
   }
 
@@ -211,23 +214,33 @@ export class FleetSlots {
     this.releases.add({ endpoint, lease });
   }
 
+  /** Takes out of the spares, and out of what this replica holds, those whose time to pass on ends by `until`. */
+  private takeSpares(until: number): Lease[] {
+    const taken: Lease[] = [];
+    for (const [endpoint, kinds] of this.spares) {
+      const held = this.held.get(endpoint);
+      for (const kind of [FLEX, OTHER] as const) {
+        kinds[kind] = kinds[kind].filter((lease) => {
+          if ((held?.get(lease) ?? 0) > until) return true;
+          held?.delete(lease);
+          taken.push({ endpoint, lease });
+          return false;
+        });
+      }
+    }
+    return taken;
+  }
+
   /** Gives back the spares that may no longer pass on; looks again while any are kept. */
   private sweepSpares(): void {
     this.sweep = undefined;
-    const now = performance.now();
-    for (const { endpoint, leases } of this.spares.values()) {
-      const held = this.held.get(endpoint);
-      const lapsed = leases.filter((l) => (held?.get(l) ?? 0) <= now);
-      for (const lease of lapsed) {
-        leases.splice(leases.indexOf(lease), 1);
-        this.drop(endpoint, lease);
-      }
-    }
-    if ([...this.spares.values()].some((s) => s.leases.length > 0)) this.sweep = setTimeout(() => this.sweepSpares(), REUSE_MS).unref();
+    for (const lapsed of this.takeSpares(performance.now())) this.releases.add(lapsed);
+    const kept = [...this.spares.values()].some((kinds) => kinds[FLEX].length + kinds[OTHER].length > 0);
+    if (kept) this.sweep = setTimeout(() => this.sweepSpares(), REUSE_MS).unref();
   }
 
-  /** One turn's releases: one ZREM per set of leases. */
-  private giveBack(part: { endpoint: string; lease: string }[]): void {
+  /** Releases: one ZREM per set of leases. */
+  private giveBack(part: Lease[]): Promise<unknown>[] {
     const bySet = new Map<string, string[]>();
     for (const { endpoint, lease } of part) {
       const set = leasesOf(endpoint, lease);
@@ -235,21 +248,14 @@ export class FleetSlots {
       if (leases) leases.push(lease);
       else bySet.set(set, [lease]);
     }
-    for (const [set, leases] of bySet) void this.redis.zrem(set, ...leases).catch(() => undefined);
+    return [...bySet].map(([set, leases]) => this.redis.zrem(set, ...leases).catch(() => undefined));
   }
 
   /** Stops renewing, and gives the spares back at once. */
   async close(): Promise<void> {
     clearInterval(this.timer);
     clearTimeout(this.sweep);
-    const given: Promise<unknown>[] = [];
-    for (const { endpoint, leases } of this.spares.values()) {
-      for (const lease of leases.splice(0)) {
-        this.held.get(endpoint)?.delete(lease);
-        given.push(this.redis.zrem(leasesOf(endpoint, lease), lease).catch(() => undefined));
-      }
-    }
-    await Promise.all(given);
+    await Promise.all(this.giveBack(this.takeSpares(Infinity)));
   }
 
   private async renew(): Promise<void> {
