@@ -120,20 +120,35 @@ describe('tokens by account', () => {
   });
 });
 
+/**
+ * Runs `use` with stdout's writes captured, each as written; the gateway
+ * closes before stdout is restored, so that the lines it writes last are
+ * among them.
+ */
+async function stdoutWrites(gw: TestGateway, use: (writes: string[]) => Promise<unknown>): Promise<string[]> {
+  const writes: string[] = [];
+  const write = process.stdout.write.bind(process.stdout);
+  process.stdout.write = ((text: string) => (writes.push(String(text)), true)) as typeof process.stdout.write;
+  try {
+    await use(writes);
+  } finally {
+    await gw.close();
+    process.stdout.write = write;
+  }
+  return writes;
+}
+
+/** The request log lines among stdout's writes, read as JSON. */
+const loggedRequests = (writes: string[]) => writes.flatMap((w) => w.trimEnd().split('\n')).filter((l) => l.includes('"msg":"request"')).map((l) => JSON.parse(l));
+
 describe('a log line per request', () => {
   it('is JSON on stdout with the ids, model, endpoint, status, tokens, cost, latency and attempts, never the key or the prompt', async () => {
     const gw = await startTestGateway({ gateway: { requestLog: true }, models: [modelEntry('m', [{ kind: 'vllm', url: upstream.url }])] });
-    const lines: string[] = [];
-    const write = process.stdout.write.bind(process.stdout);
-    process.stdout.write = ((text: string) => (lines.push(String(text)), true)) as typeof process.stdout.write;
-    try {
+    const lines = await stdoutWrites(gw, async () => {
       await (await postChat(gw, { model: 'm', messages }, { 'x-request-id': 'log-me-1' })).text();
       await postChat(gw, { model: 'nope', messages }, { 'x-request-id': 'log-me-2' });
-    } finally {
-      await gw.close();
-      process.stdout.write = write;
-    }
-    const logged = lines.flatMap((w) => w.trimEnd().split('\n')).filter((l) => l.includes('"msg":"request"')).map((l) => JSON.parse(l));
+    });
+    const logged = loggedRequests(lines);
     // 36 uncached × 1 + 64 cached × 0.1 + 5 out × 2 = 52.4 micro-units, rounded up.
     expect(logged[0]).toMatchObject({
       level: 'info', request_id: 'log-me-1', account: gw.account, key_id: expect.stringMatching(/^key_/), api: 'chat', model: 'm', service_tier: 'default',
@@ -149,17 +164,11 @@ describe('a log line per request', () => {
 describe('log lines, written together', () => {
   it('go to stdout in fewer writes than lines, and all of them by the time the gateway has closed', async () => {
     const gw = await startTestGateway({ gateway: { requestLog: true }, models: [modelEntry('m', [{ kind: 'vllm', url: upstream.url }])] });
-    const writes: string[] = [];
-    const write = process.stdout.write.bind(process.stdout);
-    process.stdout.write = ((text: string) => (writes.push(String(text)), true)) as typeof process.stdout.write;
-    try {
-      await Promise.all(Array.from({ length: 8 }, (_, i) => postChat(gw, { model: 'm', messages }, { 'x-request-id': `together-${i}` }).then((r) => r.text())));
-    } finally {
-      await gw.close();
-      process.stdout.write = write;
-    }
+    const writes = await stdoutWrites(gw, () =>
+      Promise.all(Array.from({ length: 8 }, (_, i) => postChat(gw, { model: 'm', messages }, { 'x-request-id': `together-${i}` }).then((r) => r.text()))),
+    );
     const logging = writes.filter((w) => w.includes('"msg":"request"'));
-    const ids = logging.flatMap((w) => w.trimEnd().split('\n')).map((l) => JSON.parse(l).request_id);
+    const ids = loggedRequests(logging).map((l) => l.request_id);
     expect(ids.sort()).toEqual(Array.from({ length: 8 }, (_, i) => `together-${i}`).sort());
     expect(logging.length).toBeLessThan(8);
   });
@@ -169,30 +178,24 @@ describe('a log line per request, across a reload', () => {
   it('follows the routing table the request started on: a reload that turns the log off mid-reply leaves that reply its line', async () => {
     const config = (requestLog: boolean) => ({ gateway: { requestLog }, models: [modelEntry('m', [{ kind: 'vllm', url: upstream.url }]), modelEntry('s', [{ kind: 'vllm', url: slow.url }])] });
     const gw = await startTestGateway(config(true));
-    const lines: string[] = [];
-    const write = process.stdout.write.bind(process.stdout);
-    process.stdout.write = ((text: string) => (lines.push(String(text)), true)) as typeof process.stdout.write;
-    try {
+    const lines = await stdoutWrites(gw, async (written) => {
       const reply = await postChat(gw, { model: 's', messages, stream: true }, { 'x-request-id': 'started-logged' });
       const reader = reply.body!.getReader();
       await reader.read();
       gw.writeConfig(config(false));
       // The reload has landed once a whole request logs nothing.
       for (let i = 0; i < 50; i++) {
-        const before = lines.length;
+        const before = written.length;
         await (await postChat(gw, { model: 'm', messages }, { 'x-request-id': `probe-${i}` })).text();
         flushRequestLog();
-        if (lines.length === before) break;
+        if (written.length === before) break;
         await sleep(50);
       }
       finishSlow();
       while (!(await reader.read()).done);
       await sleep(50);
-    } finally {
-      await gw.close();
-      process.stdout.write = write;
-    }
-    const logged = lines.flatMap((w) => w.trimEnd().split('\n')).filter((l) => l.includes('"msg":"request"')).map((l) => JSON.parse(l).request_id);
+    });
+    const logged = loggedRequests(lines).map((l) => l.request_id);
     expect(logged).toContain('started-logged');
   });
 });
