@@ -6,6 +6,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { chunk, completionBody, replyJson, sleep, startFakeUpstream, writeEvents, type FakeUpstream } from '../support/fake-upstream.js';
 import { makeAccount, modelEntry, postChat, startTestGateway, type TestGateway } from '../support/gateway.js';
 import { flushRequestLog } from '../../src/telemetry/request-log.js';
+import { Router } from '../../src/routing/router.js';
+import { Telemetry } from '../../src/telemetry/telemetry.js';
 
 const SECRET_PROMPT = 'the launch code is tangerine-4417';
 const messages = [{ role: 'user' as const, content: SECRET_PROMPT }];
@@ -197,6 +199,23 @@ describe('a log line per request, across a reload', () => {
     });
     const logged = loggedRequests(lines).map((l) => l.request_id);
     expect(logged).toContain('started-logged');
+  });
+});
+
+describe('child spans', () => {
+  // A request's child spans (its credit hold, upstream attempts, settlement), where nothing is traced.
+  it('under a request span that records nothing are one span that records nothing, not one made per child', async () => {
+    const telemetry = new Telemetry(new Router());
+    try {
+      const request = telemetry.tracer.startSpan('POST /v1/chat/completions');
+      expect(request.isRecording()).toBe(false);
+      const hold = telemetry.child(request, 'credit hold', { 'parley.prompt_tokens': 12 });
+      const settle = telemetry.child(request, 'settle', { 'parley.outcome': 'complete' });
+      expect(hold.isRecording()).toBe(false);
+      expect(settle).toBe(hold);
+    } finally {
+      await telemetry.shutdown();
+    }
   });
 });
 
