@@ -53,9 +53,9 @@ const ACQUIRE_ARGS = luaArgs(['lease', 'tier', 'max_concurrent', 'flex_limit', '
 // other-tier leases held at once per second) and ACQUIRE_ARGS.
 // Replies, per admission: NOT_TAKEN (a default or priority request is then
 // marked waiting), TAKEN, or REUSABLE: taken with room left and no one
-// waiting, so that the lease may pass to this replica's next request. The rule is EndpointState's
-// mayAdmit, for the fleet: flex leaves room for the most other requests held
-// lately, plus one.
+// waiting, so that the lease may pass to this replica's next request. The
+// rule is EndpointState's mayAdmit, for the fleet: flex leaves room for the
+// most other requests held lately, plus one.
 const GRANT = { NOT_TAKEN: 0, TAKEN: 1, REUSABLE: 2 } as const;
 const ACQUIRE = luaScript(`
 ${LUA_NOW_MS}
