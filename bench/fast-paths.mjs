@@ -8,7 +8,8 @@
 //   embeddings-in-place  embeddings: vectors passed on unread (upstream/embeddings-in-place.ts) against read and written again
 //   batched-releases     whole chat: a turn's fleet slot releases in one ZREM per set (routing/fleet-slots.ts) against one ZREM per release
 //   batched-log-lines    whole chat, logging: log lines written together (telemetry/request-log.ts) against a write per line
-//   uuid-ids             whole chat: ids from randomUUID's entropy cache (gateway/random-ids.ts) against randomBytes at each id
+//   pooled-ids           whole chat: ids from a pool of random bytes (gateway/random-ids.ts) against a random UUID made into 22 characters at each id
+//   unscanned-json       whole chat: script arguments' JSON scanned for lone surrogates only where it has an escape (redis/lua-script.ts) against every text scanned
 //   reused-leases        whole chat: a fleet slot's lease passed to the replica's next request (routing/fleet-slots.ts) against asking Redis at each request
 //   untraced-children    whole chat: no child spans made under a request span that records nothing (telemetry/telemetry.ts) against a span made for each
 //
@@ -20,13 +21,14 @@ const PATHS = {
   'embeddings-in-place': { mode: 'embeddings', patches: [['upstream/dialect.js', 'inPlace: embeddingsInPlace,', 'inPlace: () => undefined,']] },
   'batched-releases': { mode: 'whole', patches: [['routing/fleet-slots.js', 'this.releases.add({ endpoint, lease });', 'void this.redis.zrem(leasesOf(endpoint, lease), lease).catch(() => undefined);']] },
   'batched-log-lines': { mode: 'whole', settings: { requestLog: true }, patches: [['telemetry/request-log.js', 'writeLine(`${JSON.stringify(line)}\\n`);', 'process.stdout.write(`${JSON.stringify(line)}\\n`);']] },
-  'uuid-ids': {
+  'pooled-ids': {
     mode: 'whole',
     patches: [
-      ['gateway/random-ids.js', 'import { randomUUID } from', 'import { randomBytes, randomUUID } from'],
-      ['gateway/random-ids.js', "Buffer.from(randomUUID().replaceAll('-', ''), 'hex').toString('base64url')", "randomBytes(16).toString('base64url')"],
+      ['gateway/random-ids.js', "import { randomFillSync } from 'node:crypto';", "import { randomFillSync, randomUUID } from 'node:crypto';"],
+      ['gateway/random-ids.js', 'export function randomId() {', "export function randomId() { return Buffer.from(randomUUID().replaceAll('-', ''), 'hex').toString('base64url');"],
     ],
   },
+  'unscanned-json': { mode: 'whole', patches: [['redis/lua-script.js', "json.includes('\\\\ud') ?", 'true ?']] },
   'reused-leases': { mode: 'whole', patches: [['routing/fleet-slots.js', 'const REUSE_MS = POLL_MS;', 'const REUSE_MS = 0;']] },
   'untraced-children': { mode: 'whole', patches: [['telemetry/telemetry.js', 'if (!parent.isRecording())', 'if (false)']] },
 };

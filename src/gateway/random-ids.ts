@@ -1,12 +1,24 @@
-// Ids for requests and their holds: a random UUID's 122 random bits as 22
-// URL-safe characters. A streamed reply repeats its id in every chunk, and a
-// UUID's 36 characters were a tenth of what Parley wrote per chunk. Node
-// draws UUIDs from entropy it gathers 128 at a time, where randomBytes asks
-// OpenSSL at each call (and makes a getpid system call each time): in a
-// light-load profile randomBytes took 3% of a request's CPU. Against it,
-// `node bench/fast-paths.mjs uuid-ids` gave 1.21 and 0.99 times the whole
-// requests/s at 32 connections in two runs (2026-11-26): a gain too small
-// for this machine's noise to settle, for a change of the same size.
-import { randomUUID } from 'node:crypto';
+// Ids for requests and their holds: 128 random bits as 22 URL-safe
+// characters. A streamed reply repeats its id in every chunk, and a UUID's
+// 36 characters were a tenth of what Parley wrote per chunk. The bits come
+// from a pool filled POOL_IDS ids at a time: randomBytes at each id asks
+// OpenSSL (and makes a getpid system call) every time, and a UUID drawn from
+// Node's own entropy cache costs a hex round trip to become 22 characters.
+// Against the UUID's round trip, `node bench/fast-paths.mjs pooled-ids 5 8 1`
+// gave 1.04 times the light-load (one connection) whole requests/s
+// (2026-11-26; rounds 1.04 1.09 1.04 1.08 1.03 1.05 0.95 1.03).
+import { randomFillSync } from 'node:crypto';
 
-export const randomId = (): string => Buffer.from(randomUUID().replaceAll('-', ''), 'hex').toString('base64url');
+const ID_BYTES = 16;
+const POOL_IDS = 256;
+const pool = Buffer.alloc(ID_BYTES * POOL_IDS);
+let taken = pool.length;
+
+export function randomId(): string {
+  if (taken === pool.length) {
+    randomFillSync(pool);
+    taken = 0;
+  }
+  taken += ID_BYTES;
+  return pool.toString('base64url', taken - ID_BYTES, taken);
+}
