@@ -95,11 +95,10 @@ export const WARMUP_SECONDS = 20;
  * The warm-up is served in this many parts, the gateways taking turns. Warmed
  * one after the other (20 s each), the gateway warmed first served 32
  * connections of embeddings 1.4 to 1.6 times as fast as the second for the
- * whole run, whichever build each ran (two copies of one dist: 1.40, 1.47,
- * 1.37; this build against its own commit: 1.61). In turns, two copies
- * measured 0.99 and 1.06 (`abRounds` of two copies of one build, 6 s × 4;
- * 2026-11-26). The cause is not known: neither a shared upstream nor Redis's
- * AOF rewrites.
+ * whole run, whichever build each ran: the build against its own commit,
+ * `node bench/revision-ab.mjs <this commit> embeddings 32 6 4`, gave 1.61
+ * that way and 0.98 in turns (2026-11-26). The cause is not known: neither a
+ * shared upstream nor Redis's AOF rewrites.
  */
 const WARMUP_PARTS = 4;
 

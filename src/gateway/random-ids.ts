@@ -1,6 +1,6 @@
 // Ids for requests and their holds: 128 random bits as 22 URL-safe
-// characters. A streamed reply repeats its id in every chunk, and a UUID's
-// 36 characters were a tenth of what Parley wrote per chunk. The bits come
+// characters. A streamed reply repeats its id in every chunk, where a UUID's
+// 36 characters would be a tenth of what Parley writes per chunk. The bits come
 // from a pool filled POOL_IDS ids at a time: randomBytes at each id asks
 // OpenSSL (and makes a getpid system call) every time, and a UUID drawn from
 // Node's own entropy cache costs a hex round trip to become 22 characters.
