@@ -304,9 +304,7 @@ interface Served<R, W extends WholeReply> {
 /** Charges a reply that completed, and notes its usage where routing and telemetry read it. */
 function settleComplete(s: Pick<Served<unknown, WholeReply>, 'ctx' | 'call' | 'record' | 'meter'>, usage: Usage): void {
   s.ctx.router.state(s.call.endpoint).recordUsage(usage.prompt_tokens, usage.cached_tokens);
-  s.record.promptTokens = usage.prompt_tokens;
-  s.record.cachedTokens = usage.cached_tokens;
-  s.record.completionTokens = usage.completion_tokens;
+  Object.assign(s.record, { promptTokens: usage.prompt_tokens, cachedTokens: usage.cached_tokens, completionTokens: usage.completion_tokens });
   s.record.cost = s.meter.settle('complete', s.call.endpoint.name, usage);
 }
 

@@ -18,7 +18,7 @@ import { getModel, listModels } from './models-routes.js';
 import { handlePlatform } from '../platform/routes.js';
 import { routeLabel } from '../telemetry/route-labels.js';
 import { genAiSpanAttributes, writeRequestLog } from '../telemetry/request-log.js';
-import { RequestRecord } from '../telemetry/request-record.js';
+import type { RequestRecord } from '../telemetry/request-record.js';
 
 /** Ready: not shutting down, and Redis answers (without it every request would fail closed). */
 async function readiness(res: ServerResponse, ctx: GatewayContext): Promise<void> {
@@ -87,7 +87,7 @@ export function createGatewayServer(ctx: GatewayContext): Server {
     if (errorShape === anthropicError) res.setHeader('request-id', id);
     const span = ctx.telemetry.tracer.startSpan(name, { attributes: { 'http.request.method': method, 'http.route': name, 'parley.request_id': id } });
     let errorCode: string | null = null;
-    const record = new RequestRecord(id);
+    const record: RequestRecord = { id, attempts: 0 };
     res.once('close', () => {
       const seconds = (performance.now() - started) / 1000;
       span.setAttribute('http.response.status_code', res.statusCode);

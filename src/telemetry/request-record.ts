@@ -3,42 +3,35 @@
 // and counts only: never an API key, a prompt or a reply.
 import type { ClientApi } from '../config.js';
 
-/**
- * A class, every field set from the start, so that every request's record has
- * one shape: a record that gained its fields one by one, in whatever order
- * its path set them, fell to V8's slow (dictionary) properties, and every
- * read of it (the log line, the metrics, the span) with it.
- */
-export class RequestRecord {
-  api: ClientApi | undefined = undefined;
-  account: string | undefined = undefined;
-  keyId: string | undefined = undefined;
+export interface RequestRecord {
+  /** The request's id as its client was given it (`x-request-id`). */
+  id: string;
+  api?: ClientApi;
+  account?: string;
+  keyId?: string;
   /** The model the client asked for, and the id of the model that served it. */
-  model: string | undefined = undefined;
-  servedModel: string | undefined = undefined;
-  serviceTier: string | undefined = undefined;
+  model?: string;
+  servedModel?: string;
+  serviceTier?: string;
   /** The endpoint that answered (its URL), and its kind. */
-  endpoint: string | undefined = undefined;
-  provider: string | undefined = undefined;
-  attempts = 0;
-  promptTokens: number | undefined = undefined;
-  cachedTokens: number | undefined = undefined;
-  completionTokens: number | undefined = undefined;
+  endpoint?: string;
+  provider?: string;
+  attempts: number;
+  promptTokens?: number;
+  cachedTokens?: number;
+  completionTokens?: number;
   /** What the reply cost, in micro-units (charged when complete). */
-  cost: number | undefined = undefined;
+  cost?: number;
   /** ms from the request's arrival to the first byte of its reply. */
-  firstByteMs: number | undefined = undefined;
-  streamed: boolean | undefined = undefined;
+  firstByteMs?: number;
+  streamed?: boolean;
   /** Why a reply that had begun did not finish ('client_gone', 'upstream_broke_off'); its status stays 200. */
-  brokenOff: string | undefined = undefined;
+  brokenOff?: string;
   /** The reply's id (`chatcmpl-…`), and why each of its choices finished. */
-  replyId: string | undefined = undefined;
-  finishReasons: string[] | undefined = undefined;
+  replyId?: string;
+  finishReasons?: string[];
   /** The telemetry settings of the routing table the request started on: a reload mid-request changes neither. */
-  settings: { requestLog: boolean; metricsTopAccounts: number } | undefined = undefined;
-
-  /** `id`: the request's id as its client was given it (`x-request-id`). */
-  constructor(readonly id: string) {}
+  settings?: { requestLog: boolean; metricsTopAccounts: number };
 }
 
 /** The GenAI conventions' name of each API's operation (gen_ai.operation.name): Messages and Responses are chat. */

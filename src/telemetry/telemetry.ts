@@ -37,12 +37,7 @@ function genAiAttributes(r: RequestRecord, errorType?: string): Attributes {
   return attributes;
 }
 
-/**
- * The series key of a generation's GenAI attributes: their values in a fixed order, tab-joined. A request
- * records four to six series; its attributes are made only for a series seen the first time.
- */
-const genAiKey = (r: RequestRecord, errorType?: string) =>
-  `${r.api}\t${r.model ?? ''}\t${r.provider ?? ''}\t${r.servedModel ?? ''}\t${r.endpoint ?? ''}\t${errorType ?? ''}`;
+const seriesKey = (attributes: Attributes) => Object.values(attributes).join('\t');
 
 /** A span that records nothing: the child of a request span that records nothing. */
 const NOT_RECORDED = trace.wrapSpanContext(INVALID_SPAN_CONTEXT);
@@ -129,27 +124,29 @@ export class Telemetry {
     if (topAccounts > 0 && r.account && r.promptTokens !== undefined) {
       this.accountTokens.set(r.account, (this.accountTokens.get(r.account) ?? 0) + r.promptTokens + (r.completionTokens ?? 0));
     }
-    this.serverDuration.record(genAiKey(r, errorType), seconds, () => genAiAttributes(r, errorType));
+    const attributes = genAiAttributes(r, errorType);
+    this.serverDuration.record(seriesKey(attributes), seconds, () => attributes);
     if (errorType || r.promptTokens === undefined) return;
-    const key = genAiKey(r);
+    const base = genAiAttributes(r);
     const tokens: [string, number][] = [['input', r.promptTokens], ['output', r.completionTokens ?? 0], ['cached_input', r.cachedTokens ?? 0]];
-    for (const [type, count] of tokens) this.tokenUsage.record(`${key}\t${type}`, count, () => ({ ...genAiAttributes(r), 'gen_ai.token.type': type }));
+    for (const [type, count] of tokens) {
+      const withType = { ...base, 'gen_ai.token.type': type };
+      this.tokenUsage.record(seriesKey(withType), count, () => withType);
+    }
     const after = (r.completionTokens ?? 0) - 1;
-    if (r.streamed && r.firstByteMs !== undefined && after > 0) this.perOutputToken.record(key, (seconds - r.firstByteMs / 1000) / after, () => genAiAttributes(r));
+    if (r.streamed && r.firstByteMs !== undefined && after > 0) this.perOutputToken.record(seriesKey(base), (seconds - r.firstByteMs / 1000) / after, () => base);
   }
 
   recordFirstToken(r: RequestRecord, seconds: number): void {
-    this.firstToken.record(genAiKey(r), seconds, () => genAiAttributes(r));
+    const attributes = genAiAttributes(r);
+    this.firstToken.record(seriesKey(attributes), seconds, () => attributes);
   }
 
   /** One upstream call, from Parley as its client, to its first byte (or its failure). */
   recordUpstreamCall(r: RequestRecord, endpoint: { url: string; kind: string; upstreamModel: string }, seconds: number, errorType?: string): void {
-    const key = `${r.api}\t${endpoint.upstreamModel}\t${endpoint.kind}\t${endpoint.url}\t${errorType ?? ''}`;
-    this.upstreamDuration.record(key, seconds, () => {
-      const attributes: Attributes = { 'gen_ai.operation.name': GEN_AI_OPERATIONS[r.api!], 'gen_ai.request.model': endpoint.upstreamModel, 'gen_ai.provider.name': endpoint.kind, 'server.address': endpoint.url };
-      if (errorType) attributes['error.type'] = errorType;
-      return attributes;
-    });
+    const attributes: Attributes = { 'gen_ai.operation.name': GEN_AI_OPERATIONS[r.api!], 'gen_ai.request.model': endpoint.upstreamModel, 'gen_ai.provider.name': endpoint.kind, 'server.address': endpoint.url };
+    if (errorType) attributes['error.type'] = errorType;
+    this.upstreamDuration.record(seriesKey(attributes), seconds, () => attributes);
   }
 
   /** Reads the settlement journal and the Redis connection for their gauges. */

@@ -12,7 +12,6 @@ import { readBalance } from '../../src/billing/credit-ledger.js';
 import { handleApiRequest, type ApiDescriptor } from '../../src/gateway/api-path.js';
 import { chat } from '../../src/gateway/chat-completions.js';
 import type { ChatCompletionRequest } from '../../src/protocol/chat-request.js';
-import { RequestRecord } from '../../src/telemetry/request-record.js';
 import { readUsageEvents, usageCsv, type UsageEvent } from '../../src/billing/usage-events.js';
 import { completionBody, greeting, replyJson, sleep, until, type Script } from '../support/fake-upstream.js';
 import { asAdmin, makeAccount, modelEntry, postChat, startTestGateway, withGatewayOn, type TestGateway } from '../support/gateway.js';
@@ -157,7 +156,7 @@ describe("an endpoint's capacity", () => {
       const failing: ApiDescriptor<ChatCompletionRequest> = { ...chat, streaming: { ...chat.streaming!, renderer: () => { throw new Error('renderer failed'); } } };
       const server = createServer((req, res) => {
         const span = gw.context.telemetry.tracer.startSpan('failing renderer');
-        handleApiRequest(failing, req, res, gw.context, span, new RequestRecord('failing')).catch(() => res.writeHead(500).end());
+        handleApiRequest(failing, req, res, gw.context, span, { id: 'failing', attempts: 0 }).catch(() => res.writeHead(500).end());
       });
       await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
       try {
