@@ -87,6 +87,11 @@ describe('reply ids', () => {
       const badKey = await postChat({ url: t.gw.url, apiKey: 'sk-wrong' }, { model: 'm', messages });
       expect(badKey.status).toBe(401);
       expect(badKey.headers.get('x-request-id')).toMatch(/^[\w-]{22}$/);
+      // A reply whose head Node writes itself (the metrics page: setHeader, then end).
+      const metrics = await fetch(`${t.gw.url}/metrics`, { headers: { 'x-request-id': 'scrape-1' } });
+      expect(metrics.status).toBe(200);
+      expect(metrics.headers.get('x-request-id')).toBe('scrape-1');
+      expect(metrics.headers.get('content-type')).toBe('text/plain');
       const served = await postChat(t.gw, { model: 'm', messages }, { 'x-client-request-id': 'codex-turn-8' });
       expect((await served.json()).id).toBe('chatcmpl-codex-turn-8');
       await until(async () => (await usageEvents(t.gw)).length === 1);
