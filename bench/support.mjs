@@ -195,27 +195,54 @@ export function patchedBuild(label, patches) {
   return root;
 }
 
+/** CPU time (user and system) of a process's main thread so far, in µs, where Linux's /proc tells it (else undefined). */
+function mainThreadCpuMicros(pid) {
+  try {
+    const fields = readFileSync(`/proc/${pid}/task/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
+    return ((Number(fields[11]) + Number(fields[12])) * 1e6) / CLOCK_TICKS_PER_SECOND;
+  } catch {
+    return undefined;
+  }
+}
+
+/** /proc's unit of CPU time (USER_HZ), 100 on every Linux Node runs on. */
+const CLOCK_TICKS_PER_SECOND = 100;
+
 /**
  * `mode` load on each of two gateways in turn (`targets`: [name, parley]
  * pairs), in the reverse order every other round, after a warm-up; prints
  * each round's requests/s and the median of the same-round ratios first ÷
- * second, which it returns.
+ * second, which it returns. Where /proc tells it, also each gateway's
+ * main-thread CPU per request over all its rounds: the event loop's own
+ * work, a second view of what a build costs, which does not count the time
+ * a request waits on the machine's other processes. Both move on a small
+ * shared VM: the build against its own commit measured 0.97 (0.92 to 1.00)
+ * and 610 against 582 µs in four 8-second rounds (2026-11-27), so a
+ * difference of a few percent needs many rounds.
  */
 export async function abRounds(label, targets, { mode, connections, seconds, rounds }) {
   const load = ([, p], s) => apiLoad(`${p.url}/v1`, { authorization: `Bearer ${p.key}` }, mode, connections, s);
   for (let part = 0; part < WARMUP_PARTS; part++) for (const target of targets) await load(target, WARMUP_SECONDS / WARMUP_PARTS);
   const ratios = [];
+  const cpu = new Map(targets.map(([name]) => [name, { micros: 0, requests: 0 }]));
   for (let round = 0; round < rounds; round++) {
     const rate = new Map();
     for (const target of round % 2 ? [...targets].reverse() : targets) {
+      const before = mainThreadCpuMicros(target[1].child.pid);
       const r = await load(target, seconds);
+      const after = mainThreadCpuMicros(target[1].child.pid);
       if (r.non2xx || r.errors) throw new Error(`${target[0]}: ${r.non2xx} non-2xx, ${r.errors} errors`);
       rate.set(target[0], r.requests.average);
+      const spent = cpu.get(target[0]);
+      spent.micros += after - before;
+      spent.requests += r.requests.total;
     }
     const [a, b] = targets.map(([name]) => rate.get(name));
     ratios.push(a / b);
     console.log(`${label}, round ${round + 1}: ${targets[0][0]} ${Math.round(a)} req/s, ${targets[1][0]} ${Math.round(b)} req/s, ratio ${ratios.at(-1).toFixed(2)}`);
   }
   console.log(`${label}: ${targets[0][0]} ÷ ${targets[1][0]}: median ${median(ratios).toFixed(2)} (rounds: ${ratios.map((r) => r.toFixed(2)).join(' ')})`);
+  const perRequest = targets.map(([name]) => [name, cpu.get(name).micros / cpu.get(name).requests]);
+  if (perRequest.every(([, us]) => Number.isFinite(us))) console.log(`${label}: main-thread CPU per request: ${perRequest.map(([name, us]) => `${name} ${Math.round(us)} µs`).join(', ')}`);
   return median(ratios);
 }
