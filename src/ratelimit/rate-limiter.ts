@@ -32,9 +32,11 @@ export function rateCheck(account: string, keyId: string, limits: RateLimits, to
 /**
  * Lua for a script that admits requests (it needs LUA_INT). Each window a
  * script touches is read once (`rate_window(key)`) and its new counts are
- * added once, by `write_rate_windows()` at the script's end; in between,
+ * written once, by `write_rate_windows()` at the script's end; in between,
  * `rate_refusal` says whether one more request fits (0, or 1 over the
  * requests limit, 2 over the tokens limit) and `count_request` counts it.
+ * A script runs alone, so the counts it read are still the window's when it
+ * writes: one HSET of both, where two HINCRBYs were a call more for Redis.
  */
 export const RATE_LIMIT_LUA = `
 local rate_windows, rate_windows_read = {}, {}
@@ -42,7 +44,7 @@ local function rate_window(key)
   local w = rate_windows[key]
   if not w then
     local counts = redis.call('HMGET', key, 'requests', 'tokens')
-    w = { key = key, requests = tonumber(counts[1] or '0'), tokens = tonumber(counts[2] or '0'), added_requests = 0, added_tokens = 0 }
+    w = { key = key, requests = tonumber(counts[1] or '0'), tokens = tonumber(counts[2] or '0'), added_requests = 0 }
     rate_windows[key] = w
     rate_windows_read[#rate_windows_read + 1] = w
   end
@@ -55,14 +57,14 @@ local function rate_refusal(w, requests_limit, tokens_limit, tokens)
 end
 local function count_request(w, tokens)
   w.requests, w.tokens = w.requests + 1, w.tokens + tokens
-  w.added_requests, w.added_tokens = w.added_requests + 1, w.added_tokens + tokens
+  w.added_requests = w.added_requests + 1
 end
 local function write_rate_windows()
   for _, w in ipairs(rate_windows_read) do
     if w.added_requests > 0 then
+      redis.call('HSET', w.key, 'requests', int(w.requests), 'tokens', int(w.tokens))
       -- The window's first requests set when it goes.
-      if redis.call('HINCRBY', w.key, 'requests', w.added_requests) == w.added_requests then redis.call('PEXPIRE', w.key, ${WINDOW_MS + 5000}) end
-      redis.call('HINCRBY', w.key, 'tokens', int(w.added_tokens))
+      if w.requests == w.added_requests then redis.call('PEXPIRE', w.key, ${WINDOW_MS + 5000}) end
     end
   end
 end

@@ -328,6 +328,10 @@ describe.each(TOPOLOGIES)('on $topology', ({ oneServer, start }) => {
       const today = utcDay(Date.now());
       expect(await redis.client.hget(redisKeys.dailyUsage(a.account, today), 'm\tcost')).toBe('80');
       expect(await redis.client.hget(redisKeys.dailyUsage(b.account, today), 'm\tcost')).toBe('60');
+      // A later settlement adds to the totals its model has for the day already.
+      await holdCredit(redis.client, ask(a.account, 'ia3'));
+      expect(await settleHolds(redis.client, [settlement(a.account, 'ia3', 5)])).toEqual([{ charged: 5 }]);
+      expect(await redis.client.hmget(redisKeys.dailyUsage(a.account, today), 'm\trequests', 'm\tprompt_tokens', 'm\tcost')).toEqual(['3', '30', '85']);
     });
   });
 });
