@@ -11,19 +11,19 @@
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Redis } from 'ioredis';
 import { ROOT } from './support.mjs';
 
 const CALLS = Number(process.argv[2] ?? 3000);
 const dist = (path) => import(join(ROOT, 'dist', path));
 
 const { startPrivateRedis } = await dist('redis/private-server.js');
+const { connectRedis } = await dist('redis/connection.js');
 const { createAccount } = await dist('accounts/accounts.js');
 const { changeCredit, holdCredits, settleHolds } = await dist('billing/credit-ledger.js');
 const { rateCheck } = await dist('ratelimit/rate-limiter.js');
 
 const server = await startPrivateRedis(mkdtempSync(join(tmpdir(), 'parley-ledger-')));
-const redis = new Redis({ path: server.target });
+const redis = await connectRedis(server.target, 'bench');
 try {
   const { id: account } = await createAccount(redis, { email: 'bench@example.com' });
   await changeCredit(redis, account, 'grant', 1e15, 'bench');

@@ -195,6 +195,9 @@ export function patchedBuild(label, patches) {
   return root;
 }
 
+/** /proc's unit of CPU time (USER_HZ), 100 on every Linux Node runs on. */
+const CLOCK_TICKS_PER_SECOND = 100;
+
 /** CPU time (user and system) of a process's main thread so far, in µs, where Linux's /proc tells it (else undefined). */
 function mainThreadCpuMicros(pid) {
   try {
@@ -204,9 +207,6 @@ function mainThreadCpuMicros(pid) {
     return undefined;
   }
 }
-
-/** /proc's unit of CPU time (USER_HZ), 100 on every Linux Node runs on. */
-const CLOCK_TICKS_PER_SECOND = 100;
 
 /**
  * `mode` load on each of two gateways in turn (`targets`: [name, parley]

@@ -204,6 +204,7 @@ describe.each(TOPOLOGIES)('on $topology', ({ oneServer, start }) => {
       expect((await readBalance(redis.client, account))!.granted).toBe(3_000_000);
       expect(await redis.client.xlen(redisKeys.ledger(account))).toBe(2);
       expect(await changeCredit(redis.client, 'no-such', 'grant', 1, 'x', 'idem-2')).toEqual({ kind: 'no_account' });
+      expect(await readBalance(redis.client, 'no-such')).toBeUndefined();
     });
   });
 
