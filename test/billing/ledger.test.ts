@@ -8,6 +8,7 @@ import { HoldQueue } from '../../src/billing/hold-queue.js';
 import { SettlementQueue } from '../../src/billing/settlement-queue.js';
 import { readUsageEvents } from '../../src/billing/usage-events.js';
 import { redisKeys } from '../../src/redis/keys.js';
+import { connectRedis } from '../../src/redis/connection.js';
 import { tokenPrices } from '../../src/billing/prices.js';
 import { rateCheck } from '../../src/ratelimit/rate-limiter.js';
 import { sleep } from '../support/fake-upstream.js';
@@ -239,6 +240,32 @@ describe.each(TOPOLOGIES)('on $topology', ({ oneServer, start }) => {
       const ask = () => holdCredit(redis.client, { account, requestId: 'c', ttlMs: 60_000, prices, promptTokens: 10, n: 1, maxReplyTokens: 20 }, rateCheck(account, 'key-c', limits, 30, now));
       for (let i = 0; i < 3; i++) expect((await ask()).kind).toBe('no_credit');
       expect(await ask()).toMatchObject({ kind: 'no_credit', rate: { requests: 0 } });
+    });
+  });
+
+  describe('three replicas on one Redis', () => {
+    // Each script reads what it changes and writes it back: only running alone keeps another replica's request from being lost in between.
+    it("count every request of several tenants once, in the day's totals, the rate windows and the balances", async () => {
+      const replicas = await Promise.all([1, 2, 3].map((i) => connectRedis(redis.shared ?? redis.url, `replica-${i}`)));
+      try {
+        const tenants = await Promise.all([1, 2, 3, 4].map(() => makeAccount(redis, 1)));
+        const queues = replicas.map((r) => ({ holds: new HoldQueue(r), settlements: new SettlementQueue(r) }));
+        const limits = { requestsPerMinute: 1_000, tokensPerMinute: 1_000_000 };
+        const now = Date.now();
+        const requests = tenants.flatMap(({ account }) => Array.from({ length: 12 }, (_, i) => ({ account, id: `${account}-r${i}`, on: queues[i % 3] })));
+        await Promise.all(requests.map(async ({ account, id, on }) => {
+          const held = await on.holds.hold({ hold: { account, requestId: id, ttlMs: 60_000, prices, promptTokens: 10, n: 1, maxReplyTokens: 20 }, rate: rateCheck(account, 'k', limits, 30, now) });
+          expect(held.kind).toBe('held');
+          await on.settlements.settle(settlement(account, id, 7));
+        }));
+        for (const { account } of tenants) {
+          expect(await redis.client.hmget(redisKeys.dailyUsage(account, utcDay(now)), 'm\trequests', 'm\tprompt_tokens', 'm\tcost')).toEqual(['12', '120', '84']);
+          expect(await redis.client.hmget(rateCheck(account, 'k', limits, 30, now).key, 'requests', 'tokens')).toEqual(['12', '360']);
+          expect(await readBalance(redis.client, account)).toEqual({ granted: 1_000_000 - 84, toppedUp: 0, held: 0 });
+        }
+      } finally {
+        for (const r of replicas) r.disconnect();
+      }
     });
   });
 
