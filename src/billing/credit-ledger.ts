@@ -73,7 +73,7 @@ local function reclaim(account_key, holds_key, amounts_key, reclaimed_key, budge
   in_parts('ZADD', reclaimed_key, filed)
   return released
 end
--- An account is made with its three balances, so a hash without them is no account: one call, where EXISTS was one more.
+-- An account is made with its three balances, so a hash without them is no account: the read tells both, with no EXISTS.
 local function reclaimed_balance(account_key, holds_key, amounts_key, reclaimed_key, budgets_key)
   local b = redis.call('HMGET', account_key, 'granted', 'topped_up', 'held')
   if not (b[1] or b[2] or b[3]) then return nil end
@@ -293,7 +293,7 @@ each_item(2, 5, 2, function(K, A)
   reply[#reply + 1] = charge
 end)
 write_accounts()
--- A model's totals are read and written whole: one HMGET and one HSET, where an HINCRBY each was five calls.
+-- A model's totals are read and written whole, one HMGET and one HSET: every call from Lua costs Redis more than its command.
 -- With the rate window's one HSET and no EXISTS before an account is read, a request's two scripts run 19
 -- commands where they ran 25: against 55a49c6, \`node bench/redis-billing.mjs 10 2\` (the builds in turns,
 -- twice) gave a 3-primary cluster 12% less Redis CPU a request (173 against 195 µs) and 15% more

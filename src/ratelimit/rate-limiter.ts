@@ -36,7 +36,7 @@ export function rateCheck(account: string, keyId: string, limits: RateLimits, to
  * `rate_refusal` says whether one more request fits (0, or 1 over the
  * requests limit, 2 over the tokens limit) and `count_request` counts it.
  * A script runs alone, so the counts it read are still the window's when it
- * writes: one HSET of both, where two HINCRBYs were a call more for Redis.
+ * writes: one HSET of both, a call fewer than an HINCRBY each.
  */
 export const RATE_LIMIT_LUA = `
 local rate_windows, rate_windows_read = {}, {}
