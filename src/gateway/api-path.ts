@@ -14,13 +14,13 @@ import { ApiError, checkContextWindow, promptTooLong } from '../protocol/errors.
 import { sendJson, sendJsonParts } from '../protocol/http-io.js';
 import { servingTier, type ServiceTier } from '../protocol/service-tier.js';
 import { hintKey } from '../routing/affinity-key.js';
-import type { RoutePlan } from '../routing/router.js';
 import type { RoutedEndpoint, RoutedModel } from '../routing/routing-table.js';
 import type { UpstreamBody } from '../upstream/client.js';
 import { mergeStreams, type FanOut } from '../upstream/fan-out.js';
 import type { GatewayContext } from './context.js';
 import { openExchange, servingModel, type Exchange } from './exchange.js';
-import { callWithFailover, type UpstreamCall, type UpstreamRequest } from './failover.js';
+import type { UpstreamCall, UpstreamRequest } from './failover.js';
+import { Dispatch } from './dispatch.js';
 import { Meter } from './metering.js';
 import type { RequestRecord } from '../telemetry/request-record.js';
 import { randomId } from './random-ids.js';
@@ -191,39 +191,7 @@ function admit<R>(api: ApiDescriptor<R, WholeReply>, exchange: Exchange, span: S
   };
 }
 
-/**
- * The request's plan, with its first endpoint's slot taken where one is free
- * there (`firstHeld`). The slot is the request's to give back until a
- * failover walk takes the plan (and the slot with it).
- */
-class FirstSlot {
-  private readonly route: Promise<{ plan: RoutePlan; firstHeld: boolean }>;
-  private taken = false;
-
-  constructor(private readonly ctx: GatewayContext, private readonly tier: ServiceTier, model: RoutedModel, affinityKey: () => string) {
-    this.route = ctx.router.plan(model, affinityKey).then(async (plan) => {
-      const first = plan.endpoints[0];
-      return { plan, firstHeld: first !== undefined && (await ctx.router.state(first).tryAcquire(tier)) };
-    });
-    // Awaited only once the hold is in: a failure before then is not an unhandled one.
-    this.route.catch(() => undefined);
-  }
-
-  /** The plan and its slot, for a failover walk, which from then on gives the slot back. */
-  async take(): Promise<{ plan: RoutePlan; firstHeld: boolean }> {
-    const route = await this.route;
-    this.taken = true;
-    return route;
-  }
-
-  /** The request ends before a walk took the slot: it goes back. */
-  giveBack(): void {
-    if (this.taken) return;
-    void this.route.then((r) => r.firstHeld && this.ctx.router.state(r.plan.endpoints[0]).release(this.tier), () => undefined);
-  }
-}
-
-/** The relay of a streamed reply, opened before the upstream is called so that keep-alives and early failures reach the client. */
+/** The relay of a streamed reply, opened once the hold is in and before the upstream's answer is awaited, so that keep-alives and early failures reach the client. */
 function openRelay<R>(streaming: Streaming<R>, a: Admitted<R>, request: R, res: ServerResponse, ctx: GatewayContext, exchange: Exchange, meter: Meter, record: RequestRecord, started: number): StreamRelay {
   const counted = a.prompts.exact ? a.promptTokens : 0;
   return new StreamRelay(res, {
@@ -249,39 +217,45 @@ export async function handleApiRequest<R, W extends WholeReply>(api: ApiDescript
   record.account = caller.account;
   record.keyId = caller.keyId;
   const a = admit(api, exchange, span, record);
-  // The plan and its first endpoint's slot are asked for beside the credit hold: both wait on Redis, and
-  // in one round trip. `node bench/revision-ab.mjs 88b18b7 whole 1 8 4` (88b18b7 asks after the hold) gave
-  // this 1.18 times the light-load requests/s (2026-11-26; rounds 1.18 1.13 1.19 1.06).
-  const firstSlot = new FirstSlot(ctx, a.tier, a.model, () => affinityKey(api, a.request, req, table.settings));
+  // The plan, the first slot and, where the hold is expected in full, the call go beside the hold (gateway/dispatch.ts).
+  const dispatch = new Dispatch(ctx, span, record, exchange, {
+    model: a.model,
+    tier: a.tier,
+    affinityKey: () => affinityKey(api, a.request, req, table.settings),
+    fullReplyTokens: a.maxReplyTokens,
+    // A window or a balance that leaves room for fewer reply tokens than asked lowers the limit sent upstream.
+    requestFor: (replyTokens) => (replyTokens < (a.asked.maxTokens ?? a.maxReplyTokens) ? api.withMaxTokens(a.request, replyTokens) : a.request),
+    upstreamRequest: (endpoint, request) => withPriority(api.upstreamRequest(endpoint, a.model, request, a.passThrough), endpoint, a.tier),
+  });
+  const hold = Meter.ask(ctx, span, {
+    table, caller, model: a.model, settlementId: randomId(), clientIds: a.clientIds, promptTokens: a.promptTokens,
+    n: a.replies, maxReplyTokens: a.maxReplyTokens, user: a.asked.user, api: api.name, tier: a.tier,
+  });
+  if (hold.expectedInFull) dispatch.callEarly();
   let meter: Meter;
   try {
-    meter = await Meter.open(ctx, span, {
-      table, caller, model: a.model, settlementId: randomId(), clientIds: a.clientIds, promptTokens: a.promptTokens,
-      n: a.replies, maxReplyTokens: a.maxReplyTokens, user: a.asked.user, api: api.name, tier: a.tier,
-    });
+    meter = await hold.meter;
   } catch (err) {
     // Not served (no credit, a key's limits).
-    firstSlot.giveBack();
+    dispatch.abandon();
     throw err;
   }
 
   let call: UpstreamCall | undefined;
   let relay: StreamRelay | undefined;
   try {
-    // A window or a balance that leaves room for fewer reply tokens than asked lowers the limit sent upstream.
-    const request = meter.maxReplyTokens < (a.asked.maxTokens ?? a.maxReplyTokens) ? api.withMaxTokens(a.request, meter.maxReplyTokens) : a.request;
+    const sent = dispatch.callFor(meter.maxReplyTokens);
+    const { request } = sent;
     const streaming = a.asked.stream ? api.streaming : undefined;
     relay = streaming && openRelay(streaming, a, request, res, ctx, exchange, meter, record, started);
-    const upstreamRequest = (endpoint: RoutedEndpoint) => withPriority(api.upstreamRequest(endpoint, a.model, request, a.passThrough), endpoint, a.tier);
-    const { plan, firstHeld } = await firstSlot.take();
-    call = await callWithFailover(ctx, span, { model: a.model, settings: table.settings, upstreamRequest, plan, firstHeld, account: caller.account, tier: a.tier, cancellation: exchange.upstreamCall, record });
+    call = await sent.call;
     record.endpoint = call.endpoint.url;
     record.provider = call.endpoint.kind;
     const served = { api, call, request, meter, record, ctx, fanOut: { choicesPerCall: a.replies / call.bodies.length, callsPerPrompt: call.bodies.length / a.prompts.tokens.length } };
     if (relay && streaming) await relayStream(served, streaming, relay);
     else await sendWhole(served, a.identity, res, meter.rateLimitHeaders, started);
   } catch (err) {
-    firstSlot.giveBack();
+    dispatch.giveBack();
     const failure = meter.fail(err, call?.endpoint.name ?? '', exchange.clientGone());
     if (failure instanceof ApiError && relay?.failBeforeStart(failure)) return;
     throw failure;

@@ -11,7 +11,7 @@ import type { Usage } from '../protocol/chat-response.js';
 import { ApiError, insufficientBalance, keyBudgetSpent, shuttingDown } from '../protocol/errors.js';
 import { budgetPeriodField, budgetRenewsAt } from '../accounts/api-keys.js';
 import { redisKeys } from '../redis/keys.js';
-import { rateCheck } from '../ratelimit/rate-limiter.js';
+import { rateCheck, type RateCheck } from '../ratelimit/rate-limiter.js';
 import { failClosed } from './fail-closed.js';
 import { NotReplicated } from '../redis/replication.js';
 import type { RoutedModel, RoutingTable } from '../routing/routing-table.js';
@@ -85,18 +85,24 @@ export class Meter {
   }
 
   /**
-   * Counts the request against its key's rate limit and holds credit for it,
-   * in one script call shared with the holds asked for in the same turn: 429
-   * when the key's budget is spent, 402 when the available balance pays for
-   * none of it, 503 when Redis is unreachable.
+   * Asks for the request's hold, and says whether this replica expects it
+   * granted in full (gateway/hold-forecast.ts). The hold counts the request
+   * against its key's rate limit and holds credit for it, in one script call
+   * shared with the holds asked for in the same turn. `meter` is the meter
+   * once it is in: 429 when the key's budget is spent, 402 when the
+   * available balance pays for none of it, 503 when Redis is unreachable.
    */
-  static async open(ctx: GatewayContext, span: Span, m: MeterRequest): Promise<Meter> {
-    const { table } = m;
+  static ask(ctx: GatewayContext, span: Span, m: MeterRequest): { expectedInFull: boolean; meter: Promise<Meter> } {
     const limits = {
-      requestsPerMinute: m.caller.limits.requestsPerMinute ?? table.rateLimits.requestsPerMinute,
-      tokensPerMinute: m.caller.limits.tokensPerMinute ?? table.rateLimits.tokensPerMinute,
+      requestsPerMinute: m.caller.limits.requestsPerMinute ?? m.table.rateLimits.requestsPerMinute,
+      tokensPerMinute: m.caller.limits.tokensPerMinute ?? m.table.rateLimits.tokensPerMinute,
     };
     const rate = rateCheck(m.caller.account, m.caller.keyId, limits, m.promptTokens + m.n * m.maxReplyTokens);
+    return { expectedInFull: ctx.holdForecast.expectsFull(m.caller.keyId, rate), meter: Meter.open(ctx, span, m, rate) };
+  }
+
+  private static async open(ctx: GatewayContext, span: Span, m: MeterRequest, rate: RateCheck): Promise<Meter> {
+    const { table } = m;
     const { budget } = m.caller;
     const now = Date.now();
     const asked = ctx.holds.hold({
@@ -116,6 +122,8 @@ export class Meter {
     // answer was lost with its connection (a primary killed mid-call, whose replica may have it). Such a hold is
     // released; releasing one never made changes nothing. One never sent (Redis away) needs no release.
     asked.catch((err) => holdMayStand(err) && void ctx.settlements.settle(settlementOf(m, 'failed', '', NO_USAGE, (err as Error).message)));
+    // What this key's next request on this replica may expect.
+    asked.then((h) => ctx.holdForecast.note(m.caller.keyId, rate, h, h.kind === 'held' && h.maxReplyTokens >= m.maxReplyTokens), () => ctx.holdForecast.note(m.caller.keyId, rate, undefined, false));
     // The hold's span: how long the request waited on Redis for its credit.
     const holdSpan = ctx.telemetry.child(span, 'credit hold', { 'parley.prompt_tokens': m.promptTokens, 'parley.max_reply_tokens': m.maxReplyTokens });
     const hold = await failClosed(asked).finally(() => holdSpan.end());

@@ -14,6 +14,14 @@ export class Cancellation {
     this.listeners.clear();
   }
 
+  /** A cancellation of part of this work: cancelled with this one, or alone. */
+  part(): Cancellation {
+    const part = new Cancellation();
+    part.cancelled = this.cancelled;
+    this.subscribe(() => part.cancel());
+    return part;
+  }
+
   /**
    * Calls `listener` when the work is cancelled later; returns what
    * unsubscribes it. Never calls it from within this call: a listener run

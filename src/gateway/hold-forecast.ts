@@ -1,0 +1,36 @@
+// What this replica expects of a key's next credit hold, from the key's last
+// one here: whether it will be granted in full. A request whose hold is
+// expected in full calls its upstream beside the hold (gateway/dispatch.ts).
+// The forecast errs only where other replicas, or the account's other keys,
+// changed the key's standing since: its rate window is counted here from
+// what the last hold saw, so a key at its rate limit is not expected in full.
+import { LRUCache } from 'lru-cache';
+import type { HoldResult } from '../billing/credit-ledger.js';
+import type { RateCheck } from '../ratelimit/rate-limiter.js';
+
+/** A key's last hold, granted in full: its rate window as the hold left it. */
+interface FullHold {
+  window: string | undefined;
+  requests: number;
+  tokens: number;
+}
+
+export class HoldForecast {
+  private readonly lastFull = new LRUCache<string, FullHold>({ max: 100_000 });
+
+  /** Whether a hold for `keyId`, with the rate check `rate`, is expected to be granted in full. */
+  expectsFull(keyId: string, rate: RateCheck): boolean {
+    const last = this.lastFull.get(keyId);
+    if (!last) return false;
+    // A new window starts its counts from nothing.
+    if (last.window !== rate.key) return true;
+    const [requestsLimit, tokensLimit, tokens] = rate.args;
+    return last.requests < requestsLimit && last.tokens + tokens <= tokensLimit;
+  }
+
+  /** Notes a key's hold: `inFull`, granted for every reply token asked; undefined, not answered. */
+  note(keyId: string, rate: RateCheck, hold: HoldResult | undefined, inFull: boolean): void {
+    if (hold?.kind === 'held' && inFull) this.lastFull.set(keyId, { window: rate.key, requests: hold.rate?.requests ?? 0, tokens: hold.rate?.tokens ?? 0 });
+    else this.lastFull.delete(keyId);
+  }
+}
