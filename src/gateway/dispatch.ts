@@ -8,9 +8,9 @@
 // The call itself starts beside the hold too where the hold is expected in
 // full (gateway/hold-forecast.ts), so that at light load the hold's Redis
 // round trip overlaps the upstream's first byte instead of coming before it.
-// `node bench/revision-ab.mjs 95dfa38 whole 1 8 8` gave a median 1.09 with
-// the early call against 0.96 without it, run one after the other
-// (2026-11-27; CPU per request the same, 437 and 446 µs).
+// `node bench/revision-ab.mjs dc75b71 whole 1 8 8` (dc75b71 calls after the
+// hold) gave this 1.20 times the light-load requests/s (2026-11-27; rounds
+// 1.14 to 1.23, CPU per request 447 µs against 472).
 //
 // Nothing reaches the client before the hold is in. A hold refused cancels
 // an early call; one granted for fewer reply tokens than the early call was
