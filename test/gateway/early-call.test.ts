@@ -56,16 +56,19 @@ describe('the upstream call beside the credit hold', () => {
     return { account, client };
   }
 
+  /** The chat requests the upstream got (the gateways' health probes aside). */
+  const chatCalls = () => upstream.received.filter((r) => r.path.endsWith('/chat/completions'));
+
   /** Sends a request while the account's primary takes no writes for PAUSE_MS: the requests the upstream got meanwhile, and the reply once the pause is over. */
   async function duringHoldPause(account: string, client: { url: string; apiKey: string }, body: unknown) {
-    const seen = upstream.received.length;
+    const seen = chatCalls().length;
     const pausedAt = Date.now();
     await primaryOf(redisKeys.account(account)).call('CLIENT', 'PAUSE', String(PAUSE_MS), 'WRITE');
     const reply = postChat(client, body);
     await sleep(PAUSE_MS / 2);
-    const duringPause = upstream.received.slice(seen);
+    const duringPause = chatCalls().slice(seen);
     const res = await reply;
-    return { duringPause, res, answeredAfterMs: Date.now() - pausedAt, all: upstream.received.slice(seen) };
+    return { duringPause, res, answeredAfterMs: Date.now() - pausedAt, all: chatCalls().slice(seen) };
   }
 
   /** Leaves requests asking `maxTokens` unanswered, answering the others; `left` resolves when the gateway hangs up on one. */
@@ -121,6 +124,31 @@ describe('the upstream call beside the credit hold', () => {
       expect(await total(account)).toEqual({ available: 0, held: 0 });
     } finally {
       upstream.setScript(ANSWERED);
+    }
+  });
+
+  it("keeps three replicas' early calls within one wasted call per replica when they share a key's rate limit", async () => {
+    // A window is a clock minute: the test's requests stay in one.
+    const left = 60_000 - (Date.now() % 60_000);
+    if (left < 15_000) await sleep(left + 50);
+    const config = { rateLimits: { requestsPerMinute: 4 }, models: [modelEntry('m', [{ kind: 'vllm', url: upstream.url }])] };
+    const replicas = await Promise.all([0, 1, 2].map(() => startTestGateway(config, { redis: gw.redis })));
+    try {
+      const { account, client } = await newKey();
+      const seen = chatCalls().length;
+      const statuses: number[] = [];
+      for (let i = 0; i < 9; i++) {
+        const { res } = await duringHoldPause(account, { ...client, url: replicas[i % 3].url }, { model: 'm', messages, max_tokens: 10 });
+        statuses.push(res.status);
+      }
+      expect(statuses).toEqual([200, 200, 200, 200, 429, 429, 429, 429, 429]);
+      // Each replica's first request waits for its hold. The 4th goes early and is served; the 5th and 6th go
+      // early on what their replicas last saw (1 and 2 of 4) and are cancelled; after that each replica knows.
+      expect(chatCalls().length - seen).toBe(4 + 2);
+      await until(async () => (await total(account)).held === 0);
+      expect(1_000_000 - (await total(account)).available).toBe(4 * (5 * 1 + 5 * 2));
+    } finally {
+      await Promise.all(replicas.map((r) => r.close()));
     }
   });
 
