@@ -120,7 +120,7 @@ export class Dispatch<R> {
 
   private dropEarly(): void {
     if (!this.early) return;
-    this.early.cancellation.cancel();
+    this.early.cancellation.cancel('early_call_abandoned');
     void this.early.call.then((call) => call.release(), () => undefined);
     this.early = undefined;
   }

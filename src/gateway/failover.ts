@@ -189,7 +189,7 @@ class PlanWalk {
       return { endpoint, bodies, release: () => void (released || ((released = true), state.release(tier))) };
     } catch (err) {
       state.release(tier);
-      const errorType = err instanceof ApiError ? (err.code ?? err.type) : 'aborted';
+      const errorType = err instanceof ApiError ? (err.code ?? err.type) : (cancellation.reason ?? 'aborted');
       this.ctx.telemetry.recordUpstreamCall(record, endpoint, (Date.now() - started) / 1000, errorType);
       attemptSpan.setStatus({ code: SpanStatusCode.ERROR, message: errorType });
       attemptSpan.end();

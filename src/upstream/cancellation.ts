@@ -5,11 +5,14 @@
 
 export class Cancellation {
   cancelled = false;
+  /** Why, as the upstream call's metrics give it (`error.type`). */
+  reason: string | undefined;
   private readonly listeners = new Set<() => void>();
 
-  cancel(): void {
+  cancel(reason = 'aborted'): void {
     if (this.cancelled) return;
     this.cancelled = true;
+    this.reason = reason;
     for (const listener of this.listeners) listener();
     this.listeners.clear();
   }
@@ -17,8 +20,8 @@ export class Cancellation {
   /** A cancellation of part of this work: cancelled with this one, or alone. */
   part(): Cancellation {
     const part = new Cancellation();
-    part.cancelled = this.cancelled;
-    this.subscribe(() => part.cancel());
+    if (this.cancelled) part.cancel(this.reason);
+    else this.subscribe(() => part.cancel(this.reason));
     return part;
   }
 

@@ -118,6 +118,9 @@ describe('the upstream call beside the credit hold', () => {
             expect(duringPause).toHaveLength(1);
       expect(res.status).toBe(402);
       await hungUp;
+      // Operators tell such a call from one whose client left.
+      const metrics = await (await fetch(`${gw.url}/metrics`)).text();
+      expect(metrics).toMatch(/gen_ai_client_operation_duration_count\{[^}]*error_type="early_call_abandoned"[^}]*\} 1\n/);
       const next = await duringHoldPause(account, client, { model: 'm', messages, max_tokens: 10 });
       expect(next.all).toHaveLength(0);
       expect(next.res.status).toBe(402);
