@@ -16,7 +16,8 @@
 // an early call; one granted for fewer reply tokens than the early call was
 // sent with cancels it too, and the request is sent again with the lower
 // limit. A key out of credit, over its rate limit or its budget so sends its
-// upstream no work to throw away, beyond the one call that finds out.
+// upstream no work to throw away, beyond the one call per replica that finds
+// out.
 import type { Span } from '@opentelemetry/api';
 import type { ServiceTier } from '../protocol/service-tier.js';
 import type { RoutePlan } from '../routing/router.js';

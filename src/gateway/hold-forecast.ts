@@ -1,9 +1,10 @@
 // What this replica expects of a key's next credit hold, from the key's last
 // one here: whether it will be granted in full. A request whose hold is
 // expected in full calls its upstream beside the hold (gateway/dispatch.ts).
-// The forecast errs only where other replicas, or the account's other keys,
-// changed the key's standing since: its rate window is counted here from
-// what the last hold saw, so a key at its rate limit is not expected in full.
+// The forecast errs only where something else changed the key's standing
+// since (other replicas, the account's other keys, an operator): its rate
+// window is counted here from what the last hold saw, so a key this replica
+// saw reach its rate limit is not expected in full.
 import { LRUCache } from 'lru-cache';
 import type { HoldResult } from '../billing/credit-ledger.js';
 import type { RateCheck } from '../ratelimit/rate-limiter.js';
