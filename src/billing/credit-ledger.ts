@@ -31,7 +31,9 @@ const RECLAIMED_KEPT_MS = 2 * 86_400_000;
 // after RECLAIMED_KEPT_MS, and releasing what each held of its key's budget
 // (it returns the credit released);
 // release_budget(budgets, id), which does the last for one hold and says
-// where its charge is counted; and balance_of(account): granted, topped up, held.
+// where its charge is counted; and reclaimed_balance(the same five keys):
+// the account's granted, topped up and held credit once its expired holds
+// are reclaimed, or nil for no such account.
 const RECLAIM_EXPIRED_HOLDS = `
 ${LUA_NOW_MS}
 ${LUA_INT}
@@ -71,9 +73,12 @@ local function reclaim(account_key, holds_key, amounts_key, reclaimed_key, budge
   in_parts('ZADD', reclaimed_key, filed)
   return released
 end
-local function balance_of(account_key)
+-- An account is made with its three balances, so a hash without them is no account: one call, where EXISTS was one more.
+local function reclaimed_balance(account_key, holds_key, amounts_key, reclaimed_key, budgets_key)
   local b = redis.call('HMGET', account_key, 'granted', 'topped_up', 'held')
-  return tonumber(b[1] or '0'), tonumber(b[2] or '0'), tonumber(b[3] or '0')
+  if not (b[1] or b[2] or b[3]) then return nil end
+  local released = reclaim(account_key, holds_key, amounts_key, reclaimed_key, budgets_key)
+  return tonumber(b[1] or '0'), tonumber(b[2] or '0'), tonumber(b[3] or '0') - released
 end
 `;
 
@@ -93,12 +98,9 @@ local function account(K)
   local a = accounts[K[1]]
   if a == nil then
     a = false
-    -- An account is made with its three balances, so a hash without them is no account: one call, where EXISTS was one more.
-    local b = redis.call('HMGET', K[1], 'granted', 'topped_up', 'held')
-    if b[1] or b[2] or b[3] then
-      local released = reclaim(K[1], K[2], K[3], K[4], K[5])
-      a = { key = K[1], holds = K[2], amounts = K[3], reclaimed = K[4], budgets = K[5],
-            granted = tonumber(b[1] or '0'), topped_up = tonumber(b[2] or '0'), held = tonumber(b[3] or '0') - released,
+    local granted, topped_up, held = reclaimed_balance(K[1], K[2], K[3], K[4], K[5])
+    if granted then
+      a = { key = K[1], holds = K[2], amounts = K[3], reclaimed = K[4], budgets = K[5], granted = granted, topped_up = topped_up, held = held,
             changed = false, opened_expiries = {}, opened_amounts = {}, closed = {}, forgotten = {} }
       accounts_read[#accounts_read + 1] = a
     end
@@ -313,10 +315,10 @@ return reply
 `);
 
 const BALANCE = luaScript(`
-if redis.call('EXISTS', KEYS[1]) == 0 then return {0, 0, 0, 0} end
 ${RECLAIM_EXPIRED_HOLDS}
-reclaim(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5])
-return {1, balance_of(KEYS[1])}
+local granted, topped_up, held = reclaimed_balance(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5])
+if not granted then return {0, 0, 0, 0} end
+return {1, granted, topped_up, held}
 `);
 
 // KEYS: account, its ledger, its applied changes. ARGV: kind (grant | top_up
