@@ -11,7 +11,7 @@ import type { RateCheck } from '../ratelimit/rate-limiter.js';
 
 /** A key's last hold, granted in full: its rate window as the hold left it. */
 interface FullHold {
-  window: string | undefined;
+  window: string;
   requests: number;
   tokens: number;
 }
@@ -29,9 +29,14 @@ export class HoldForecast {
     return last.requests < requestsLimit && last.tokens + tokens <= tokensLimit;
   }
 
-  /** Notes a key's hold: `inFull`, granted for every reply token asked; undefined, not answered. */
-  note(keyId: string, rate: RateCheck, hold: HoldResult | undefined, inFull: boolean): void {
-    if (hold?.kind === 'held' && inFull) this.lastFull.set(keyId, { window: rate.key, requests: hold.rate?.requests ?? 0, tokens: hold.rate?.tokens ?? 0 });
-    else this.lastFull.delete(keyId);
+  /** Notes a key's hold, asked for `askedReplyTokens` per choice: expected in full next time only if granted for all of them. */
+  note(keyId: string, rate: RateCheck, hold: HoldResult, askedReplyTokens: number): void {
+    if (hold.kind === 'held' && hold.maxReplyTokens >= askedReplyTokens) this.lastFull.set(keyId, { window: rate.key, requests: hold.rate?.requests ?? 0, tokens: hold.rate?.tokens ?? 0 });
+    else this.forget(keyId);
+  }
+
+  /** A key's hold went unanswered (Redis away): nothing is expected of the next. */
+  forget(keyId: string): void {
+    this.lastFull.delete(keyId);
   }
 }

@@ -123,7 +123,7 @@ export class Meter {
     // released; releasing one never made changes nothing. One never sent (Redis away) needs no release.
     asked.catch((err) => holdMayStand(err) && void ctx.settlements.settle(settlementOf(m, 'failed', '', NO_USAGE, (err as Error).message)));
     // What this key's next request on this replica may expect.
-    asked.then((h) => ctx.holdForecast.note(m.caller.keyId, rate, h, h.kind === 'held' && h.maxReplyTokens >= m.maxReplyTokens), () => ctx.holdForecast.note(m.caller.keyId, rate, undefined, false));
+    asked.then((h) => ctx.holdForecast.note(m.caller.keyId, rate, h, m.maxReplyTokens), () => ctx.holdForecast.forget(m.caller.keyId));
     // The hold's span: how long the request waited on Redis for its credit.
     const holdSpan = ctx.telemetry.child(span, 'credit hold', { 'parley.prompt_tokens': m.promptTokens, 'parley.max_reply_tokens': m.maxReplyTokens });
     const hold = await failClosed(asked).finally(() => holdSpan.end());

@@ -5,13 +5,13 @@
 // whose last hold was granted in full reaches its upstream during the pause;
 // nothing reaches the client before the hold is in; a hold refused or
 // granted for fewer tokens cancels the early call.
+import type { ServerResponse } from 'node:http';
 import type { Cluster, Redis } from 'ioredis';
 import calculateSlot from 'cluster-key-slot';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { changeCredit, readBalance } from '../../src/billing/credit-ledger.js';
 import { redisKeys } from '../../src/redis/keys.js';
 import { startClusterAsTestRedis } from '../support/redis-topologies.js';
-import type { ServerResponse } from 'node:http';
 import { answering, sleep, startFakeUpstream, until, type FakeUpstream, type ReceivedRequest } from '../support/fake-upstream.js';
 import { makeAccount, modelEntry, postChat, startGatewaysOn, startTestGateway, type TestGateway } from '../support/gateway.js';
 
