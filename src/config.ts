@@ -116,6 +116,11 @@ const gatewaySettings = z
     upstreamFirstByteTimeoutMs: z.int().min(10).default(60_000),
     upstreamIdleTimeoutMs: z.int().min(10).default(60_000),
     maxBodyBytes: z.int().min(1024).default(4 * 1024 * 1024),
+    /**
+     * The longest a client may take to send a request, headers and body, on any route: then 408 and the
+     * connection is closed (a stalled body must not hold a socket for ever). Read when the replica starts.
+     */
+    requestReadTimeoutMs: z.int().min(1000).default(30_000),
     /** On SIGTERM, how long requests in flight may run on; keep it under the pod's termination grace period. */
     shutdownGraceMs: z.int().min(0).default(25_000),
     /**

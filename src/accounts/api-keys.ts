@@ -85,7 +85,7 @@ function toRecord(h: Record<string, string>): ApiKeyRecord {
     suffix: h.suffix,
     revoked: h.revoked === '1',
     models: h.models ? (JSON.parse(h.models) as string[]) : null,
-    expiresAt: h.expires_at ? Number(h.expires_at) : null,
+    expiresAt: h.expires_at !== undefined && h.expires_at !== '' ? Number(h.expires_at) : null,
     budget: h.budget ? { limit: Number(h.budget), period: (h.budget_period || 'total') as BudgetPeriod } : null,
     tier: isServiceTier(h.tier) ? h.tier : 'default',
   };

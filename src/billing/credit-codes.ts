@@ -33,7 +33,8 @@ export async function createCreditCode(redis: Redis, amountMicros: number): Prom
   return code;
 }
 
-export type RedeemResult = { kind: 'credited'; amount: number } | { kind: 'unknown' } | { kind: 'already_redeemed' };
+/** `balance_full`: the code is this account's, and credits it once its balance has room (see MAX_BALANCE_MICROS). */
+export type RedeemResult = { kind: 'credited'; amount: number } | { kind: 'unknown' } | { kind: 'already_redeemed' } | { kind: 'balance_full' };
 
 export async function redeemCreditCode(redis: Redis, account: string, code: string): Promise<RedeemResult> {
   const hash = hashCode(code);
@@ -43,5 +44,7 @@ export async function redeemCreditCode(redis: Redis, account: string, code: stri
   if (amount === -1) return { kind: 'unknown' };
   if (amount === -2) return { kind: 'already_redeemed' };
   const applied = await changeCredit(redis, account, 'top_up', amount, 'credit code', `code:${hash}`);
-  return applied.kind === 'applied' ? { kind: 'credited', amount } : applied.kind === 'applied_before' ? { kind: 'already_redeemed' } : { kind: 'unknown' };
+  if (applied.kind === 'applied') return { kind: 'credited', amount };
+  if (applied.kind === 'over_maximum') return { kind: 'balance_full' };
+  return applied.kind === 'applied_before' ? { kind: 'already_redeemed' } : { kind: 'unknown' };
 }

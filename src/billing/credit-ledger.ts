@@ -18,7 +18,7 @@ import { BatchKeys, LUA_EACH_ITEM } from '../redis/batch-keys.js';
 import { LUA_INT, LUA_NOW_MS, luaArgs, luaConstants, luaJson, luaScript } from '../redis/lua-script.js';
 import { RATE_LIMIT_LUA, rateUse, type RateCheck, type RateUse } from '../ratelimit/rate-limiter.js';
 import type { Usage } from '../protocol/chat-response.js';
-import type { TokenPrices } from './prices.js';
+import { MAX_BALANCE_MICROS, type TokenPrices } from './prices.js';
 import type { ServiceTier } from '../protocol/service-tier.js';
 
 /** How long a reclaimed hold is remembered: longer than a settlement is retried, however long Redis was away. */
@@ -321,34 +321,37 @@ if not granted then return {0, 0, 0, 0} end
 return {1, granted, topped_up, held}
 `);
 
-// KEYS: account, its ledger, its applied changes. ARGV: kind (grant | top_up
-// | deduct), amount, note, account id, change id ('' for none). Deductions
-// take granted credit first and stop at zero. A change whose id was applied
-// before changes nothing and answers the balance it left then. Replies an
+// KEYS: the account's five (accountKeys), its ledger, its applied changes.
+// ARGV: kind (grant | top_up | deduct), amount, note, account id, change id
+// ('' for none), the most a balance may be. Deductions take granted credit
+// first and stop at what open holds leave (the requests they pay for are
+// still charged in full); a grant or top-up that would take the balance past
+// the most it may be changes nothing. A change whose id was applied before
+// changes nothing and answers the balance it left then. Replies an
 // ADJUST_STATUS, the balance and the amount moved.
-const ADJUST_STATUS = { NO_ACCOUNT: 0, APPLIED: 1, APPLIED_BEFORE: 2 } as const;
+const ADJUST_STATUS = { NO_ACCOUNT: 0, APPLIED: 1, APPLIED_BEFORE: 2, OVER_MAXIMUM: 3 } as const;
 const ADJUST = luaScript(`
-${LUA_INT}
+${RECLAIM_EXPIRED_HOLDS}
 ${luaConstants(ADJUST_STATUS)}
-if redis.call('EXISTS', KEYS[1]) == 0 then return {NO_ACCOUNT, 0, 0} end
+local granted, topped_up, held = reclaimed_balance(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5])
+if not granted then return {NO_ACCOUNT, 0, 0} end
 if ARGV[5] ~= '' then
-  local before = redis.call('HGET', KEYS[3], ARGV[5])
+  local before = redis.call('HGET', KEYS[7], ARGV[5])
   if before then return {APPLIED_BEFORE, tonumber(before), 0} end
 end
 local amount = tonumber(ARGV[2])
-local granted = tonumber(redis.call('HGET', KEYS[1], 'granted') or '0')
-local topped_up = tonumber(redis.call('HGET', KEYS[1], 'topped_up') or '0')
-if ARGV[1] == 'grant' then granted = granted + amount
-elseif ARGV[1] == 'top_up' then topped_up = topped_up + amount
-else
-  amount = math.min(amount, math.max(granted, 0) + math.max(topped_up, 0))
+if ARGV[1] == 'deduct' then
+  amount = math.min(amount, math.max(0, granted + topped_up - held))
   local from_granted = math.min(amount, math.max(granted, 0))
   granted = granted - from_granted
   topped_up = topped_up - (amount - from_granted)
+else
+  if granted + topped_up + amount > tonumber(ARGV[6]) then return {OVER_MAXIMUM, granted + topped_up, 0} end
+  if ARGV[1] == 'grant' then granted = granted + amount else topped_up = topped_up + amount end
 end
 redis.call('HSET', KEYS[1], 'granted', int(granted), 'topped_up', int(topped_up))
-redis.call('XADD', KEYS[2], '*', 'account', ARGV[4], 'kind', ARGV[1], 'amount', int(amount), 'note', ARGV[3], 'change', ARGV[5])
-if ARGV[5] ~= '' then redis.call('HSET', KEYS[3], ARGV[5], int(granted + topped_up)) end
+redis.call('XADD', KEYS[6], '*', 'account', ARGV[4], 'kind', ARGV[1], 'amount', int(amount), 'note', ARGV[3], 'change', ARGV[5])
+if ARGV[5] ~= '' then redis.call('HSET', KEYS[7], ARGV[5], int(granted + topped_up)) end
 return {APPLIED, granted + topped_up, amount}
 `);
 
@@ -552,8 +555,12 @@ export async function balanceSummary(redis: Redis, account: string): Promise<Bal
 
 export type CreditChange = 'grant' | 'top_up' | 'deduct';
 
-/** What a credit change came to: the balance after it and the amount moved (a deduction stops at zero), or, for a change id applied before, the balance it left then. */
-export type CreditChangeResult = { kind: 'applied'; balance: number; amount: number } | { kind: 'applied_before'; balance: number } | { kind: 'no_account' };
+/**
+ * What a credit change came to: the balance after it and the amount moved (a deduction stops at what open holds
+ * leave), or, for a change id applied before, the balance it left then; `over_maximum` for an addition that would
+ * take the balance past MAX_BALANCE_MICROS.
+ */
+export type CreditChangeResult = { kind: 'applied'; balance: number; amount: number } | { kind: 'applied_before'; balance: number } | { kind: 'no_account' } | { kind: 'over_maximum'; balance: number };
 
 /**
  * Grants, tops up or deducts credit with a note in the account's ledger.
@@ -561,8 +568,10 @@ export type CreditChangeResult = { kind: 'applied'; balance: number; amount: num
  * applied once however often it is retried.
  */
 export async function changeCredit(redis: Redis, account: string, kind: CreditChange, amount: number, note: string, changeId = ''): Promise<CreditChangeResult> {
-  const keys = [redisKeys.account(account), redisKeys.ledger(account), redisKeys.appliedChanges(account)];
-  const [status, balance, moved] = (await ADJUST.runDurably(redis, keys, [kind, amount, note, account, changeId])) as number[];
+  if (!Number.isSafeInteger(amount) || amount <= 0 || amount > MAX_BALANCE_MICROS) throw new RangeError(`a credit change is 1 to ${MAX_BALANCE_MICROS} micro-units, not ${amount}`);
+  const keys = [...accountKeys(account), redisKeys.ledger(account), redisKeys.appliedChanges(account)];
+  const [status, balance, moved] = (await ADJUST.runDurably(redis, keys, [kind, amount, note, account, changeId, MAX_BALANCE_MICROS])) as number[];
   if (status === ADJUST_STATUS.NO_ACCOUNT) return { kind: 'no_account' };
+  if (status === ADJUST_STATUS.OVER_MAXIMUM) return { kind: 'over_maximum', balance };
   return status === ADJUST_STATUS.APPLIED_BEFORE ? { kind: 'applied_before', balance } : { kind: 'applied', balance, amount: moved };
 }

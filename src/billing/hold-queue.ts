@@ -6,6 +6,13 @@ import { redisKeys } from '../redis/keys.js';
 import { TurnBatches } from '../redis/turn-batches.js';
 import { holdCredits, type HoldAsk, type HoldResult } from './credit-ledger.js';
 
+/** A hold never sent: Redis was not connected when its turn came, so nothing of it can stand in Redis. */
+export class HoldNotSent extends Error {
+  constructor() {
+    super('Redis is not connected');
+  }
+}
+
 interface Waiting {
   ask: HoldAsk;
   held: (result: HoldResult) => void;
@@ -25,6 +32,12 @@ export class HoldQueue {
   }
 
   private async run(part: Waiting[]): Promise<void> {
+    // Parley's connections queue nothing while disconnected: a hold sent now would fail unsent. Where the state
+    // changes between this look and the send, the hold counts as one that may stand, which costs only a release.
+    if (this.redis.status !== 'ready') {
+      for (const w of part) w.failed(new HoldNotSent());
+      return;
+    }
     try {
       const results = await holdCredits(this.redis, part.map((w) => w.ask));
       part.forEach((w, i) => w.held(results[i]));

@@ -38,8 +38,20 @@ export function formatMicros(micros: number, decimals = 2): string {
   return units.toFixed(Math.max(decimals, micros % 10_000 === 0 ? decimals : 6)).replace(/(\.\d{2}\d*?)0+$/, '$1');
 }
 
+/**
+ * The most an account's balance may be, and so the most one change of credit
+ * may move: a billion currency units. Balances are counted in micro-units in
+ * Lua's doubles and Redis's integers, exact to 2^53 (about 9e15); this bound
+ * keeps a balance with its holds and charges well inside that.
+ */
+export const MAX_BALANCE_UNITS = 1_000_000_000;
+export const MAX_BALANCE_MICROS = MAX_BALANCE_UNITS * MICROS_PER_UNIT;
+
+/** An amount as an operator types it: digits, up to six decimals, at most MAX_BALANCE_UNITS. */
+export const isAmountText = (text: string) => /^\d{1,10}(\.\d{1,6})?$/.test(text) && Number(text) <= MAX_BALANCE_UNITS;
+
 /** Micro-units from a decimal amount an operator typed ("25", "0.50"). */
 export function parseAmount(text: string): number {
-  if (!/^\d+(\.\d{1,6})?$/.test(text)) throw new Error(`"${text}" is not an amount (digits, up to six decimals)`);
+  if (!isAmountText(text)) throw new Error(`"${text}" is not an amount (digits, up to six decimals, at most ${MAX_BALANCE_UNITS})`);
   return Math.round(Number(text) * MICROS_PER_UNIT);
 }

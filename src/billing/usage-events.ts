@@ -64,8 +64,9 @@ export interface UsageFilter {
 
 /** An account's events in time order, read from its stream in pages. */
 export async function* readUsageEvents(redis: Redis, account: string, filter: UsageFilter = {}): AsyncGenerator<UsageEvent> {
-  let start = filter.since !== undefined ? String(filter.since) : '-';
-  const end = filter.until !== undefined ? String(filter.until) : '+';
+  // A stream's ids start at 0: a day before 1970 asked for is the stream's start, not an invalid range.
+  let start = filter.since !== undefined ? String(Math.max(0, filter.since)) : '-';
+  const end = filter.until !== undefined ? String(Math.max(0, filter.until)) : '+';
   for (;;) {
     const page = (await redis.xrange(redisKeys.usageEvents(account), start, end, 'COUNT', 1000)) as [string, string[]][];
     for (const [id, fields] of page) {
@@ -80,7 +81,16 @@ export async function* readUsageEvents(redis: Redis, account: string, filter: Us
 
 const CSV_COLUMNS = 'time,request_id,account,key,model,endpoint,outcome,reason,prompt_tokens,cached_tokens,completion_tokens,cost,charged,user,api,reply_id,service_tier';
 
-const csvField = (v: string) => (/[",\n\r]/.test(v) ? `"${v.replace(/"/g, '""')}"` : v);
+/**
+ * A CSV field: quoted where it holds a separator, and one that a spreadsheet
+ * would run as a formula (it starts with =, +, -, @, a tab or a carriage
+ * return: a client's `user` may be `=HYPERLINK(...)`) is prefixed with a
+ * single quote, as OWASP's CSV-injection guidance says.
+ */
+function csvField(v: string): string {
+  const text = /^[=+\-@\t\r]/.test(v) ? `'${v}` : v;
+  return /[",\n\r]/.test(text) ? `"${text.replace(/"/g, '""')}"` : text;
+}
 
 export async function* usageCsv(events: AsyncIterable<UsageEvent>): AsyncGenerator<string> {
   yield `${CSV_COLUMNS}\n`;

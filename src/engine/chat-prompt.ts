@@ -31,10 +31,29 @@ export class ChatPrompt {
   }
 }
 
+/** Counts a conversation's tokens as the model sees them, and says how many bytes of text one token can be at most. */
+export interface PromptCounter {
+  count(messages: ChatMessage[]): number;
+  /** No token of the vocabulary is more UTF-8 bytes than this: a text of b bytes is at least b / maxTokenBytes tokens. */
+  maxTokenBytes: number;
+}
+
+/**
+ * The most UTF-8 bytes one token of `model` stands for: its longest entry in
+ * the vocabulary as written there, which is never shorter than what it
+ * stands for (a byte-level BPE writes one character a byte, SentencePiece
+ * writes a space as "▁" and a byte as "<0x0A>").
+ */
+export function maxTokenBytes(model: LlamaModel): number {
+  let most = 1;
+  for (const token of model.fileInfo.metadata.tokenizer.ggml.tokens) most = Math.max(most, Buffer.byteLength(token));
+  return most;
+}
+
 /** A prompt counter for the gateway: only the GGUF's vocabulary and template are loaded. */
-export async function loadPromptCounter(ggufPath: string): Promise<(messages: ChatMessage[]) => number> {
+export async function loadPromptCounter(ggufPath: string): Promise<PromptCounter> {
   const llama = await localLlama();
   const model = await llama.loadModel({ modelPath: ggufPath, vocabOnly: true });
   const prompt = new ChatPrompt(model);
-  return (messages) => prompt.tokens(messages).length;
+  return { count: (messages) => prompt.tokens(messages).length, maxTokenBytes: maxTokenBytes(model) };
 }

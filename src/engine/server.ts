@@ -146,6 +146,10 @@ class LocalEngine {
     for (const id of Object.keys(request.logit_bias ?? {})) {
       if (Number(id) >= this.vocabSize) throw invalidParameter('logit_bias', `Invalid key in 'logit_bias': ${id} is not a token id of this model (vocabulary size ${this.vocabSize}).`);
     }
+    // A token id past the vocabulary fails the whole decode batch it joins, other tenants' sequences with it: it is
+    // refused before its sequence joins one.
+    const outside = request.tokens.find((t) => !Number.isInteger(t) || t < 0 || t >= this.vocabSize);
+    if (outside !== undefined) throw invalidParameter('prompt', `Invalid value for 'prompt': ${outside} is not a token id of this model (vocabulary size ${this.vocabSize}).`);
     checkContextWindow(this.contextSize, request.tokens.length, Math.max(request.maxTokens, 1));
     const abort = new AbortController();
     // 'close' also follows a finished reply, when the abort no longer matters.

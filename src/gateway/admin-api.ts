@@ -11,7 +11,7 @@ import { z } from 'zod';
 import { usageCsv } from '../billing/usage-events.js';
 import { inputs, OperationRefused, operations, type Operator } from '../operator/operations.js';
 import { ApiError, routeNotFound } from '../protocol/errors.js';
-import { readJsonBody, sendJson } from '../protocol/http-io.js';
+import { decodePathSegment, readJsonBody, sendJson } from '../protocol/http-io.js';
 import { failClosed } from './fail-closed.js';
 import type { GatewayContext } from './context.js';
 
@@ -137,7 +137,7 @@ export async function handleAdmin(req: IncomingMessage, res: ServerResponse, ctx
     if (!m || route.method !== method) continue;
     const call: Call = {
       op: { redis: ctx.redis, secret: ctx.keySecret, actor },
-      params: m.slice(1).map(decodeURIComponent),
+      params: m.slice(1).map(decodePathSegment),
       query: new URLSearchParams(search),
       req,
       res,

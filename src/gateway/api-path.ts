@@ -11,16 +11,16 @@ import type { Span } from '@opentelemetry/api';
 import type { ApiName, ClientApi, GatewaySettings } from '../config.js';
 import type { Completion, ReplyIdentity, StreamEvent, Usage, ReplyRenderer } from '../protocol/chat-response.js';
 import { ApiError, checkContextWindow, promptTooLong } from '../protocol/errors.js';
+import { bounded } from '../protocol/bounded-text.js';
 import { sendJson, sendJsonParts } from '../protocol/http-io.js';
 import { servingTier, type ServiceTier } from '../protocol/service-tier.js';
 import { hintKey } from '../routing/affinity-key.js';
-import type { RoutedEndpoint, RoutedModel } from '../routing/routing-table.js';
+import { isNamedInTable, type RoutedEndpoint, type RoutedModel } from '../routing/routing-table.js';
 import type { UpstreamBody } from '../upstream/client.js';
 import { mergeStreams, type FanOut } from '../upstream/fan-out.js';
 import type { GatewayContext } from './context.js';
 import { openExchange, servingModel, type Exchange } from './exchange.js';
-import type { UpstreamCall, UpstreamRequest } from './failover.js';
-import { Dispatch } from './dispatch.js';
+import { callWithFailover, type UpstreamCall, type UpstreamRequest } from './failover.js';
 import { Meter } from './metering.js';
 import type { RequestRecord } from '../telemetry/request-record.js';
 import { randomId } from './random-ids.js';
@@ -164,10 +164,12 @@ function admit<R>(api: ApiDescriptor<R, WholeReply>, exchange: Exchange, span: S
   const request = api.parse(body);
   if (request instanceof ApiError) throw request;
   const asked = api.common(request);
-  record.model = asked.model;
+  record.model = bounded(asked.model);
   record.streamed = asked.stream;
   const model = servingModel(table, asked.model, api.serves, span, caller);
   record.servedModel = model.config.id;
+  // A name a pattern alias matched is the client's to vary: metrics label it by the model it found.
+  record.modelLabel = isNamedInTable(table, asked.model) ? asked.model : model.config.id;
   const passThrough = api.passThrough(body, model);
   if (passThrough instanceof ApiError) throw passThrough;
   const prompts = api.promptTokens(model, request);
@@ -217,45 +219,31 @@ export async function handleApiRequest<R, W extends WholeReply>(api: ApiDescript
   record.account = caller.account;
   record.keyId = caller.keyId;
   const a = admit(api, exchange, span, record);
-  // The plan, the first slot and, where the hold is expected in full, the call go beside the hold (gateway/dispatch.ts).
-  const dispatch = new Dispatch(ctx, span, record, exchange, {
-    model: a.model,
-    tier: a.tier,
-    affinityKey: () => affinityKey(api, a.request, req, table.settings),
-    fullReplyTokens: a.maxReplyTokens,
-    // A window or a balance that leaves room for fewer reply tokens than asked lowers the limit sent upstream.
-    requestFor: (replyTokens) => (replyTokens < (a.asked.maxTokens ?? a.maxReplyTokens) ? api.withMaxTokens(a.request, replyTokens) : a.request),
-    upstreamRequest: (endpoint, request) => withPriority(api.upstreamRequest(endpoint, a.model, request, a.passThrough), endpoint, a.tier),
-  });
-  const hold = Meter.ask(ctx, span, {
+  const meter = await Meter.open(ctx, span, {
     table, caller, model: a.model, settlementId: randomId(), clientIds: a.clientIds, promptTokens: a.promptTokens,
     n: a.replies, maxReplyTokens: a.maxReplyTokens, user: a.asked.user, api: api.name, tier: a.tier,
   });
-  if (hold.expectedInFull) dispatch.callEarly();
-  let meter: Meter;
-  try {
-    meter = await hold.meter;
-  } catch (err) {
-    // Not served (no credit, a key's limits).
-    dispatch.abandon();
-    throw err;
-  }
 
   let call: UpstreamCall | undefined;
   let relay: StreamRelay | undefined;
   try {
-    const sent = dispatch.callFor(meter.maxReplyTokens);
-    const { request } = sent;
+    // A window or a balance that leaves room for fewer reply tokens than asked lowers the limit sent upstream.
+    const request = meter.maxReplyTokens < (a.asked.maxTokens ?? a.maxReplyTokens) ? api.withMaxTokens(a.request, meter.maxReplyTokens) : a.request;
     const streaming = a.asked.stream ? api.streaming : undefined;
     relay = streaming && openRelay(streaming, a, request, res, ctx, exchange, meter, record, started);
-    call = await sent.call;
+    const plan = await ctx.router.plan(a.model, () => affinityKey(api, a.request, req, table.settings));
+    call = await callWithFailover(ctx, span, {
+      model: a.model, settings: table.settings, plan, account: caller.account, tier: a.tier, cancellation: exchange.upstreamCall, record,
+      upstreamRequest: (endpoint) => withPriority(api.upstreamRequest(endpoint, a.model, request, a.passThrough), endpoint, a.tier),
+    });
     record.endpoint = call.endpoint.url;
     record.provider = call.endpoint.kind;
     const served = { api, call, request, meter, record, ctx, fanOut: { choicesPerCall: a.replies / call.bodies.length, callsPerPrompt: call.bodies.length / a.prompts.tokens.length } };
     if (relay && streaming) await relayStream(served, streaming, relay);
     else await sendWhole(served, a.identity, res, meter.rateLimitHeaders, started);
   } catch (err) {
-    dispatch.giveBack();
+    // What is still open upstream (the other calls of a fan-out whose one call failed) is not read: it ends.
+    exchange.upstreamCall.cancel('failed');
     const failure = meter.fail(err, call?.endpoint.name ?? '', exchange.clientGone());
     if (failure instanceof ApiError && relay?.failBeforeStart(failure)) return;
     throw failure;
@@ -305,7 +293,7 @@ async function relayStream<R, W extends WholeReply>(s: Served<R, W>, streaming: 
     s.meter.settle('client_gone', endpoint.name);
   } else {
     s.record.brokenOff = 'upstream_broke_off';
-    console.warn(`parley: ${s.record.id}: ${endpoint.name}: stream broke off: ${outcome.reason}`);
+    console.warn(`parley: ${s.record.id}: ${endpoint.name}: stream broke off: ${bounded(outcome.reason)}`);
     s.meter.settle('broke_off', endpoint.name, undefined, outcome.reason);
   }
 }

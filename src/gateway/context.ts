@@ -6,7 +6,6 @@ import type { HoldQueue } from '../billing/hold-queue.js';
 import type { SettlementQueue } from '../billing/settlement-queue.js';
 import type { Router } from '../routing/router.js';
 import type { Telemetry } from '../telemetry/telemetry.js';
-import type { HoldForecast } from './hold-forecast.js';
 import type { Lifecycle } from './lifecycle.js';
 import type { RoutingTable } from '../routing/routing-table.js';
 
@@ -18,8 +17,6 @@ export interface GatewayContext {
   redis: Redis;
   keys: KeyAuthenticator;
   holds: HoldQueue;
-  /** What this replica expects of each key's next hold (gateway/hold-forecast.ts). */
-  holdForecast: HoldForecast;
   settlements: SettlementQueue;
   /** The secret API keys are hashed with, for keys made on the platform. */
   keySecret: string;

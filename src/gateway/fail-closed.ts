@@ -2,11 +2,15 @@
 // reached means no answer (503), never a free reply.
 import { ApiError, stateUnavailable } from '../protocol/errors.js';
 
-/** Awaits Redis work: an ApiError raised meanwhile passes through, and any failure to reach Redis becomes the 503 the request is answered with. */
+/**
+ * Awaits Redis work: any failure to reach Redis becomes the 503 the request is answered with. An ApiError raised
+ * meanwhile passes through, and so does a TypeError or RangeError: Parley's own mistake, which no outage message
+ * may hide (the server answers it as a 500 and logs it).
+ */
 export async function failClosed<T>(work: Promise<T>): Promise<T> {
   try {
     return await work;
   } catch (err) {
-    throw err instanceof ApiError ? err : stateUnavailable();
+    throw err instanceof ApiError || err instanceof TypeError || err instanceof RangeError ? err : stateUnavailable();
   }
 }

@@ -12,9 +12,10 @@
 // tenant's poison requests open a circuit every tenant shares). A failure
 // that another endpoint then did not repeat is the endpoint's for certain.
 import { SpanStatusCode, type Span } from '@opentelemetry/api';
+import { bounded } from '../protocol/bounded-text.js';
 import { ApiError, flexUnavailable, noHealthyUpstream, upstreamsBusy } from '../protocol/errors.js';
 import type { ServiceTier } from '../protocol/service-tier.js';
-import { QueueTimeout, type EndpointState } from '../routing/endpoint-state.js';
+import { QueueTimeout, type EndpointState, type Slot } from '../routing/endpoint-state.js';
 import type { RoutePlan } from '../routing/router.js';
 import type { RoutedEndpoint, RoutedModel, RoutingTable } from '../routing/routing-table.js';
 import type { Cancellation } from '../upstream/cancellation.js';
@@ -25,7 +26,7 @@ import type { GatewayContext } from './context.js';
 export interface UpstreamCall {
   endpoint: RoutedEndpoint;
   bodies: UpstreamBody[];
-  /** Frees the endpoint's slot; call when the reply has been relayed. */
+  /** Frees the endpoint's slot; call when the reply has been relayed (once is enough; more do nothing). */
   release(): void;
 }
 
@@ -71,8 +72,6 @@ export interface Forwarding {
   settings: RoutingTable['settings'];
   upstreamRequest(endpoint: RoutedEndpoint): UpstreamRequest;
   plan: RoutePlan;
-  /** Whether the plan's first endpoint's slot is taken already (it is asked for beside the credit hold). */
-  firstHeld: boolean;
   account: string;
   /** The tier the request is admitted at. */
   tier: ServiceTier;
@@ -114,26 +113,21 @@ class PlanWalk {
     const { plan, tier } = this.forwarding;
     if (plan.endpoints.length === 0) throw noHealthyUpstream(this.forwarding.model.config.id, this.retryAfter);
     const full: RoutedEndpoint[] = [];
-    for (const [i, endpoint] of plan.endpoints.entries()) {
-      // The first endpoint's slot was asked for beside the hold: taken, or refused (full); the others are asked here.
-      const held = i === 0 ? this.forwarding.firstHeld : undefined;
-      if (!this.attemptsLeft() || Date.now() >= this.deadline) {
-        if (held) this.ctx.router.state(endpoint).release(tier);
-        break;
-      }
-      if (!(held ?? (await this.ctx.router.state(endpoint).tryAcquire(tier)))) {
+    for (const endpoint of plan.endpoints) {
+      if (!this.attemptsLeft() || Date.now() >= this.deadline) break;
+      const slot = await this.ctx.router.state(endpoint).tryAcquire(tier);
+      if (!slot) {
         full.push(endpoint);
         continue;
       }
-      const call = await this.attempt(endpoint);
+      const call = await this.attempt(endpoint, slot);
       if (call) return call;
     }
     for (const endpoint of full) {
       if (!this.attemptsLeft() || !this.ctx.router.state(endpoint).hasQueueRoom(this.forwarding.account)) continue;
       const wait = Math.min(this.queueTimeoutMs, this.deadline - Date.now());
       if (wait <= 0) break;
-      await this.waitInQueue(endpoint, wait);
-      const call = await this.attempt(endpoint);
+      const call = await this.attempt(endpoint, await this.waitInQueue(endpoint, wait));
       if (call) return call;
     }
     throw this.lastError ?? this.busy();
@@ -156,21 +150,21 @@ class PlanWalk {
     return this.forwarding.tier === 'flex' ? flexUnavailable(modelId, this.retryAfter) : upstreamsBusy(modelId, this.retryAfter);
   }
 
-  private async waitInQueue(endpoint: RoutedEndpoint, wait: number): Promise<void> {
+  private async waitInQueue(endpoint: RoutedEndpoint, wait: number): Promise<Slot> {
     const { account, tier, cancellation } = this.forwarding;
     try {
-      await this.ctx.router.state(endpoint).acquireQueued(account, tier, wait, cancellation);
+      return await this.ctx.router.state(endpoint).acquireQueued(account, tier, wait, cancellation);
     } catch (err) {
       throw err instanceof QueueTimeout ? this.busy() : err;
     }
   }
 
-  /** With a slot held on `endpoint`: the call, or undefined after a failure worth moving on from. */
-  private async attempt(endpoint: RoutedEndpoint): Promise<UpstreamCall | undefined> {
-    const { tier, cancellation, record } = this.forwarding;
+  /** With `slot` held on `endpoint`: the call, which releases the slot, or undefined after a failure worth moving on from. */
+  private async attempt(endpoint: RoutedEndpoint, slot: Slot): Promise<UpstreamCall | undefined> {
+    const { cancellation, record } = this.forwarding;
     const state = this.ctx.router.state(endpoint);
     if (!state.breaker.allowRequest()) {
-      state.release(tier);
+      slot.release();
       return undefined;
     }
     record.attempts = ++this.attempts;
@@ -181,20 +175,36 @@ class PlanWalk {
     const timeouts = { firstByteMs: Math.max(1, Math.min(this.settings.upstreamFirstByteTimeoutMs, this.deadline - started)), idleMs: this.settings.upstreamIdleTimeoutMs };
     try {
       const { path, bodies: sent } = this.forwarding.upstreamRequest(endpoint);
-      const bodies = await Promise.all(sent.map((b) => postUpstream(endpoint, path, b, cancellation, timeouts, traceparentOf(attemptSpan))));
+      const bodies = await this.sendAll(endpoint, path, sent, timeouts, traceparentOf(attemptSpan));
       state.recordSuccess(this.forwarding.account, Date.now() - started);
       this.ctx.telemetry.recordUpstreamCall(record, endpoint, (Date.now() - started) / 1000);
       attemptSpan.end();
-      let released = false;
-      return { endpoint, bodies, release: () => void (released || ((released = true), state.release(tier))) };
+      return { endpoint, bodies, release: () => slot.release() };
     } catch (err) {
-      state.release(tier);
+      slot.release();
       const errorType = err instanceof ApiError ? (err.code ?? err.type) : (cancellation.reason ?? 'aborted');
       this.ctx.telemetry.recordUpstreamCall(record, endpoint, (Date.now() - started) / 1000, errorType);
       attemptSpan.setStatus({ code: SpanStatusCode.ERROR, message: errorType });
       attemptSpan.end();
       this.afterFailure(endpoint, state, err);
       return undefined;
+    }
+  }
+
+  /**
+   * The calls of one attempt (several where `n` or a batch of prompts fans out), each to its first byte. When one
+   * fails, the others are cancelled: left alone, they would go on generating, unread and unbilled, while the
+   * request fails over and sends them again elsewhere.
+   */
+  private async sendAll(endpoint: RoutedEndpoint, path: string, sent: Record<string, unknown>[], timeouts: { firstByteMs: number; idleMs: number }, traceparent: string | undefined): Promise<UpstreamBody[]> {
+    const { cancellation } = this.forwarding;
+    if (sent.length === 1) return [await postUpstream(endpoint, path, sent[0], cancellation, timeouts, traceparent)];
+    const siblings = cancellation.part();
+    try {
+      return await Promise.all(sent.map((b) => postUpstream(endpoint, path, b, siblings, timeouts, traceparent)));
+    } catch (err) {
+      siblings.cancel('sibling_failed');
+      throw err;
     }
   }
 
@@ -208,7 +218,7 @@ class PlanWalk {
       throw err;
     }
     this.failed.push({ state, err: err as ApiError });
-    console.warn(`parley: ${endpoint.name}: ${(err as Error).message}; trying the next endpoint`);
+    console.warn(`parley: ${endpoint.name}: ${bounded((err as Error).message)}; trying the next endpoint`);
     this.lastError = err;
   }
 }

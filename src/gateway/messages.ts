@@ -14,6 +14,9 @@ import { chatMapped } from './chat-mapped.js';
 import type { GatewayContext } from './context.js';
 import type { RequestRecord } from '../telemetry/request-record.js';
 import { openExchange, servingModel } from './exchange.js';
+import { failClosed } from './fail-closed.js';
+import { rateLimitRefusal } from './rate-limit-headers.js';
+import { countRequest, limitsOf, rateCheck } from '../ratelimit/rate-limiter.js';
 import { estimatedTokens, handleApiRequest } from './api-path.js';
 
 const messages = chatMapped({
@@ -41,6 +44,9 @@ export async function countMessageTokens(req: IncomingMessage, res: ServerRespon
   const request = messagesToChat(source);
   if (request instanceof ApiError) throw request;
   const model = servingModel(table, request.model, 'chat', span, caller);
+  // Counting is work done for the caller: it is one of the key's requests, and waits for its window's room.
+  const window = await failClosed(countRequest(ctx.redis, rateCheck(caller.account, caller.keyId, limitsOf(caller.limits, table.rateLimits), 0)));
+  if (window.full) throw rateLimitRefusal('requests', window.use);
   const counted = chat.promptTokens(model, request);
   if (counted.exact) return sendJson(res, 200, { input_tokens: counted.tokens[0] });
   const counter = model.endpoints.find((e) => e.dialect.promptCount && ctx.router.state(e).breaker.isAvailable());

@@ -6,14 +6,15 @@ import type { Caller } from '../accounts/key-authenticator.js';
 import type { ClientApi } from '../config.js';
 import { extendHold, type SettleOutcome, type Settlement } from '../billing/credit-ledger.js';
 import { formatMicros, replyCost } from '../billing/prices.js';
+import { bounded } from '../protocol/bounded-text.js';
 import type { ServiceTier } from '../protocol/service-tier.js';
 import type { Usage } from '../protocol/chat-response.js';
 import { ApiError, insufficientBalance, keyBudgetSpent, shuttingDown } from '../protocol/errors.js';
 import { budgetPeriodField, budgetRenewsAt } from '../accounts/api-keys.js';
 import { redisKeys } from '../redis/keys.js';
-import { rateCheck, type RateCheck } from '../ratelimit/rate-limiter.js';
+import { limitsOf, rateCheck } from '../ratelimit/rate-limiter.js';
 import { failClosed } from './fail-closed.js';
-import { NotReplicated } from '../redis/replication.js';
+import { HoldNotSent } from '../billing/hold-queue.js';
 import type { RoutedModel, RoutingTable } from '../routing/routing-table.js';
 import type { GatewayContext } from './context.js';
 import { rateLimitHeaders, rateLimitRefusal } from './rate-limit-headers.js';
@@ -40,8 +41,8 @@ export interface MeterRequest {
 
 const NO_USAGE: Usage = { prompt_tokens: 0, completion_tokens: 0, cached_tokens: 0 };
 
-/** Whether a hold that failed may have been made: anything but ioredis refusing to send it at all. */
-const holdMayStand = (err: unknown) => err instanceof NotReplicated || !String((err as Error)?.message).includes("Stream isn't writeable");
+/** Whether a hold that failed may have been made: anything but one never sent. */
+const holdMayStand = (err: unknown) => !(err instanceof HoldNotSent);
 
 /** The settlement of a metered request: only a complete reply is charged. */
 function settlementOf(m: MeterRequest, outcome: SettleOutcome, endpoint: string, usage: Usage, reason: string | undefined): Settlement {
@@ -53,7 +54,7 @@ function settlementOf(m: MeterRequest, outcome: SettleOutcome, endpoint: string,
     model: m.model.config.id,
     endpoint,
     outcome,
-    reason,
+    reason: reason === undefined ? undefined : bounded(reason),
     user: m.user,
     api: m.api,
     tier: m.tier,
@@ -85,23 +86,14 @@ export class Meter {
   }
 
   /**
-   * Asks for the request's hold, and says whether this replica expects it
-   * granted in full (gateway/hold-forecast.ts). The hold counts the request
-   * against its key's rate limit and holds credit for it, in one script call
-   * shared with the holds asked for in the same turn. `meter` is the meter
-   * once it is in: 429 when the key's budget is spent, 402 when the
-   * available balance pays for none of it, 503 when Redis is unreachable.
+   * Opens the request's meter once its hold is in. The hold counts the
+   * request against its key's rate limit and holds credit for it, in one
+   * script call shared with the holds asked for in the same turn: 429 when
+   * the key's rate limit or budget is spent, 402 when the available balance
+   * pays for none of it, 503 when Redis is unreachable.
    */
-  static ask(ctx: GatewayContext, span: Span, m: MeterRequest): { expectedInFull: boolean; meter: Promise<Meter> } {
-    const limits = {
-      requestsPerMinute: m.caller.limits.requestsPerMinute ?? m.table.rateLimits.requestsPerMinute,
-      tokensPerMinute: m.caller.limits.tokensPerMinute ?? m.table.rateLimits.tokensPerMinute,
-    };
-    const rate = rateCheck(m.caller.account, m.caller.keyId, limits, m.promptTokens + m.n * m.maxReplyTokens);
-    return { expectedInFull: ctx.holdForecast.expectsFull(m.caller.keyId, rate), meter: Meter.open(ctx, span, m, rate) };
-  }
-
-  private static async open(ctx: GatewayContext, span: Span, m: MeterRequest, rate: RateCheck): Promise<Meter> {
+  static async open(ctx: GatewayContext, span: Span, m: MeterRequest): Promise<Meter> {
+    const rate = rateCheck(m.caller.account, m.caller.keyId, limitsOf(m.caller.limits, m.table.rateLimits), m.promptTokens + m.n * m.maxReplyTokens);
     const { table } = m;
     const { budget } = m.caller;
     const now = Date.now();
@@ -122,8 +114,6 @@ export class Meter {
     // answer was lost with its connection (a primary killed mid-call, whose replica may have it). Such a hold is
     // released; releasing one never made changes nothing. One never sent (Redis away) needs no release.
     asked.catch((err) => holdMayStand(err) && void ctx.settlements.settle(settlementOf(m, 'failed', '', NO_USAGE, (err as Error).message)));
-    // What this key's next request on this replica may expect.
-    asked.then((h) => ctx.holdForecast.note(m.caller.keyId, rate, h, m.maxReplyTokens), () => ctx.holdForecast.forget(m.caller.keyId));
     // The hold's span: how long the request waited on Redis for its credit.
     const holdSpan = ctx.telemetry.child(span, 'credit hold', { 'parley.prompt_tokens': m.promptTokens, 'parley.max_reply_tokens': m.maxReplyTokens });
     const hold = await failClosed(asked).finally(() => holdSpan.end());

@@ -3,7 +3,7 @@
 import type { Span } from '@opentelemetry/api';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { ApiError, internalError, openAiError, routeNotFound, shuttingDown } from '../protocol/errors.js';
-import { sendError, sendJson } from '../protocol/http-io.js';
+import { decodePathSegment, sendError, sendJson } from '../protocol/http-io.js';
 import { ADMIN_PREFIX, handleAdmin } from './admin-api.js';
 import { getBalance } from './balance-route.js';
 import { handleChatCompletion } from './chat-completions.js';
@@ -63,7 +63,7 @@ export function createGatewayServer(ctx: GatewayContext): Server {
     if (method === 'POST' && path === '/v1/messages') return handleMessages(req, res, ctx, span, record);
     if (method === 'POST' && path === '/v1/messages/count_tokens') return countMessageTokens(req, res, ctx, span);
     if (method === 'POST' && path === '/v1/responses') return handleResponses(req, res, ctx, span, record);
-    if ((method === 'GET' || method === 'DELETE') && path.startsWith('/v1/responses/')) return storedResponse(req, ctx, decodeURIComponent(path.slice('/v1/responses/'.length)));
+    if ((method === 'GET' || method === 'DELETE') && path.startsWith('/v1/responses/')) return storedResponse(req, ctx, decodePathSegment(path.slice('/v1/responses/'.length)));
     if (path === '/admin/endpoints' || path.startsWith(ADMIN_PREFIX)) return handleAdmin(req, res, ctx, method, path, search);
     if (await handlePlatform(req, res, ctx, path, new URLSearchParams(search))) return;
     const authenticated = method === 'GET' && (path === '/v1/models' || path.startsWith('/v1/models/') || path === '/user/balance');
@@ -72,9 +72,13 @@ export function createGatewayServer(ctx: GatewayContext): Server {
     if (path === '/user/balance') return getBalance(res, ctx, caller);
     const shape = anthropicClient(req, path) ? 'anthropic' : 'openai';
     if (path === '/v1/models') return listModels(res, ctx.routing(), caller, shape);
-    return getModel(res, ctx.routing(), caller, decodeURIComponent(path.slice('/v1/models/'.length)), shape);
+    return getModel(res, ctx.routing(), caller, decodePathSegment(path.slice('/v1/models/'.length)), shape);
   };
-  return createServer((req, res) => {
+  const { requestReadTimeoutMs } = ctx.routing().settings;
+  // A request's own reading is timed (Node's requestTimeout, looked at every connectionsCheckingInterval); a reply,
+  // however long it streams, is not.
+  const timeouts = { requestTimeout: requestReadTimeoutMs, headersTimeout: requestReadTimeoutMs, connectionsCheckingInterval: Math.min(1000, requestReadTimeoutMs) };
+  return createServer(timeouts, (req, res) => {
     const started = performance.now();
     const method = req.method ?? 'GET';
     const [path, search = ''] = (req.url ?? '/').split('?', 2);

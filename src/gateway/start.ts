@@ -24,7 +24,6 @@ import { buildRoutingTable, type RoutingTable } from '../routing/routing-table.j
 import type { GatewayContext } from './context.js';
 import { flushRequestLog } from '../telemetry/request-log.js';
 import { Telemetry } from '../telemetry/telemetry.js';
-import { HoldForecast } from './hold-forecast.js';
 import { Lifecycle } from './lifecycle.js';
 import { createGatewayServer } from './server.js';
 
@@ -102,10 +101,8 @@ export async function startGateway(opts: GatewayOptions): Promise<RunningGateway
     const telemetry = parts.add(new Telemetry(router), (t) => t.shutdown());
     const settlements = openSettlements(redis, opts.dataDir, () => table, telemetry, parts);
     const lifecycle = new Lifecycle();
-    const context: GatewayContext = { routing: () => table, router, lifecycle, telemetry, redis, keys, holds: new HoldQueue(redis), holdForecast: new HoldForecast(), settlements, keySecret: secret };
+    const context: GatewayContext = { routing: () => table, router, lifecycle, telemetry, redis, keys, holds: new HoldQueue(redis), settlements, keySecret: secret };
     const server = createGatewayServer(context);
-    // Streams can be long; Node's default request timeout would cut them.
-    server.requestTimeout = 0;
     server.keepAliveTimeout = 65_000;
     await listen(server, opts.port, opts.host);
 

@@ -6,12 +6,12 @@
 // before and after.
 import { z } from 'zod';
 import type { Redis } from 'ioredis';
-import { addMember, createAccount, EmailTaken, listAccounts, listMembers, resolveAccount, setAccountLimits, type Account } from '../accounts/accounts.js';
+import { addMember, createAccount, EmailTaken, isEmail, listAccounts, listMembers, resolveAccount, setAccountLimits, type Account } from '../accounts/accounts.js';
 import { SERVICE_TIERS } from '../protocol/service-tier.js';
 import { BUDGET_PERIODS, createApiKey, findApiKeyById, keySpend, listApiKeys, revokeApiKey, setKeyLimits, type ApiKeyRecord, type KeyLimits } from '../accounts/api-keys.js';
 import { createCreditCode } from '../billing/credit-codes.js';
 import { balanceSummary, changeCredit } from '../billing/credit-ledger.js';
-import { formatMicros, parseAmount } from '../billing/prices.js';
+import { formatMicros, isAmountText, MAX_BALANCE_UNITS, parseAmount } from '../billing/prices.js';
 import { readUsageEvents, type UsageEvent, type UsageFilter } from '../billing/usage-events.js';
 import { redisKeys } from '../redis/keys.js';
 
@@ -29,7 +29,11 @@ export class OperationRefused extends Error {
   }
 }
 
-const amount = z.string().regex(/^\d+(\.\d{1,6})?$/, 'an amount in the account currency: digits, up to six decimals ("5", "0.25")');
+const amount = z.string().refine(isAmountText, `an amount in the account currency: digits, up to six decimals ("5", "0.25"), at most ${MAX_BALANCE_UNITS}`);
+/** An amount of credit moved: more than zero. */
+const credit = amount.refine((text) => !isAmountText(text) || parseAmount(text) > 0, 'more than zero');
+/** An email as an account's member logs in with it. */
+const email = z.string().max(254).refine((text) => isEmail(text.toLowerCase()), 'an email address');
 const keyLimitFields = {
   models: z.array(z.string().min(1)).min(1).nullable().optional().describe('the models the key may call; null for all'),
   budget: amount.nullable().optional().describe('the most the key may spend per budgetPeriod; null for no budget'),
@@ -40,20 +44,20 @@ const keyLimitFields = {
 
 export const inputs = {
   accountCreate: z.object({
-    email: z.email(),
+    email,
     name: z.string().min(1).max(200).optional(),
     password: z.string().min(8).max(200).optional().describe("the first member's password; without one, the account is claimed by signing up"),
-    credit: amount.optional().describe('initial credit, granted'),
+    credit: credit.optional().describe('initial credit, granted'),
   }),
   accountLimits: z.object({
     requestsPerMinute: z.int().min(1).nullable().describe('null: the routing file default'),
     tokensPerMinute: z.int().min(1).nullable().describe('null: the routing file default'),
   }),
-  memberAdd: z.object({ email: z.email(), password: z.string().min(10).max(200).describe("the member's platform password") }),
-  creditChange: z.object({ kind: z.enum(['grant', 'deduct']), amount, note: z.string().min(1).max(500).describe('why, for the ledger') }),
+  memberAdd: z.object({ email, password: z.string().min(10).max(200).describe("the member's platform password") }),
+  creditChange: z.object({ kind: z.enum(['grant', 'deduct']), amount: credit, note: z.string().min(1).max(500).describe('why, for the ledger') }),
   keyCreate: z.object({ name: z.string().min(1).max(200), ...keyLimitFields }),
   keyLimits: z.object(keyLimitFields),
-  creditCodes: z.object({ amount, count: z.int().min(1).max(1000).default(1) }),
+  creditCodes: z.object({ amount: credit, count: z.int().min(1).max(1000).default(1) }),
 } as const;
 
 function parse<S extends z.ZodType>(schema: S, input: unknown): z.infer<S> {
@@ -92,7 +96,7 @@ async function keyView(op: Operator, k: ApiKeyRecord) {
     id: k.id, account: k.account, name: k.name, suffix: k.suffix, created: new Date(k.created).toISOString(),
     lastUsed: k.lastUsed ? new Date(k.lastUsed).toISOString() : null, revoked: k.revoked, models: k.models,
     budget: k.budget ? money(k.budget.limit) : null, budgetPeriod: k.budget?.period ?? null, spentThisPeriod: k.budget ? money(spend.spent) : null,
-    expiresAt: k.expiresAt ? new Date(k.expiresAt).toISOString() : null, tier: k.tier,
+    expiresAt: k.expiresAt !== null ? new Date(k.expiresAt).toISOString() : null, tier: k.tier,
   };
 }
 
@@ -101,6 +105,8 @@ function limitsOf(input: z.infer<typeof inputs.keyLimits>, current?: ApiKeyRecor
   const limits: KeyLimits = {};
   if (input.models !== undefined) limits.models = input.models;
   if (input.expiresAt !== undefined) limits.expiresAt = input.expiresAt === null ? null : Date.parse(input.expiresAt);
+  // A key that would be born expired is a mistake; revoking is how a key is stopped now.
+  if (limits.expiresAt != null && limits.expiresAt <= Date.now()) throw new OperationRefused(400, 'expiresAt: a time in the future (revoke a key to stop it now)');
   if (input.tier !== undefined) limits.tier = input.tier;
   if (input.budget === null) limits.budget = null;
   else if (input.budget !== undefined || input.budgetPeriod !== undefined) {
@@ -180,6 +186,7 @@ export const operations = {
     const before = await balanceSummary(op.redis, a.id);
     const changed = await changeCredit(op.redis, a.id, input.kind, parseAmount(input.amount), input.note, idempotencyKey ? `idem:${idempotencyKey}` : '');
     if (changed.kind === 'no_account') throw new OperationRefused(404, `no account ${idOrEmail}`);
+    if (changed.kind === 'over_maximum') throw new OperationRefused(400, `amount: the balance (${money(changed.balance)}) may be at most ${MAX_BALANCE_UNITS}`);
     if (changed.kind === 'applied_before') return { account: a.id, balance: money(changed.balance), applied: false };
     await audit(op, `credit.${input.kind}`, a.id, { balance: money(before.total) }, { balance: money(changed.balance), amount: money(changed.amount), note: input.note });
     return { account: a.id, balance: money(changed.balance), applied: true };

@@ -187,6 +187,10 @@ export async function redeemCode(req: IncomingMessage, res: ServerResponse, ctx:
   if (result.kind === 'credited') {
     return showTopUp(req, res, ctx, session, 200, { kind: 'success', text: `Credited ${formatMicros(result.amount)} ${ctx.routing().billing.currency}.` });
   }
-  const text = result.kind === 'already_redeemed' ? 'This code has already been redeemed.' : 'This code is not valid. Check it and try again.';
+  const text = {
+    already_redeemed: 'This code has already been redeemed.',
+    balance_full: 'Your balance is at the most an account may hold; redeem this code once you have spent some of it.',
+    unknown: 'This code is not valid. Check it and try again.',
+  }[result.kind];
   await showTopUp(req, res, ctx, session, 400, { kind: 'error', text });
 }

@@ -6,6 +6,7 @@ import type { PlatformServices } from './services.js';
 import { ApiError, routeNotFound } from '../protocol/errors.js';
 import { changeKeyLimits, createKey, redeemCode, revokeKey, showApiKeys, showOverview, showTopUp } from './account-pages.js';
 import { logIn, logOut, showAuth, signUp } from './auth-pages.js';
+import { decodePathSegment } from '../protocol/http-io.js';
 import { html } from './html.js';
 import { FAVICON_SVG, page, PLATFORM_JS, redirect, sendPage, STYLE_CSS } from './layout.js';
 import { showModel, showModels } from './model-pages.js';
@@ -105,7 +106,7 @@ async function servePlatform(req: IncomingMessage, res: ServerResponse, ctx: Pla
   else if (path === '/platform/usage.csv') await downloadUsageCsv(res, ctx, session, query);
   else if (path === '/platform/models') showModels(req, res, ctx, session);
   else if (path === '/platform/top-up') await showTopUp(req, res, ctx, session);
-  else if (!(path.startsWith('/platform/models/') && showModel(req, res, ctx, session, decodeURIComponent(path.slice('/platform/models/'.length))))) {
+  else if (!(path.startsWith('/platform/models/') && showModel(req, res, ctx, session, decodePathSegment(path.slice('/platform/models/'.length))))) {
     throw routeNotFound(method, path);
   }
 }

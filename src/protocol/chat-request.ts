@@ -3,8 +3,8 @@
 // spec's rule for unknown fields: accepted, and never sent upstream.
 import { z } from 'zod';
 import type { ApiError } from './errors.js';
-import { notUnicode, parseRequest } from './request-parsing.js';
-import { illFormedTextPath } from './well-formed-text.js';
+import { parseRequest, textRefusal } from './request-parsing.js';
+import { textProblemOf } from './well-formed-text.js';
 
 const MAX_CHOICES = 4;
 
@@ -107,14 +107,14 @@ export function parseChatCompletionRequest(body: unknown): ChatCompletionRequest
 /**
  * The fields named in a model's `passThrough` (engine extras such as top_k or
  * chat_template_kwargs), taken as the client sent them; 400 for text in them
- * that is not valid Unicode. Fields not named stay unknown: never sent on.
+ * that is not valid Unicode or nests too deep. Fields not named stay unknown: never sent on.
  */
 export function passThroughFields(body: unknown, names: readonly string[]): Record<string, unknown> | ApiError {
   const picked: Record<string, unknown> = {};
   const fields = body as Record<string, unknown>;
   for (const name of names) if (fields[name] !== undefined && fields[name] !== null) picked[name] = fields[name];
-  const illFormed = illFormedTextPath(picked);
-  return illFormed ? notUnicode(illFormed) : picked;
+  const problem = textProblemOf(picked);
+  return problem ? textRefusal(problem) : picked;
 }
 
 export function messageText(m: ChatMessage): string {

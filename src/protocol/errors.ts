@@ -1,6 +1,7 @@
 // The error contract: every failure Parley reports is an ApiError, rendered as
 // OpenAI's body {"error": {"message", "type", "param", "code"}}. This file is
 // the one place that decides a failure's status, type and code.
+import { bounded } from './bounded-text.js';
 
 export type ErrorType =
   | 'invalid_request_error'
@@ -66,7 +67,8 @@ export const contextLengthExceeded = (message: string) =>
   new ApiError(400, 'invalid_request_error', message, 'context_length_exceeded', 'messages');
 
 /** A prompt that alone fills the window, in Anthropic's words (for the APIs that fit the reply into the room left). */
-export const promptTooLong = (promptTokens: number, window: number) => contextLengthExceeded(`prompt is too long: ${promptTokens} tokens > ${window} maximum`);
+export const promptTooLong = (promptTokens: number, window: number, bound: 'at least' | '' = '') =>
+  contextLengthExceeded(`prompt is too long: ${bound ? `${bound} ` : ''}${promptTokens} tokens > ${window} maximum`);
 
 /** Throws context_length_exceeded when prompt plus reply do not fit the window. */
 export function checkContextWindow(window: number, promptTokens: number, replyTokens: number): void {
@@ -79,7 +81,7 @@ export function checkContextWindow(window: number, promptTokens: number, replyTo
 }
 
 export const modelNotFound = (model: string) =>
-  new ApiError(404, 'invalid_request_error', `The model \`${model}\` does not exist or you do not have access to it. GET /v1/models lists the models this gateway serves.`, 'model_not_found', 'model');
+  new ApiError(404, 'invalid_request_error', `The model \`${bounded(model)}\` does not exist or you do not have access to it. GET /v1/models lists the models this gateway serves.`, 'model_not_found', 'model');
 
 const API_PATHS = { chat: '/v1/chat/completions', completions: '/v1/completions', embeddings: '/v1/embeddings' } as const;
 
@@ -94,7 +96,9 @@ export const apiNotServed = (model: string, api: keyof typeof API_PATHS, served:
   );
 
 export const routeNotFound = (method: string, path: string) =>
-  new ApiError(404, 'invalid_request_error', `Unknown request URL: ${method} ${path}. Please check the URL and method.`, 'unknown_url');
+  new ApiError(404, 'invalid_request_error', `Unknown request URL: ${bounded(method)} ${bounded(path)}. Please check the URL and method.`, 'unknown_url');
+
+export const malformedUrl = () => new ApiError(400, 'invalid_request_error', 'The request URL holds malformed percent-encoding.', 'invalid_url');
 
 export const bodyTooLarge = (limitBytes: number) =>
   new ApiError(413, 'invalid_request_error', `The request body is larger than the limit of ${limitBytes} bytes.`, 'request_too_large');

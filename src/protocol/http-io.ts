@@ -1,7 +1,16 @@
 // Reading a JSON request body and writing JSON answers and event streams in
 // the wire format, shared by the gateway and the local engine.
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { ApiError, bodyTooLarge, Cancelled, invalidJson, openAiError, unsupportedContentType, type ErrorShape } from './errors.js';
+import { ApiError, bodyTooLarge, Cancelled, invalidJson, malformedUrl, openAiError, unsupportedContentType, type ErrorShape } from './errors.js';
+
+/** One percent-encoded segment of a URL path, decoded; a 400 where its encoding is malformed (`%E0`, a lone `%`). */
+export function decodePathSegment(segment: string): string {
+  try {
+    return decodeURIComponent(segment);
+  } catch {
+    throw malformedUrl();
+  }
+}
 
 export function readJsonBody(req: IncomingMessage, limitBytes: number): Promise<unknown> {
   // A client that left before the body was read (while its key was looked up) sends no more events: waiting would be for ever.

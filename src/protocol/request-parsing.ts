@@ -4,14 +4,16 @@
 // writes it (`messages[0].role`).
 import type { z } from 'zod';
 import { invalidParameter, type ApiError } from './errors.js';
-import { illFormedTextPath } from './well-formed-text.js';
+import { MAX_JSON_DEPTH, textProblemOf, type TextProblem } from './well-formed-text.js';
 
 export function paramName(path: PropertyKey[]): string {
   return path.reduce<string>((name, key) => (typeof key === 'number' ? `${name}[${key}]` : name ? `${name}.${String(key)}` : String(key)), '');
 }
 
-export function notUnicode(path: PropertyKey[]): ApiError {
+/** The 400 for a request's text problem (well-formed-text.ts). */
+export function textRefusal({ path, kind }: TextProblem): ApiError {
   const param = paramName(path);
+  if (kind === 'too_deep') return invalidParameter(param, `Invalid value for '${param}': it is nested more than ${MAX_JSON_DEPTH} levels deep.`);
   return invalidParameter(param, `Invalid value for '${param}': the text is not valid Unicode (it holds a lone UTF-16 surrogate, such as \\ud800 without its pair). Send well-formed text.`);
 }
 
@@ -20,8 +22,8 @@ export function parseRequest<T>(schema: z.ZodType<T>, body: unknown): T | ApiErr
   if (typeof body !== 'object' || body === null || Array.isArray(body)) return invalidParameter(null, 'The request body must be a JSON object.');
   const parsed = schema.safeParse(body);
   if (parsed.success) {
-    const illFormed = illFormedTextPath(parsed.data);
-    return illFormed ? notUnicode(illFormed) : parsed.data;
+    const problem = textProblemOf(parsed.data);
+    return problem ? textRefusal(problem) : parsed.data;
   }
   const issue = parsed.error.issues[0];
   const param = paramName(issue.path);

@@ -6,7 +6,9 @@
 // The check runs inside the credit hold's script (billing/credit-ledger.ts),
 // so a request is admitted by one script, shared with the holds of its turn,
 // and a request refused for want of credit spends none of the key's budget.
+import type { Redis } from 'ioredis';
 import { redisKeys } from '../redis/keys.js';
+import { LUA_INT, luaScript } from '../redis/lua-script.js';
 
 export interface RateLimits {
   requestsPerMinute: number;
@@ -14,6 +16,12 @@ export interface RateLimits {
 }
 
 const WINDOW_MS = 60_000;
+
+/** The limits a key's requests are held to: its account's own where an operator set them, else the routing file's. */
+export const limitsOf = (own: Partial<RateLimits>, defaults: RateLimits): RateLimits => ({
+  requestsPerMinute: own.requestsPerMinute ?? defaults.requestsPerMinute,
+  tokensPerMinute: own.tokensPerMinute ?? defaults.tokensPerMinute,
+});
 
 /** One request's place in its key's budget: the window's key and what the script is given. */
 export interface RateCheck {
@@ -82,4 +90,23 @@ export interface RateUse {
 export function rateUse(check: RateCheck, requests: number, tokens: number): RateUse {
   const resetSeconds = Math.max(1, Math.ceil((Math.floor(check.now / WINDOW_MS + 1) * WINDOW_MS - check.now) / 1000));
   return { limits: check.limits, requests, tokens, resetSeconds };
+}
+
+// Counts one request that holds no credit (count_tokens) in its key's
+// window, tokens aside. KEYS: the window. ARGV: requests limit. Replies 1
+// when the window was full (nothing counted), else 0, and the window's counts.
+const COUNT_REQUEST = luaScript(`
+${LUA_INT}
+${RATE_LIMIT_LUA}
+local w = rate_window(KEYS[1])
+if w.requests + 1 > tonumber(ARGV[1]) then return {1, w.requests, w.tokens} end
+count_request(w, 0)
+write_rate_windows()
+return {0, w.requests, w.tokens}
+`);
+
+/** Counts a request that holds no credit against its key's request rate: where the key stands, and whether the window was full. */
+export async function countRequest(redis: Redis, check: RateCheck): Promise<{ full: boolean; use: RateUse }> {
+  const [full, requests, tokens] = (await COUNT_REQUEST.run(redis, [check.key], [check.args[0]])) as number[];
+  return { full: full === 1, use: rateUse(check, requests, tokens) };
 }

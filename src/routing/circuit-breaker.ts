@@ -1,16 +1,22 @@
 // A circuit breaker per endpoint, opened only on evidence that the endpoint,
-// not a request, is at fault (as Envoy's outlier detection does): over the
-// last `windowMs`, at least `failureThreshold` failures, making up at least
-// `failureRate` of the outcomes, from at least `minCallers` different
-// accounts. One tenant's requests, however many fail, cannot open a circuit
-// that every tenant shares, unless another endpoint then served them: a
-// failure that another endpoint does not repeat is the endpoint's, whoever
-// sent the request, and `failureThreshold` of those are evidence enough
-// (with the failure rate). The active probe is a caller of its own, and
-// `failureThreshold` probe failures in a row open the circuit by themselves;
-// a refused connection (nothing is listening) opens it at once. After
-// `openMs` the circuit half-opens and lets one request (or a probe) test it:
-// a success closes it, a failure opens it again.
+// not a request, is at fault. A request's failure (an error the upstream
+// answered, a stall) may be the request's own doing: an out-of-vocabulary
+// token, a prompt the engine chokes on. Such failures only raise a
+// suspicion, when over the last `windowMs` there are at least
+// `failureThreshold` of them, making up at least `failureRate` of the
+// outcomes, from at least `minCallers` different accounts (or confirmed:
+// another endpoint then served the request). A suspicion is settled by a
+// request of Parley's own, the active probe, sent at once (`verify`): the
+// probe failing opens the circuit; the probe, or any request, succeeding
+// clears the suspicion and the failures with it, since an endpoint that
+// serves other requests meanwhile is not broken. So no tenant's requests,
+// however many and from however many accounts, open a circuit every tenant
+// shares, with one endpoint or several, on one replica or many. The probe is
+// a caller of its own: `failureThreshold` probe failures in a row open the
+// circuit by themselves, and so does a refused connection (nothing is
+// listening), whoever saw it. After `openMs` the circuit half-opens and lets
+// one request (or a probe) test it: a success closes it, a probe's failure
+// opens it again, and a request's raises a suspicion.
 export type BreakerState = 'closed' | 'open' | 'half_open';
 
 export interface BreakerSettings {
@@ -42,6 +48,10 @@ export class CircuitBreaker {
   private openedAt = 0;
   private opened = false;
   private trialInFlight = false;
+  /** Request failures are evidence enough, unless a probe shows the endpoint serving: one is on its way. */
+  private suspected = false;
+  /** Sends the probe that settles a suspicion (the router's); without one, the next periodic probe settles it. */
+  verify: (() => void) | undefined;
 
   /** Replaced when the routing file is reloaded; the circuit's state stays. */
   settings: BreakerSettings;
@@ -73,8 +83,10 @@ export class CircuitBreaker {
   onSuccess(caller: string): void {
     if (caller === PROBE_CALLER) this.probeFailuresInARow = 0;
     this.trialInFlight = false;
-    if (this.opened) {
+    if (this.opened || this.suspected) {
+      // The endpoint serves: the failures in the window were their requests' own.
       this.opened = false;
+      this.suspected = false;
       this.slices = [];
       return;
     }
@@ -87,13 +99,23 @@ export class CircuitBreaker {
    */
   onFailure(caller: string, refused = false, confirmed = false): void {
     this.trialInFlight = false;
-    if (caller === PROBE_CALLER) this.probeFailuresInARow++;
     this.record(true, caller, confirmed);
-    // Open or half-open already: any failure (the trial's included) opens it anew.
-    if (refused || this.opened || this.probeFailuresInARow >= this.settings.failureThreshold || this.evidenceIsEnough()) {
-      this.opened = true;
-      this.openedAt = this.now();
+    if (refused) return this.open();
+    if (caller === PROBE_CALLER) {
+      this.probeFailuresInARow++;
+      // Open or half-open already, or suspected: the probe's failure is the endpoint's.
+      if (this.opened || this.suspected || this.probeFailuresInARow >= this.settings.failureThreshold || this.evidenceIsEnough()) this.open();
+      return;
     }
+    if (this.suspected || !(this.opened || this.evidenceIsEnough())) return;
+    this.suspected = true;
+    this.verify?.();
+  }
+
+  private open(): void {
+    this.opened = true;
+    this.suspected = false;
+    this.openedAt = this.now();
   }
 
   /** A request that took the half-open trial ended with nothing to say of the endpoint (its own fault, or its client left). */

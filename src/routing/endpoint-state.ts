@@ -45,8 +45,29 @@ export interface EndpointSnapshot {
 interface Waiter {
   account: string;
   tier: ServiceTier;
-  resolve(): void;
+  resolve(slot: Slot): void;
   reject(err: Error): void;
+}
+
+/**
+ * A slot a request holds on an endpoint, with the fleet's lease that goes
+ * with it (none where the fleet's slots are not shared, or Redis was away).
+ * It is given back once, however often `release` is called: a slot released
+ * twice would lower the endpoint's count below what it has open, and free
+ * another request's lease.
+ */
+export class Slot {
+  private free: (() => void) | undefined;
+
+  constructor(free: () => void) {
+    this.free = free;
+  }
+
+  release(): void {
+    const free = this.free;
+    this.free = undefined;
+    free?.();
+  }
 }
 
 const EWMA_WEIGHT = 0.2;
@@ -70,8 +91,6 @@ export class EndpointState {
   private readonly waiting: Record<ServiceTier, Map<string, Waiter[]>> = { priority: new Map(), default: new Map(), flex: new Map() };
   private readonly waitersByTier: Record<ServiceTier, number> = { priority: 0, default: 0, flex: 0 };
   private waiters = 0;
-  /** The fleet's leases this replica holds here, flex and the rest (any one of a kind is as good as another). */
-  private readonly leases: { flex: string[]; other: string[] } = { flex: [], other: [] };
   private polling = false;
   /** Wakes the admitting loop early when a slot of this replica's frees. */
   private wake: (() => void) | undefined;
@@ -115,18 +134,19 @@ export class EndpointState {
   }
 
   /** Takes a slot now if one is free for `tier` and no request of its tier or a higher one waits here. */
-  async tryAcquire(tier: ServiceTier): Promise<boolean> {
-    if (this.waitingAtOrAbove(tier) || !this.hasLocalRoom(tier)) return false;
+  async tryAcquire(tier: ServiceTier): Promise<Slot | undefined> {
+    if (this.waitingAtOrAbove(tier) || !this.hasLocalRoom(tier)) return undefined;
     return this.take(tier);
   }
 
   /** Waits in the queue for a slot, up to `timeoutMs` or until the request is cancelled. */
-  async acquireQueued(account: string, tier: ServiceTier, timeoutMs: number, cancellation: Cancellation): Promise<void> {
+  async acquireQueued(account: string, tier: ServiceTier, timeoutMs: number, cancellation: Cancellation): Promise<Slot> {
     // A request whose client has already left takes no place in the queue.
     if (cancellation.cancelled) throw new Cancelled();
     // Where no slot is free here, the request joins the queue before anything is awaited.
-    if (!this.waitingAtOrAbove(tier) && this.hasLocalRoom(tier) && (await this.take(tier))) return;
-    await new Promise<void>((resolve, reject) => {
+    const now = !this.waitingAtOrAbove(tier) && this.hasLocalRoom(tier) ? await this.take(tier) : undefined;
+    if (now) return now;
+    return new Promise<Slot>((resolve, reject) => {
       const leave = (err: Error) => {
         if (this.dequeue(waiter)) waiter.reject(err);
       };
@@ -139,9 +159,9 @@ export class EndpointState {
       const waiter: Waiter = {
         account,
         tier,
-        resolve: () => {
+        resolve: (slot) => {
           stopWaiting();
-          resolve();
+          resolve(slot);
         },
         reject: (err) => {
           stopWaiting();
@@ -158,14 +178,6 @@ export class EndpointState {
     });
   }
 
-  /** Gives back a slot `tier` took; the waiter whose turn it is, if any, takes it. */
-  release(tier: ServiceTier): void {
-    this.countHeld(tier, -1);
-    const lease = this.leases[tier === 'flex' ? 'flex' : 'other'].pop();
-    if (lease) this.fleet?.release(this.name, lease);
-    this.wake?.();
-    if (this.waiters > 0) void this.admitWaiting();
-  }
 
   private waitingAtOrAbove(tier: ServiceTier): boolean {
     for (const t of ADMISSION_ORDER) {
@@ -181,23 +193,30 @@ export class EndpointState {
     return this.fleet ? this.inFlight < this.limits.maxConcurrent : mayAdmit(tier, this.limits.maxConcurrent, held, this.otherPeak.value());
   }
 
-  /** Takes a slot here and, sharing Redis, one of the fleet's; false when the fleet has none free for `tier`. */
-  private async take(tier: ServiceTier): Promise<boolean> {
+  /** Takes a slot here and, sharing Redis, one of the fleet's; undefined when the fleet has none free for `tier`. */
+  private async take(tier: ServiceTier): Promise<Slot | undefined> {
     this.countHeld(tier, 1);
     if (tier !== 'flex') this.otherPeak.note(this.inFlight - this.inFlightFlex);
-    if (!this.fleet) return true;
+    if (!this.fleet) return this.slot(tier, undefined);
     try {
       const lease = await this.fleet.acquire(this.name, tier, this.limits.maxConcurrent);
-      if (lease) {
-        this.leases[tier === 'flex' ? 'flex' : 'other'].push(lease);
-        return true;
-      }
+      if (lease) return this.slot(tier, lease);
     } catch {
       // Redis is away: this replica's own count is all there is (and the request's credit hold fails anyway).
-      return true;
+      return this.slot(tier, undefined);
     }
     this.countHeld(tier, -1);
-    return false;
+    return undefined;
+  }
+
+  /** A slot taken, which gives back its own count and lease; the waiter whose turn it is, if any, takes it. */
+  private slot(tier: ServiceTier, lease: string | undefined): Slot {
+    return new Slot(() => {
+      this.countHeld(tier, -1);
+      if (lease) this.fleet?.release(this.name, lease);
+      this.wake?.();
+      if (this.waiters > 0) void this.admitWaiting();
+    });
   }
 
   private countHeld(tier: ServiceTier, change: 1 | -1): void {
@@ -237,9 +256,9 @@ export class EndpointState {
     this.polling = true;
     try {
       for (let waiter = this.nextWaiter(); waiter; waiter = this.nextWaiter()) {
-        const taken = this.hasLocalRoom(waiter.tier) && (await this.take(waiter.tier));
-        if (taken && this.dequeue(waiter)) waiter.resolve();
-        else if (taken) this.release(waiter.tier);
+        const taken = this.hasLocalRoom(waiter.tier) ? await this.take(waiter.tier) : undefined;
+        if (taken && this.dequeue(waiter)) waiter.resolve(taken);
+        else if (taken) taken.release();
         // The room flex leaves for others shrinks with time, and another replica may free a slot: look again soon.
         else await this.nextLook();
       }

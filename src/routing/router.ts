@@ -47,6 +47,8 @@ export class Router {
   private readonly states = new Map<string, EndpointState>();
   private readonly policies = new Map<string, { key: string; policy: RoutingPolicy }>();
   private readonly probes = new Map<string, NodeJS.Timeout>();
+  /** Each endpoint as the routing table in force has it, for its probes. */
+  private readonly endpoints = new Map<string, RoutedEndpoint>();
   private table: RoutingTable | undefined;
 
   /** Takes a new routing table: new endpoints get state and a probe, removed ones lose theirs, kept ones take the new limits and health settings. */
@@ -63,11 +65,16 @@ export class Router {
       for (const e of model.endpoints) {
         live.add(e.name);
         const limits = { maxConcurrent: e.maxConcurrent, maxQueue: e.maxQueue, accountQueueShare: failover.accountQueueShare };
+        this.endpoints.set(e.name, e);
         const state = this.states.get(e.name);
         if (state) {
           state.limits = limits;
           state.breaker.settings = health;
-        } else this.states.set(e.name, new EndpointState(e.name, limits, health, this.slots));
+        } else {
+          const created = new EndpointState(e.name, limits, health, this.slots);
+          created.breaker.verify = () => void this.probe(e.name);
+          this.states.set(e.name, created);
+        }
         this.startProbe(e, table.settings);
       }
     }
@@ -79,6 +86,7 @@ export class Router {
     for (const name of [...this.states.keys()]) {
       if (live.has(name)) continue;
       this.states.delete(name);
+      this.endpoints.delete(name);
       clearInterval(this.probes.get(name));
       this.probes.delete(name);
     }
@@ -149,20 +157,25 @@ export class Router {
     const { probe } = settings.health;
     clearInterval(this.probes.get(endpoint.name));
     if (probe.intervalMs === 0) return void this.probes.delete(endpoint.name);
-    const headers: Record<string, string> = endpoint.apiKey ? { authorization: `Bearer ${endpoint.apiKey}` } : {};
-    const timer = setInterval(async () => {
-      const state = this.states.get(endpoint.name);
-      if (!state) return;
-      try {
-        const res = await httpRequest(`${endpoint.url}${probe.path}`, { headers, headersTimeout: probe.timeoutMs, bodyTimeout: probe.timeoutMs });
-        await res.body.dump();
-        if (res.statusCode < 500) state.breaker.onSuccess(PROBE_CALLER);
-        else state.breaker.onFailure(PROBE_CALLER);
-      } catch (err) {
-        state.breaker.onFailure(PROBE_CALLER, (err as { code?: string }).code === 'ECONNREFUSED');
-      }
-    }, probe.intervalMs);
+    const timer = setInterval(() => void this.probe(endpoint.name), probe.intervalMs);
     timer.unref();
     this.probes.set(endpoint.name, timer);
+  }
+
+  /** GETs the endpoint's probe path, and tells its circuit how that went: every few seconds, and at once when its circuit suspects it. */
+  private async probe(name: string): Promise<void> {
+    const endpoint = this.endpoints.get(name);
+    const state = this.states.get(name);
+    if (!endpoint || !state || !this.table) return;
+    const { probe } = this.table.settings.health;
+    const headers: Record<string, string> = endpoint.apiKey ? { authorization: `Bearer ${endpoint.apiKey}` } : {};
+    try {
+      const res = await httpRequest(`${endpoint.url}${probe.path}`, { headers, headersTimeout: probe.timeoutMs, bodyTimeout: probe.timeoutMs });
+      await res.body.dump();
+      if (res.statusCode < 500) state.breaker.onSuccess(PROBE_CALLER);
+      else state.breaker.onFailure(PROBE_CALLER);
+    } catch (err) {
+      state.breaker.onFailure(PROBE_CALLER, (err as { code?: string }).code === 'ECONNREFUSED');
+    }
   }
 }

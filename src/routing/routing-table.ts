@@ -4,9 +4,8 @@
 import { type BillingSettings, type GatewaySettings, type ModelConfig, type PlatformSettings, type RateLimitSettings, type RoutingFile, type UpstreamKind } from '../config.js';
 import { tokenPrices, type TokenPrices } from '../billing/prices.js';
 import type { ServiceTier } from '../protocol/service-tier.js';
-import { loadPromptCounter } from '../engine/chat-prompt.js';
+import { loadPromptCounter, type PromptCounter } from '../engine/chat-prompt.js';
 import type { LocalEngines } from '../engine/supervisor.js';
-import type { ChatMessage } from '../protocol/chat-request.js';
 import type { UpstreamEndpoint } from '../upstream/client.js';
 import { DIALECTS } from '../upstream/dialects/index.js';
 
@@ -28,7 +27,8 @@ export interface RoutedModel {
   /** Each service tier's prices. */
   prices: Record<ServiceTier, TokenPrices>;
   endpoints: RoutedEndpoint[];
-  countPromptTokens: ((messages: ChatMessage[]) => number) | undefined;
+  /** The model's own tokenizer, where it has one (a local engine's, or `tokenizer:` in its entry). */
+  promptCounter: PromptCounter | undefined;
 }
 
 export interface RoutingTable {
@@ -57,6 +57,9 @@ export function findModel(table: RoutingTable, name: string): RoutedModel | unde
   return table.models.get(name) ?? table.aliases.exact.get(name) ?? table.aliases.patterns.find(([pattern]) => pattern.test(name))?.[1];
 }
 
+/** Whether `name` is a model's id or exact alias: one of the names the routing file lists (a pattern alias matches names a client makes up). */
+export const isNamedInTable = (table: RoutingTable, name: string) => table.models.has(name) || table.aliases.exact.has(name);
+
 const aliasPattern = (glob: string) => new RegExp(`^${glob.split('*').map((part) => part.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')).join('.*')}$`);
 
 function aliasesOf(models: Iterable<RoutedModel>): RoutingTable['aliases'] {
@@ -70,7 +73,7 @@ function aliasesOf(models: Iterable<RoutedModel>): RoutingTable['aliases'] {
   return aliases;
 }
 
-const counters = new Map<string, Promise<(messages: ChatMessage[]) => number>>();
+const counters = new Map<string, Promise<PromptCounter>>();
 
 function promptCounter(gguf: string) {
   let counter = counters.get(gguf);
@@ -110,7 +113,7 @@ export async function buildRoutingTable(file: RoutingFile, engines: LocalEngines
         priorityScheduling: e.priorityScheduling,
       });
     }
-    models.set(config.id, { config, prices: tierPrices(config), endpoints, countPromptTokens: tokenizer ? await promptCounter(tokenizer) : undefined });
+    models.set(config.id, { config, prices: tierPrices(config), endpoints, promptCounter: tokenizer ? await promptCounter(tokenizer) : undefined });
   }
   return { settings: file.gateway, billing: file.billing, rateLimits: file.rateLimits, platform: file.platform, models, aliases: aliasesOf(models.values()) };
 }

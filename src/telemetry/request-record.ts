@@ -12,6 +12,8 @@ export interface RequestRecord {
   /** The model the client asked for, and the id of the model that served it. */
   model?: string;
   servedModel?: string;
+  /** The requested model as metrics label it: a name the routing file lists; absent for a model not served (labelled `(unknown)`, so made-up names make no series). */
+  modelLabel?: string;
   serviceTier?: string;
   /** The endpoint that answered (its URL), and its kind. */
   endpoint?: string;

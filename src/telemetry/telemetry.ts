@@ -30,7 +30,7 @@ const TOKEN_BUCKETS = [1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048
 
 /** The GenAI attributes of a generation: what it asked for, what served it, where, and how it failed. */
 function genAiAttributes(r: RequestRecord, errorType?: string): Attributes {
-  const attributes: Attributes = { 'gen_ai.operation.name': GEN_AI_OPERATIONS[r.api!], 'gen_ai.request.model': r.model ?? '', 'gen_ai.provider.name': r.provider ?? 'parley' };
+  const attributes: Attributes = { 'gen_ai.operation.name': GEN_AI_OPERATIONS[r.api!], 'gen_ai.request.model': r.modelLabel ?? '(unknown)', 'gen_ai.provider.name': r.provider ?? 'parley' };
   if (r.servedModel) attributes['gen_ai.response.model'] = r.servedModel;
   if (r.endpoint) attributes['server.address'] = r.endpoint;
   if (errorType) attributes['error.type'] = errorType;

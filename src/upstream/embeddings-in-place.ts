@@ -18,8 +18,12 @@ export interface EmbeddingsInPlace {
 /** How far into each end of the reply its small fields are looked for: ids and the usage are short. */
 const END_BYTES = 512;
 const DATA_OPEN = Buffer.from('"data":[');
-/** The end of the data array: a key that follows it in an OpenAI-shaped reply. Vectors hold no `],"` (base64 has no quotes; a float list ends `]}`). */
-const DATA_CLOSE = /\],"(?:model|usage|id|object|created)"/;
+/**
+ * The end of the data array: its last item's close, then a key that follows the array in an OpenAI-shaped reply.
+ * Inside an item a float list may close before the item's other keys (`"embedding":[1,2],"object":…`), so the
+ * array's close is the `}]` of the last such match in the tail, never the first `]`.
+ */
+const DATA_CLOSE = /\}\],"(?:model|usage|id|object|created)"/g;
 const USAGE = /"usage":\{"prompt_tokens":(\d+)[^{}]*\}/;
 
 export function embeddingsInPlace(body: Buffer, model: string, encoding: 'float' | 'base64'): EmbeddingsInPlace | undefined {
@@ -29,11 +33,11 @@ export function embeddingsInPlace(body: Buffer, model: string, encoding: 'float'
   if (!new RegExp(`^"data":\\[\\{[^\\[{]*"embedding":${encoding === 'base64' ? '"' : '\\['}`).test(first)) return undefined;
   const tailStart = Math.max(open + DATA_OPEN.length, body.length - END_BYTES);
   const tail = body.toString('latin1', tailStart);
-  const close = DATA_CLOSE.exec(tail);
+  const close = [...tail.matchAll(DATA_CLOSE)].at(-1);
   const usage = USAGE.exec(tail);
   if (!close || !usage) return undefined;
   const promptTokens = Number(usage[1]);
-  const vectors = body.subarray(open + DATA_OPEN.length, tailStart + close.index);
+  const vectors = body.subarray(open + DATA_OPEN.length, tailStart + close.index + 1);
   return {
     parts: ['{"object":"list","data":[', vectors, `],"model":${JSON.stringify(model)},"usage":{"prompt_tokens":${promptTokens},"total_tokens":${promptTokens}}}`],
     promptTokens,

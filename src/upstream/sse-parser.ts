@@ -20,12 +20,21 @@ export interface SseFraming {
   errorField?: string;
 }
 
-/** Fed the body's text as it arrives; returns the events each read completes. */
+/**
+ * The most characters one event may take, its lines and data together: far
+ * past any real event (a chunk of a few tokens, a tool call's arguments), and
+ * a bound on what an upstream that never ends a line can make Parley keep.
+ */
+export const MAX_EVENT_CHARS = 8 * 1024 * 1024;
+
+/** Fed the body's text as it arrives; returns the events each read completes, or throws on an event past MAX_EVENT_CHARS. */
 export class SseParser {
   /** What is left of the input past its last whole line. */
   private buffer = '';
   private event: string | undefined;
   private data: string[] = [];
+  /** Characters in `data`. */
+  private dataChars = 0;
 
   constructor(private readonly framing: SseFraming = {}) {}
 
@@ -48,6 +57,7 @@ export class SseParser {
       start = nl + 1;
     }
     this.buffer = this.buffer.slice(start);
+    if (this.buffer.length + this.dataChars > MAX_EVENT_CHARS) throw new Error(`the upstream sent an event longer than ${MAX_EVENT_CHARS} characters`);
     return out;
   }
 
@@ -73,17 +83,23 @@ export class SseParser {
     const field = colon === -1 ? line : line.slice(0, colon);
     let value = colon === -1 ? '' : line.slice(colon + 1);
     if (value.startsWith(' ')) value = value.slice(1);
-    if (field === 'data') this.data.push(value);
+    if (field === 'data') this.addData(value);
     else if (field === 'event') this.event = value;
     else if (field === this.framing.errorField) {
       this.event = 'error';
-      this.data.push(value);
+      this.addData(value);
     }
+  }
+
+  private addData(value: string): void {
+    this.data.push(value);
+    this.dataChars += value.length;
   }
 
   private dispatch(out: Pick<SseEvent[], 'push'>): void {
     if (this.data.length > 0) out.push({ event: this.event, data: this.data.join('\n') });
     this.event = undefined;
     this.data = [];
+    this.dataChars = 0;
   }
 }

@@ -9,7 +9,7 @@ import { SettlementQueue } from '../../src/billing/settlement-queue.js';
 import { readUsageEvents } from '../../src/billing/usage-events.js';
 import { redisKeys } from '../../src/redis/keys.js';
 import { connectRedis } from '../../src/redis/connection.js';
-import { tokenPrices } from '../../src/billing/prices.js';
+import { MAX_BALANCE_MICROS, tokenPrices } from '../../src/billing/prices.js';
 import { rateCheck } from '../../src/ratelimit/rate-limiter.js';
 import { sleep } from '../support/fake-upstream.js';
 import { makeAccount } from '../support/gateway.js';
@@ -195,6 +195,26 @@ describe.each(TOPOLOGIES)('on $topology', ({ oneServer, start }) => {
       expect(await changeCredit(redis.client, account, 'deduct', 1_500_000, 'refund')).toEqual({ kind: 'applied', balance: 1_500_000, amount: 1_500_000 });
       expect(await readBalance(redis.client, account)).toEqual({ granted: 0, toppedUp: 1_500_000, held: 0 });
       expect(await changeCredit(redis.client, account, 'deduct', 9_000_000, 'all')).toEqual({ kind: 'applied', balance: 0, amount: 1_500_000 });
+    });
+
+    it('deducts no more than open holds leave, so the requests they pay for are still charged in full', async () => {
+      const { account } = await makeAccount(redis, 1);
+      // 100,000 prompt and reply tokens at 1 and 2 a million: a hold of 300,000 micro-units of a balance of 1,000,000.
+      await holdCredit(redis.client, { account, requestId: 'open', ttlMs: 60_000, prices, promptTokens: 100_000, n: 1, maxReplyTokens: 100_000 });
+      const { held } = (await readBalance(redis.client, account))!;
+      expect(held).toBe(300_000);
+      expect(await changeCredit(redis.client, account, 'deduct', 1_000_000, 'all of it')).toEqual({ kind: 'applied', balance: 300_000, amount: 700_000 });
+      await settleHold(redis.client, settlement(account, 'open', 300_000));
+      expect(await readBalance(redis.client, account)).toEqual({ granted: 0, toppedUp: 0, held: 0 });
+    });
+
+    it('refuses a grant or top-up that would take the balance past the most it may be, and moves nothing', async () => {
+      const { account } = await makeAccount(redis, 1);
+      expect(await changeCredit(redis.client, account, 'grant', MAX_BALANCE_MICROS, 'too much')).toEqual({ kind: 'over_maximum', balance: 1_000_000 });
+      expect(await changeCredit(redis.client, account, 'top_up', MAX_BALANCE_MICROS - 1_000_000, 'just fits')).toMatchObject({ kind: 'applied', balance: MAX_BALANCE_MICROS });
+      await expect(changeCredit(redis.client, account, 'grant', 2 ** 60, 'past doubles')).rejects.toThrow(RangeError);
+      await expect(changeCredit(redis.client, account, 'grant', 0, 'nothing')).rejects.toThrow(RangeError);
+      expect(await redis.client.xlen(redisKeys.ledger(account))).toBe(2);
     });
 
     it('applies a change with an id once, however often it is retried, and says so', async () => {

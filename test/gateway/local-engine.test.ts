@@ -150,6 +150,26 @@ describe.each(MODELS)('local engine: $name', ({ local }) => {
     expect(view.data[0].endpoints[0]).toMatchObject({ circuit: 'closed', failures: 0 });
   });
 
+  it("refuses a prompt of token ids outside the vocabulary before it joins a batch, and the requests beside it are served", async () => {
+    const other = await makeAccount(gw.redis, 1);
+    const before = await readBalance(gw.redis.client, gw.account);
+    for (let round = 0; round < 3; round++) {
+      const bad = fetch(`${gw.url}/v1/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', authorization: `Bearer ${gw.apiKey}` },
+        body: JSON.stringify({ model, prompt: [99999999], max_tokens: 2 }),
+      });
+      const good = Array.from({ length: 3 }, (_, i) => postChat({ url: gw.url, apiKey: other.key }, { model, messages: user(`round ${round} ${i}`), max_tokens: 4 }));
+      const answer = await bad;
+      expect(answer.status).toBe(400);
+      expect((await answer.json()).error).toMatchObject({ type: 'invalid_request_error', param: 'prompt' });
+      expect((await Promise.all(good)).map((r) => r.status)).toEqual([200, 200, 200]);
+    }
+    expect(await readBalance(gw.redis.client, gw.account)).toEqual(before);
+    const view = await (await fetch(`${gw.url}/admin/endpoints`, { headers: asAdmin })).json();
+    expect(view.data[0].endpoints[0]).toMatchObject({ circuit: 'closed' });
+  });
+
   it('embeds texts and token ids through Parley, as floats or base64, each vector the same size, with its tokens charged', async () => {
     const before = (await readBalance(gw.redis.client, gw.account))!;
     const texts = await gw.client.embeddings.create({ model, input: ['hello', 'a longer sentence to embed'], encoding_format: 'float' });

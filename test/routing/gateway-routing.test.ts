@@ -5,7 +5,7 @@
 import { request as httpRequest } from 'node:http';
 import OpenAI from 'openai';
 import { describe, expect, it } from 'vitest';
-import { chunk, completionBody, replyJson, sleep, startFakeUpstream, writeEvents, type Script } from '../support/fake-upstream.js';
+import { chunk, completionBody, replyJson, sleep, startFakeUpstream, until, writeEvents, type Script } from '../support/fake-upstream.js';
 import { asAdmin, makeAccount, modelEntry, postChat, withGatewayOn } from '../support/gateway.js';
 
 const messages = [{ role: 'user' as const, content: 'hello' }];
@@ -33,6 +33,24 @@ describe('failover before the first byte', () => {
         expect(reply.choices[0].message.content).toBe('from-b');
       }
       expect(ua.received.length + ub.received.length).toBeGreaterThanOrEqual(3);
+    });
+  });
+
+  it("cancels the other calls of a fan-out when one fails, rather than leave them generating while the request fails over", async () => {
+    // llama.cpp's server takes one choice a call: n = 2 is two calls, seeded 7 and 8.
+    let hanging: Promise<void> | undefined;
+    const oneFailsOneHangs: Script = (req, res) => {
+      if (req.body.seed === 7) return replyJson(res, { error: { message: 'boom' } }, 500);
+      hanging = new Promise((resolve) => res.once('close', () => resolve()));
+    };
+    await withGatewayOn([oneFailsOneHangs, answer('from-b')], ([a, b]) => ({ gateway: { upstreamIdleTimeoutMs: 60_000, ...noProbe }, models: [modelEntry('m', [{ kind: 'llamacpp', url: a }, { kind: 'llamacpp', url: b, priority: 1 }])] }), async (gw, [, ub]) => {
+      const started = Date.now();
+      const reply = await gw.client.chat.completions.create({ model: 'm', messages, n: 2, seed: 7 });
+      expect(reply.choices.map((c) => c.message.content)).toEqual(['from-b', 'from-b']);
+      expect(ub.received).toHaveLength(2);
+      await until(async () => hanging !== undefined);
+      await hanging;
+      expect(Date.now() - started).toBeLessThan(5_000);
     });
   });
 
@@ -119,8 +137,11 @@ describe('health', () => {
       await gw.client.chat.completions.create({ model: 'm', messages });
       await otherClient.chat.completions.create({ model: 'm', messages });
       expect(flaky.received).toHaveLength(2);
+      // The suspicion is settled by a probe of the endpoint, which fails as well.
+      await until(async () => flaky.received.length === 3);
+      await sleep(20);
       for (let i = 0; i < 3; i++) await gw.client.chat.completions.create({ model: 'm', messages });
-      expect(flaky.received).toHaveLength(2);
+      expect(flaky.received).toHaveLength(3);
       flaky.setScript(answer('recovered'));
       await sleep(450);
       expect((await gw.client.chat.completions.create({ model: 'm', messages })).choices[0].message.content).toBe('recovered');

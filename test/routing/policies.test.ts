@@ -1,7 +1,7 @@
 // The routing policies alone, on plain data.
 import { describe, expect, it } from 'vitest';
 import { CircuitBreaker, PROBE_CALLER } from '../../src/routing/circuit-breaker.js';
-import { EndpointState, QueueTimeout } from '../../src/routing/endpoint-state.js';
+import { EndpointState, QueueTimeout, Slot } from '../../src/routing/endpoint-state.js';
 import { mayAdmit, flexLimit } from '../../src/routing/admission-rule.js';
 import { LeastLoadPolicy } from '../../src/routing/policies/least-load.js';
 import type { Candidate, RoutingPolicy } from '../../src/routing/policies/policy.js';
@@ -179,13 +179,25 @@ describe('prefix affinity', () => {
 describe('circuit breaker', () => {
   const settings = { failureThreshold: 3, failureRate: 0.5, windowMs: 10_000, minCallers: 2, openMs: 1000 };
 
-  it('opens on failures from several accounts within the window, half-opens for one trial, and closes on success', () => {
+  /** A breaker whose suspicions are counted, for the test to settle with a probe's outcome. */
+  function verified(now: () => number = Date.now) {
+    const breaker = new CircuitBreaker(settings, now);
+    const asked = { probes: 0 };
+    breaker.verify = () => asked.probes++;
+    return { breaker, asked };
+  }
+
+  it('suspects on failures from several accounts within the window and opens when the probe fails, half-opens for one trial, and closes on success', () => {
     let now = 0;
-    const breaker = new CircuitBreaker(settings, () => now);
+    const { breaker, asked } = verified(() => now);
     breaker.onFailure('team-a');
     breaker.onFailure('team-b');
-    expect(breaker.state).toBe('closed');
+    expect(asked.probes).toBe(0);
     breaker.onFailure('team-a');
+    breaker.onFailure('team-b');
+    expect(asked.probes).toBe(1);
+    expect(breaker.state).toBe('closed');
+    breaker.onFailure(PROBE_CALLER);
     expect(breaker.state).toBe('open');
     expect(breaker.allowRequest()).toBe(false);
     now = 1000;
@@ -202,12 +214,28 @@ describe('circuit breaker', () => {
     expect(breaker.state).toBe('closed');
   });
 
-  it("opens on one account's failures that another endpoint did not repeat", () => {
-    const breaker = new CircuitBreaker(settings);
+  it("suspects on one account's failures that another endpoint did not repeat", () => {
+    const { breaker, asked } = verified();
     for (let i = 0; i < 2; i++) breaker.onFailure('team-a', false, true);
-    expect(breaker.state).toBe('closed');
+    expect(asked.probes).toBe(0);
     breaker.onFailure('team-a', false, true);
+    expect(asked.probes).toBe(1);
+    breaker.onFailure(PROBE_CALLER);
     expect(breaker.state).toBe('open');
+  });
+
+  it('never opens on requests that fail while the endpoint serves others or its probe: the failures were the requests\' own', () => {
+    const { breaker, asked } = verified();
+    for (let i = 0; i < 100; i++) {
+      breaker.onFailure(`team-${i % 10}`);
+      breaker.onFailure(`team-${(i + 1) % 10}`, false, true);
+      breaker.onFailure(`team-${(i + 2) % 10}`);
+      // The probe asked for answers; or another tenant's request is served meanwhile.
+      if (i % 2) breaker.onSuccess(PROBE_CALLER);
+      else breaker.onSuccess('team-innocent');
+    }
+    expect(asked.probes).toBe(100);
+    expect(breaker.state).toBe('closed');
   });
 
   it('stays closed while failures are under the failure rate of the window', () => {
@@ -253,7 +281,11 @@ describe('circuit breaker', () => {
     expect(breaker.state).toBe('open');
     now = 1500;
     expect(breaker.allowRequest()).toBe(true);
+    let probes = 0;
+    breaker.verify = () => probes++;
     breaker.onFailure('team-a');
+    expect(probes).toBe(1);
+    breaker.onFailure(PROBE_CALLER);
     expect(breaker.state).toBe('open');
   });
 
@@ -288,19 +320,30 @@ describe('endpoint cache share', () => {
 describe('endpoint concurrency', () => {
   it('admits up to maxConcurrent, queues the next in order, and hands a released slot to the first waiter', async () => {
     const state = new EndpointState('e', { maxConcurrent: 1, maxQueue: 2, accountQueueShare: 1 }, BREAKER);
-    expect(await state.tryAcquire('default')).toBe(true);
-    expect(await state.tryAcquire('default')).toBe(false);
+    const first = await state.tryAcquire('default');
+    expect(first).toBeInstanceOf(Slot);
+    expect(await state.tryAcquire('default')).toBeUndefined();
     const order: string[] = [];
-    const a = state.acquireQueued('team', 'default', 1000, new Cancellation()).then(() => order.push('a'));
-    const b = state.acquireQueued('team', 'default', 1000, new Cancellation()).then(() => order.push('b'));
+    const a = state.acquireQueued('team', 'default', 1000, new Cancellation()).then((slot) => (order.push('a'), slot));
+    const b = state.acquireQueued('team', 'default', 1000, new Cancellation()).then((slot) => (order.push('b'), slot));
     expect(state.load).toBe(3);
     expect(state.hasQueueRoom('team')).toBe(false);
-    state.release('default');
-    await a;
-    state.release('default');
+    first!.release();
+    (await a).release();
     await b;
     expect(order).toEqual(['a', 'b']);
     expect(state.inFlight).toBe(1);
+  });
+
+  it('gives a slot back once, however often it is released', async () => {
+    const state = new EndpointState('e', { maxConcurrent: 2, maxQueue: 2, accountQueueShare: 1 }, BREAKER);
+    const first = await state.tryAcquire('default');
+    await state.tryAcquire('default');
+    first!.release();
+    first!.release();
+    expect(state.inFlight).toBe(1);
+    expect(await state.tryAcquire('default')).toBeInstanceOf(Slot);
+    expect(await state.tryAcquire('default')).toBeUndefined();
   });
 
   it('gives up waiting after the queue timeout', async () => {
@@ -312,48 +355,49 @@ describe('endpoint concurrency', () => {
 
   it('leaves the queue at once when its request is cancelled, and a slot released later goes to the next', async () => {
     const state = new EndpointState('e', { maxConcurrent: 1, maxQueue: 2, accountQueueShare: 1 }, BREAKER);
-    await state.tryAcquire('default');
+    const held = await state.tryAcquire('default');
     const leaving = new Cancellation();
     const left = state.acquireQueued('team', 'default', 10_000, leaving);
     const staying = state.acquireQueued('team', 'default', 10_000, new Cancellation());
     leaving.cancel();
     await expect(left).rejects.toMatchObject({ name: 'AbortError' });
     expect(state.queued).toBe(1);
-    state.release('default');
+    held!.release();
     await staying;
     expect(state.inFlight).toBe(1);
   });
 
   it('refuses at once, taking no place in the queue, a request cancelled before it began to wait', async () => {
     const state = new EndpointState('e', { maxConcurrent: 1, maxQueue: 2, accountQueueShare: 1 }, BREAKER);
-    await state.tryAcquire('default');
+    const held = await state.tryAcquire('default');
     const gone = new Cancellation();
     gone.cancel();
     await expect(state.acquireQueued('team', 'default', 20, gone)).rejects.toMatchObject({ name: 'AbortError' });
     expect(state.queued).toBe(0);
     // Past the queue timeout nothing else fires: an error thrown from a timer would fail this test as uncaught.
     await new Promise((r) => setTimeout(r, 50));
-    state.release('default');
+    held!.release();
     expect(state.inFlight).toBe(0);
   });
 
   it("lets one account take only its share of the queue, leaving room for the others", async () => {
     const state = new EndpointState('e', { maxConcurrent: 1, maxQueue: 4, accountQueueShare: 0.5 }, BREAKER);
-    await state.tryAcquire('default');
+    const held = await state.tryAcquire('default');
     const waits = [state.acquireQueued('burst', 'default', 1000, new Cancellation()), state.acquireQueued('burst', 'default', 1000, new Cancellation())];
     expect(state.hasQueueRoom('burst')).toBe(false);
     expect(state.hasQueueRoom('other')).toBe(true);
-    for (let i = 0; i < 3; i++) state.release('default');
-    return Promise.all(waits);
+    held!.release();
+    (await waits[0]).release();
+    await waits[1];
   });
 
   it('hands freed slots to the accounts waiting in turn, not in arrival order', async () => {
     const state = new EndpointState('e', { maxConcurrent: 1, maxQueue: 8, accountQueueShare: 1 }, BREAKER);
-    await state.tryAcquire('default');
+    let held = (await state.tryAcquire('default'))!;
     const order: string[] = [];
-    const waits = ['a1', 'a2', 'a3', 'b1', 'c1'].map((w) => state.acquireQueued(w[0], 'default', 1000, new Cancellation()).then(() => order.push(w)));
+    const waits = ['a1', 'a2', 'a3', 'b1', 'c1'].map((w) => state.acquireQueued(w[0], 'default', 1000, new Cancellation()).then((slot) => (order.push(w), (held = slot))));
     for (let i = 0; i < 5; i++) {
-      state.release('default');
+      held.release();
       await new Promise((r) => setImmediate(r));
     }
     await Promise.all(waits);
@@ -365,13 +409,12 @@ describe('admission by service tier', () => {
   it('admits waiting requests priority first, then default, then flex once the room it leaves the others allows', async () => {
     let now = 0;
     const state = new EndpointState('e', { maxConcurrent: 2, maxQueue: 8, accountQueueShare: 1 }, BREAKER, undefined, () => now);
-    expect(await state.tryAcquire('default')).toBe(true);
-    expect(await state.tryAcquire('default')).toBe(true);
+    const held = [(await state.tryAcquire('default'))!, (await state.tryAcquire('default'))!];
     const order: string[] = [];
-    const waits = (['flex', 'default', 'priority'] as const).map((tier) => state.acquireQueued(tier, tier, 60_000, new Cancellation()).then(() => order.push(tier)));
+    const waits = (['flex', 'default', 'priority'] as const).map((tier) => state.acquireQueued(tier, tier, 60_000, new Cancellation()).then((slot) => (order.push(tier), held.push(slot))));
     expect(state.snapshot().queuedByTier).toEqual({ priority: 1, default: 1, flex: 1 });
     for (let i = 0; i < 4; i++) {
-      state.release('default');
+      held.shift()?.release();
       await new Promise((r) => setImmediate(r));
     }
     expect(order).toEqual(['priority', 'default']);
@@ -393,16 +436,16 @@ describe('admission by service tier', () => {
   it('never gives flex the last fifth of the slots (at least one), which a default request then finds free', async () => {
     expect([1, 2, 8, 10, 256].map((n) => flexLimit(n))).toEqual([1, 1, 7, 8, 205]);
     const state = new EndpointState('e', { maxConcurrent: 8, maxQueue: 8, accountQueueShare: 1 }, BREAKER);
-    for (let i = 0; i < 7; i++) expect(await state.tryAcquire('flex')).toBe(true);
-    expect(await state.tryAcquire('flex')).toBe(false);
-    expect(await state.tryAcquire('default')).toBe(true);
+    for (let i = 0; i < 7; i++) expect(await state.tryAcquire('flex')).toBeInstanceOf(Slot);
+    expect(await state.tryAcquire('flex')).toBeUndefined();
+    expect(await state.tryAcquire('default')).toBeInstanceOf(Slot);
   });
 
   it('lets a default request pass waiting flex requests to a slot they may not take', async () => {
     const state = new EndpointState('e', { maxConcurrent: 8, maxQueue: 8, accountQueueShare: 1 }, BREAKER);
     for (let i = 0; i < 7; i++) await state.tryAcquire('flex');
     const flex = state.acquireQueued('batch', 'flex', 30, new Cancellation());
-    expect(await state.tryAcquire('default')).toBe(true);
+    expect(await state.tryAcquire('default')).toBeInstanceOf(Slot);
     await expect(flex).rejects.toBeInstanceOf(QueueTimeout);
   });
 });

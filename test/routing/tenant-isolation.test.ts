@@ -5,12 +5,13 @@ import OpenAI from 'openai';
 import { describe, expect, it } from 'vitest';
 import { readBalance } from '../../src/billing/credit-ledger.js';
 import { completionBody, replyJson, type Script } from '../support/fake-upstream.js';
-import { asAdmin, makeAccount, modelEntry, postChat, withGatewayOn, type TestGateway } from '../support/gateway.js';
+import { asAdmin, makeAccount, modelEntry, postChat, startTestGateway, withGatewayOn, type TestGateway } from '../support/gateway.js';
 
 const messages = [{ role: 'user' as const, content: 'hello' }];
 
-/** An upstream that fails every request holding the word POISON with a 500 that says nothing of why, and answers the rest. */
+/** An upstream that fails every request holding the word POISON with a 500 that says nothing of why, and answers the rest (its probe among them). */
 const failsOnPoison: Script = (req, res) => {
+  if (req.path.endsWith('/models')) return replyJson(res, { object: 'list', data: [] });
   if (JSON.stringify(req.body.messages).includes('POISON')) return replyJson(res, { error: { message: 'Internal Server Error', type: 'server_error' } }, 500);
   replyJson(res, completionBody('fine', { prompt_tokens: 5, completion_tokens: 1 }));
 };
@@ -55,7 +56,8 @@ describe('poison requests', () => {
       const second = await otherTenant(gw);
       expect((await postChat(gw, { model: 'm', messages })).status).toBe(502);
       await expect(second.chat.completions.create({ model: 'm', messages })).rejects.toMatchObject({ status: 502 });
-      expect(await circuits(gw)).toEqual(['open']);
+      // The suspicion is settled by a probe, which fails too.
+      await expect.poll(() => circuits(gw)).toEqual(['open']);
     });
   });
 
@@ -65,7 +67,7 @@ describe('poison requests', () => {
     // Round robin sends every other request to the broken endpoint first, whatever prefix affinity would choose.
     await withGatewayOn([broken, fine], (urls) => ({ gateway: health, models: [{ ...modelEntry('m', urls.map((url) => ({ kind: 'vllm', url }))), routing: { policy: 'round-robin' } }] }), async (gw) => {
       for (let i = 0; i < 4; i++) expect((await postChat(gw, { model: 'm', messages })).status).toBe(200);
-      expect(await circuits(gw)).toEqual(['open', 'closed']);
+      await expect.poll(() => circuits(gw)).toEqual(['open', 'closed']);
     });
   });
 
@@ -87,6 +89,38 @@ describe('poison requests', () => {
       expect((await gw.client.chat.completions.create({ model: 'm', messages })).choices[0].message.content).toBe('fine');
     });
   });
+});
+
+describe('request-caused failures from many accounts', () => {
+  // Ten failures the requests cause (the endpoint answers its probe and other tenants meanwhile), from three accounts,
+  // then a fourth account's twenty requests: all served, every circuit closed. With one endpoint and with three,
+  // behind one gateway replica and behind three on one Redis.
+  for (const [endpoints, replicas] of [[1, 1], [3, 1], [1, 3], [3, 3]]) {
+    it(`open no circuit: ${endpoints} endpoint(s), ${replicas} replica(s)`, async () => {
+      const scripts = Array.from({ length: endpoints }, () => failsOnPoison);
+      const config = (urls: string[]) => ({ gateway: { health: { failureThreshold: 2, minCallers: 2, openMs: 60_000 } }, models: [modelEntry('m', urls.map((url) => ({ kind: 'vllm', url })))] });
+      await withGatewayOn(scripts, config, async (gw, ups) => {
+        const gateways: TestGateway[] = [gw];
+        for (let i = 1; i < replicas; i++) gateways.push(await startTestGateway(config(ups.map((u) => u.url)), { redis: gw.redis }));
+        try {
+          const attackers = await Promise.all([0, 1, 2].map(() => makeAccount(gw.redis, 10)));
+          for (let i = 0; i < 10; i++) {
+            const replica = gateways[i % replicas];
+            const res = await postChat({ url: replica.url, apiKey: attackers[i % 3].key }, { model: 'm', messages: [{ role: 'user', content: `POISON ${i}` }] });
+            expect(res.status).toBe(502);
+          }
+          const victim = await makeAccount(gw.redis, 10);
+          for (let i = 0; i < 20; i++) {
+            const res = await postChat({ url: gateways[i % replicas].url, apiKey: victim.key }, { model: 'm', messages });
+            expect(res.status, `request ${i}`).toBe(200);
+          }
+          for (const replica of gateways) expect(await circuits(replica)).toEqual(Array(endpoints).fill('closed'));
+        } finally {
+          for (const replica of gateways.slice(1)) await replica.close();
+        }
+      });
+    });
+  }
 });
 
 describe('a saturated endpoint', () => {

@@ -19,28 +19,38 @@ interface Server {
   child: ChildProcess;
 }
 
-function startServer(dir: string, port: number, args: string[]): Server {
-  const child = spawn('redis-server', [...args, '--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--save', '', '--appendonly', 'yes'], { stdio: 'ignore' });
-  return { port, child };
-}
-
 const exited = (server: Server) => server.child.exitCode !== null || server.child.signalCode !== null;
 
+/** Whether the server answering on `server`'s port is that process, not another test file's that took the port first. */
+async function answersItself(server: Server): Promise<boolean> {
+  try {
+    return new RegExp(`^process_id:${server.child.pid}\\b`, 'm').test(await cli(server.port, 'info', 'server'));
+  } catch {
+    return false;
+  }
+}
+
 /**
- * A server on a free port, in its own folder under `dir`, once it answers. Test files run side by side: a port
- * found free can be taken before the server binds it, and the server then exits; it starts again on another.
+ * A server on a free port, in its own folder under `dir`, once it answers as itself. Test files run side by side:
+ * a port found free can be taken by another file's server before this one binds it; this one then exits, and
+ * starts again on another port. Asking only for an answer on the port would take the other file's server for it,
+ * and lose it when that file stops its own.
  */
-async function startAnswering(dir: string, args: string[]): Promise<Server> {
+async function startAnswering(dir: string, launch: (port: number, dir: string) => ChildProcess): Promise<Server> {
   for (;;) {
     const port = await freePort();
     const nodeDir = join(dir, String(port));
     rmSync(nodeDir, { recursive: true, force: true });
     await run('mkdir', ['-p', nodeDir]);
-    const server = startServer(nodeDir, port, args);
-    await until(async () => exited(server) || (await answers(port)), 10_000);
+    const server = { port, child: launch(port, nodeDir) };
+    await until(async () => exited(server) || (await answersItself(server)), 10_000);
     if (!exited(server)) return server;
   }
 }
+
+/** A redis-server with `args` on `port`, its data in `dir`. */
+const redisServer = (args: string[]) => (port: number, dir: string) =>
+  spawn('redis-server', [...args, '--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--save', '', '--appendonly', 'yes'], { stdio: 'ignore' });
 
 function kill(server: Server): Promise<void> {
   return new Promise((resolve) => {
@@ -52,14 +62,6 @@ function kill(server: Server): Promise<void> {
 
 async function cli(port: number, ...args: string[]): Promise<string> {
   return (await run('redis-cli', ['-p', String(port), ...args])).stdout.trim();
-}
-
-async function answers(port: number): Promise<boolean> {
-  try {
-    return (await cli(port, 'ping')) === 'PONG';
-  } catch {
-    return false;
-  }
 }
 
 export interface TestCluster {
@@ -79,7 +81,7 @@ export async function startTestCluster(primaries = 3, replicas = 1): Promise<Tes
   const dir = mkdtempSync(join(tmpdir(), 'parley-cluster-'));
   const servers: Server[] = [];
   for (let i = 0; i < primaries * (1 + replicas); i++) {
-    servers.push(await startAnswering(dir, ['--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf', '--cluster-node-timeout', '2000']));
+    servers.push(await startAnswering(dir, redisServer(['--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf', '--cluster-node-timeout', '2000'])));
   }
   await run('redis-cli', ['--cluster', 'create', ...servers.map((s) => `127.0.0.1:${s.port}`), '--cluster-replicas', String(replicas), '--cluster-yes']);
   const live = () => servers.filter((s) => !exited(s));
@@ -153,19 +155,22 @@ export interface TestSentinels {
 /** A primary, one replica and three sentinels (quorum 2) that fail over after 1 s of silence. */
 export async function startTestSentinels(master = 'parley'): Promise<TestSentinels> {
   const dir = mkdtempSync(join(tmpdir(), 'parley-sentinel-'));
-  const [primaryPortNumber, replicaPort] = [await freePort(), await freePort()];
-  await run('mkdir', ['-p', join(dir, 'primary'), join(dir, 'replica')]);
-  const servers = [startServer(join(dir, 'primary'), primaryPortNumber, []), startServer(join(dir, 'replica'), replicaPort, ['--replicaof', '127.0.0.1', String(primaryPortNumber)])];
-  await until(async () => (await answers(primaryPortNumber)) && (await cli(replicaPort, 'info', 'replication')).includes('master_link_status:up'), 10_000);
+  const primary = await startAnswering(dir, redisServer([]));
+  const primaryPortNumber = primary.port;
+  const replica = await startAnswering(dir, redisServer(['--replicaof', '127.0.0.1', String(primaryPortNumber)]));
+  const servers = [primary, replica];
+  await until(async () => (await cli(replica.port, 'info', 'replication')).includes('master_link_status:up'), 10_000);
   const sentinels: Server[] = [];
   for (let i = 0; i < 3; i++) {
-    const port = await freePort();
-    const file = join(dir, `sentinel-${i}.conf`);
-    writeFileSync(
-      file,
-      [`port ${port}`, 'bind 127.0.0.1', `dir ${dir}`, `sentinel monitor ${master} 127.0.0.1 ${primaryPortNumber} 2`, `sentinel down-after-milliseconds ${master} 1000`, `sentinel failover-timeout ${master} 5000`, ''].join('\n'),
-    );
-    sentinels.push({ port, child: spawn('redis-server', [file, '--sentinel'], { stdio: 'ignore' }) });
+    const sentinel = (port: number, sentinelDir: string) => {
+      const file = join(sentinelDir, 'sentinel.conf');
+      writeFileSync(
+        file,
+        [`port ${port}`, 'bind 127.0.0.1', `dir ${sentinelDir}`, `sentinel monitor ${master} 127.0.0.1 ${primaryPortNumber} 2`, `sentinel down-after-milliseconds ${master} 1000`, `sentinel failover-timeout ${master} 5000`, ''].join('\n'),
+      );
+      return spawn('redis-server', [file, '--sentinel'], { stdio: 'ignore' });
+    };
+    sentinels.push(await startAnswering(dir, sentinel));
   }
   const primaryPort = async () => Number((await cli(sentinels[0].port, 'sentinel', 'get-master-addr-by-name', master)).split('\n')[1]);
   // Ready once every sentinel knows the replica and the others.

@@ -47,24 +47,50 @@ async function waitUntilAnswering(url: string): Promise<void> {
   throw new Error(`redis-server at ${url} did not answer`);
 }
 
+/** Whether the server answering at `url` is the process `pid`: a port found free may be taken by another test file's server first. */
+async function answeredBy(url: string, pid: number | undefined): Promise<boolean> {
+  const probe = new Redis(url, { maxRetriesPerRequest: 0, retryStrategy: () => null });
+  probe.on('error', () => {});
+  try {
+    return new RegExp(`^process_id:${pid}\\b`, 'm').test(await probe.info('server'));
+  } catch {
+    return false;
+  } finally {
+    probe.disconnect();
+  }
+}
+
 export async function startTestRedis(): Promise<TestRedis> {
-  const port = await freePort();
   const dir = mkdtempSync(join(tmpdir(), 'parley-redis-'));
-  const url = `redis://127.0.0.1:${port}`;
-  let child: ChildProcess;
+  let port = 0;
+  let child: ChildProcess | undefined;
+  const kill = () =>
+    new Promise<void>((resolve) => {
+      if (!child || child.exitCode !== null || child.signalCode !== null) return resolve();
+      child.once('exit', () => resolve());
+      child.kill('SIGKILL');
+    });
+  // Started on the same port, the one this server first bound: kill and restart keep its clients' address.
   const launch = async () => {
     child = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--appendonly', 'yes', '--appendfsync', 'always', '--save', ''], {
       stdio: 'ignore',
     });
-    await waitUntilAnswering(url);
+    const launched = child;
+    await waitUntilAnswering(`redis://127.0.0.1:${port}`);
+    if (!(await answeredBy(`redis://127.0.0.1:${port}`, launched.pid))) throw new Error(`another redis-server took port ${port}`);
   };
-  const kill = () =>
-    new Promise<void>((resolve) => {
-      if (child.exitCode !== null || child.signalCode !== null) return resolve();
-      child.once('exit', () => resolve());
-      child.kill('SIGKILL');
-    });
-  await launch();
+  // Test files run side by side: where another file's server took the port found free, this one tries another.
+  for (let tries = 0; ; tries++) {
+    port = await freePort();
+    try {
+      await launch();
+      break;
+    } catch (err) {
+      await kill();
+      if (tries === 10) throw err;
+    }
+  }
+  const url = `redis://127.0.0.1:${port}`;
   const client = new Redis(url, { maxRetriesPerRequest: 3 });
   client.on('error', () => {});
   return {

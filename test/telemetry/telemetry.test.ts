@@ -53,7 +53,7 @@ describe('metrics', () => {
     expect(value('parley_requests_total{', 'status="404"', 'code="model_not_found"')).toBe(1);
     expect(value('parley_request_duration_seconds_count{', 'status="200"')).toBe(2);
     expect(value('gen_ai_server_request_duration_count{', 'gen_ai_operation_name="chat"', 'gen_ai_request_model="m"', 'gen_ai_provider_name="vllm"')).toBe(2);
-    expect(value('gen_ai_server_request_duration_count{', 'gen_ai_request_model="nope"', 'error_type="model_not_found"')).toBe(1);
+    expect(value('gen_ai_server_request_duration_count{', 'gen_ai_request_model="(unknown)"', 'error_type="model_not_found"')).toBe(1);
     expect(value('gen_ai_server_time_to_first_token_count{', 'gen_ai_request_model="m"')).toBe(1);
     expect(value('gen_ai_server_time_per_output_token_count{', 'gen_ai_request_model="m"')).toBe(1);
     expect(value('gen_ai_client_token_usage_sum{', 'gen_ai_token_type="cached_input"')).toBe(128);

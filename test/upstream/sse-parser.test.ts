@@ -1,7 +1,22 @@
 import { describe, expect, it } from 'vitest';
-import { SseParser } from '../../src/upstream/sse-parser.js';
+import { MAX_EVENT_CHARS, SseParser } from '../../src/upstream/sse-parser.js';
 
 describe('SseParser', () => {
+  it('refuses a line that never ends, and an event of many lines that never ends, past MAX_EVENT_CHARS', () => {
+    const line = new SseParser();
+    const piece = 'x'.repeat(1024 * 1024);
+    expect(() => {
+      for (let i = 0; i <= MAX_EVENT_CHARS / piece.length; i++) line.push(i === 0 ? `data: ${piece}` : piece);
+    }).toThrow(/longer than/);
+    const lines = new SseParser();
+    expect(() => {
+      for (let i = 0; i <= MAX_EVENT_CHARS / piece.length; i++) lines.push(`data: ${piece}\n`);
+    }).toThrow(/longer than/);
+    // An event just under the bound still reads.
+    const whole = new SseParser();
+    expect(whole.push(`data: ${'y'.repeat(MAX_EVENT_CHARS - 100)}\n\n`)).toHaveLength(1);
+  });
+
   it('reads data with and without the space after the colon, and CRLF line ends', () => {
     const p = new SseParser();
     expect(p.push('data: {"a":1}\r\n\r\ndata:{"b":2}\n\n')).toEqual([

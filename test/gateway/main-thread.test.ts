@@ -1,0 +1,107 @@
+// Nothing one caller sends may hold the main thread long enough to stall the
+// others: prompts are counted by the model's tokenizer on the main thread,
+// so a prompt is counted exactly only up to EXACT_COUNT_MAX_BYTES, one whose
+// fewest possible tokens pass the window is refused without counting, and
+// count_tokens is one of the key's requests, within its rate window.
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { EXACT_COUNT_MAX_BYTES } from '../../src/gateway/chat-completions.js';
+import { ensureDefaultModel } from '../../src/engine/model-maker.js';
+import { completionBody, replyJson, type FakeUpstream } from '../support/fake-upstream.js';
+import { makeAccount, modelEntry, startGatewayOn, type GatewayOnUpstreams, type TestGateway } from '../support/gateway.js';
+
+let running: GatewayOnUpstreams;
+let gw: TestGateway;
+let upstream: FakeUpstream;
+
+beforeAll(async () => {
+  const tokenizer = ensureDefaultModel(join(process.cwd(), '.parley-test', 'tokenizer.gguf'));
+  running = await startGatewayOn([(_req, res) => replyJson(res, completionBody('ok', { prompt_tokens: 3, completion_tokens: 1 }))], ([url]) => ({
+    gateway: { maxBodyBytes: 8 * 1024 * 1024 },
+    models: [
+      // A window as large as today's largest, so that a 4 MB prompt is not refused by its size alone.
+      modelEntry('big', [{ kind: 'vllm', url }], { contextWindow: 1_048_576, tokenizer: { gguf: tokenizer } }),
+      modelEntry('small', [{ kind: 'vllm', url }], { contextWindow: 4096, tokenizer: { gguf: tokenizer } }),
+    ],
+  }));
+  ({ gw, upstreams: [upstream] } = running);
+});
+afterAll(() => running.close());
+
+const post = (path: string, key: string, body: unknown) =>
+  fetch(`${gw.url}${path}`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${key}` }, body: JSON.stringify(body) });
+
+/** Polls /healthz every 50 ms until `work` is done: the slowest answer, in ms. */
+async function slowestHealthz(work: Promise<unknown>): Promise<number> {
+  let done = false;
+  void work.finally(() => (done = true));
+  let slowest = 0;
+  while (!done) {
+    const started = performance.now();
+    expect((await fetch(`${gw.url}/healthz`)).status).toBe(200);
+    slowest = Math.max(slowest, performance.now() - started);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  return slowest;
+}
+
+describe('the main thread under large prompts', () => {
+  it("keeps /healthz under 250 ms while a zero-credit account sends four 4 MB prompts (chat and count_tokens)", async () => {
+    const broke = await makeAccount(gw.redis, 0);
+    const text = 'lorem ipsum dolor sit amet, '.repeat(150_000);
+    expect(text.length).toBeGreaterThan(4_000_000);
+    const messages = [{ role: 'user', content: text }];
+    const chatCalls = () => upstream.received.filter((r) => r.path.endsWith('/chat/completions')).length;
+    const calls = chatCalls();
+    const answers = Promise.all([
+      post('/v1/chat/completions', broke.key, { model: 'big', messages }),
+      post('/v1/messages/count_tokens', broke.key, { model: 'big', messages }),
+      post('/v1/chat/completions', broke.key, { model: 'big', messages }),
+      post('/v1/messages/count_tokens', broke.key, { model: 'big', messages }),
+    ]);
+    const slowest = await slowestHealthz(answers);
+    console.log(`parley test: slowest /healthz beside four 4 MB prompts: ${slowest.toFixed(1)} ms`);
+    expect(slowest).toBeLessThan(250);
+    const [chat1, count1, chat2, count2] = await answers;
+    // Refused before any upstream call: the prompt's bound passes the key's tokens a minute, or its credit.
+    for (const chat of [chat1, chat2]) expect([402, 429]).toContain(chat.status);
+    expect([count1.status, count2.status]).toEqual([200, 200]);
+    // Past the bound, count_tokens estimates (about 3 bytes a token), as for a model without a tokenizer.
+    expect((await count1.json()).input_tokens).toBeGreaterThan(1_000_000);
+    expect(chatCalls()).toBe(calls);
+  });
+
+  it('counts a prompt exactly up to the bound', async () => {
+    const { key } = await makeAccount(gw.redis, 1);
+    const content = 'a'.repeat(EXACT_COUNT_MAX_BYTES - 100);
+    const exact = await (await post('/v1/messages/count_tokens', key, { model: 'big', messages: [{ role: 'user', content }] })).json();
+    const estimate = await (await post('/v1/messages/count_tokens', key, { model: 'big', messages: [{ role: 'user', content: `${content}${'a'.repeat(200)}` }] })).json();
+    // parley-tiny's vocabulary has no merge of "aa": counted, each "a" is a token; estimated, about 3 bytes are.
+    expect(exact.input_tokens).toBeGreaterThan(content.length);
+    expect(estimate.input_tokens).toBeLessThan(content.length / 2);
+  });
+
+  it("refuses at once a prompt whose fewest possible tokens pass the window, without counting it", async () => {
+    const { key } = await makeAccount(gw.redis, 1);
+    const messages = [{ role: 'user', content: 'x'.repeat(4_000_000) }];
+    const started = performance.now();
+    const res = await post('/v1/chat/completions', key, { model: 'small', messages });
+    expect(performance.now() - started).toBeLessThan(1000);
+    expect(res.status).toBe(400);
+    const { error } = await res.json();
+    expect(error.code, error.message).toBe('context_length_exceeded');
+    expect(error.message).toMatch(/at least \d+ tokens > 4096/);
+  });
+
+  it("counts count_tokens against the key's request rate", async () => {
+    const { key } = await makeAccount(gw.redis, 1);
+    gw.writeConfig({ rateLimits: { requestsPerMinute: 2 }, gateway: { maxBodyBytes: 8 * 1024 * 1024 }, models: [modelEntry('small', [{ kind: 'vllm', url: upstream.url }], { contextWindow: 4096 })] });
+    await expect.poll(() => gw.context.routing().rateLimits.requestsPerMinute, { timeout: 5000 }).toBe(2);
+    const body = { model: 'small', messages: [{ role: 'user', content: 'hello' }] };
+    const statuses = [];
+    for (let i = 0; i < 3; i++) statuses.push((await post('/v1/messages/count_tokens', key, body)).status);
+    expect(statuses).toEqual([200, 200, 429]);
+    // Its window is the one generation draws on: the key has no request left.
+    expect((await post('/v1/messages', key, { ...body, max_tokens: 4 })).status).toBe(429);
+  });
+});
