@@ -40,6 +40,12 @@ fi
 
 # Dependencies exactly as the lock file has them; node-llama-cpp brings prebuilt llama.cpp binaries.
 if [ ! -d node_modules ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
+  echo "parley: installing dependencies with npm ci (the first time takes a minute or two)"
   npm ci --no-audit --no-fund --loglevel=error
 fi
+echo "parley: building"
 npm run --silent build
+# Claude Code's package asks for a newer Node.js than Parley does: say so here rather than leave it to its first run.
+if [ "$major" -lt 22 ]; then
+  echo "parley: note: Node.js $(node --version) runs Parley; Claude Code's current releases (@anthropic-ai/claude-code 2.1.3xx) ask for Node.js 22 or later."
+fi

@@ -67,8 +67,11 @@ async function serve(argv: string[]): Promise<void> {
     redis: sharedRedisFromEnv(),
   });
   console.log(`parley: gateway listening on ${gateway.url}/v1`);
-  if (gateway.demoKey) {
-    console.log(`parley: made a demo account (${DEMO_EMAIL}); its API key, shown this once:\n\n    ${gateway.demoKey}\n`);
+  if (gateway.demo) {
+    console.log(`parley: made a demo account (${DEMO_EMAIL}); its API key, shown this once:\n\n    ${gateway.demo.key}\n`);
+    if (gateway.demo.password) {
+      console.log(`parley: see its balance, keys and usage at ${gateway.url}/platform: log in as ${DEMO_EMAIL} with the password ${gateway.demo.password} (shown this once)\n`);
+    }
   }
   onShutdown(gateway.close);
 }

@@ -60,6 +60,8 @@ export interface ApiDescriptor<R, W extends WholeReply = Completion> {
    * model), where chat's contract refuses it.
    */
   common(request: R): { model: string; n: number; stream: boolean; maxTokens: number | undefined; user: string | undefined; serviceTier: string | null | undefined; fitToWindow?: boolean };
+  /** The request field that holds the prompt, where it is not chat's `messages` (Responses: `input`): context errors name it. */
+  promptField?: string;
   /** Each prompt's tokens (one prompt, or a batch): counted exactly where the model has a tokenizer or the prompt is token ids, else an upper bound from the text. */
   promptTokens(model: RoutedModel, request: R): { tokens: number[]; exact: boolean };
   /** What prefix affinity keys the request by when the client gives no hint (routing/affinity-key.ts). */
@@ -158,6 +160,16 @@ interface Admitted<R> {
   clientIds: { requestId: string; replyId: string };
 }
 
+/** Runs `count`, its context_length_exceeded naming `field`, the API's prompt (chat's errors name `messages`). */
+function namingPromptField<T>(field: string | undefined, count: () => T): T {
+  try {
+    return count();
+  } catch (err) {
+    if (!field || !(err instanceof ApiError) || err.code !== 'context_length_exceeded') throw err;
+    throw new ApiError(err.status, err.type, err.message, err.code, field, err.headers);
+  }
+}
+
 /** Validates the body as the API's request for a model the caller may use, and counts what it may cost. */
 function admit<R>(api: ApiDescriptor<R, WholeReply>, exchange: Exchange, span: Span, record: RequestRecord): Admitted<R> {
   const { caller, table, body } = exchange;
@@ -172,7 +184,10 @@ function admit<R>(api: ApiDescriptor<R, WholeReply>, exchange: Exchange, span: S
   record.modelLabel = isNamedInTable(table, asked.model) ? asked.model : model.config.id;
   const passThrough = api.passThrough(body, model);
   if (passThrough instanceof ApiError) throw passThrough;
-  const prompts = api.promptTokens(model, request);
+  const { prompts, maxReplyTokens } = namingPromptField(api.promptField, () => {
+    const counted = api.promptTokens(model, request);
+    return { prompts: counted, maxReplyTokens: replyCap(model.config.contextWindow, counted, asked) };
+  });
   const tier = servingTier(asked.serviceTier, caller.tier);
   record.serviceTier = tier;
   const identity: ReplyIdentity = { id: `${api.idPrefix ?? ''}${record.id}`, created: Math.floor(Date.now() / 1000), model: asked.model, serviceTier: tier };
@@ -185,7 +200,7 @@ function admit<R>(api: ApiDescriptor<R, WholeReply>, exchange: Exchange, span: S
     passThrough,
     prompts,
     promptTokens: prompts.tokens.reduce((sum, t) => sum + t, 0),
-    maxReplyTokens: replyCap(model.config.contextWindow, prompts, asked),
+    maxReplyTokens,
     replies: prompts.tokens.length * asked.n,
     tier,
     identity,

@@ -17,6 +17,8 @@ export interface ChatMapped<S> {
 
 export interface ChatMappedApi<S> {
   name: ClientApi;
+  /** The field of the API's request that holds the prompt, where it is not `messages`. */
+  promptField?: string;
   idPrefix: string;
   parse(body: unknown): S | ApiError;
   toChat(source: S): ChatCompletionRequest | ApiError;
@@ -29,6 +31,7 @@ export function chatMapped<S>(api: ChatMappedApi<S>): ApiDescriptor<ChatMapped<S
     name: api.name,
     serves: 'chat',
     idPrefix: api.idPrefix,
+    promptField: api.promptField,
     parse(body) {
       const source = api.parse(body);
       if (source instanceof ApiError) return source;

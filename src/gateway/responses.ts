@@ -16,6 +16,7 @@ import { handleApiRequest } from './api-path.js';
 const responses = chatMapped({
   name: 'responses',
   idPrefix: 'resp_',
+  promptField: 'input',
   parse: parseResponsesRequest,
   toChat: responsesToChat,
   renderWhole: renderResponse,

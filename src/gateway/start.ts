@@ -4,7 +4,7 @@
 import type { FSWatcher } from 'node:fs';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
-import { ensureDemoAccount } from '../operator/demo-account.js';
+import { ensureDemoAccount, type DemoAccount } from '../operator/demo-account.js';
 import { KeyAuthenticator } from '../accounts/key-authenticator.js';
 import { resolveKeySecret } from '../accounts/server-secret.js';
 import { MICROS_PER_UNIT } from '../billing/prices.js';
@@ -40,8 +40,8 @@ export interface GatewayOptions {
 
 export interface RunningGateway {
   url: string;
-  /** The demo account's key, on the first start with a private Redis; shown this once. */
-  demoKey?: string;
+  /** The demo account's key and platform password, on the first start with a private Redis; shown this once. */
+  demo?: DemoAccount;
   context: GatewayContext;
   /** Drains (requests in flight get `graceMs`, by default the routing file's shutdownGraceMs), then stops. */
   close(graceMs?: number): Promise<void>;
@@ -69,8 +69,8 @@ async function openState(opts: GatewayOptions, secret: string, demoCredit: numbe
   const redis = parts.add(await connectRedis(opts.redis ?? privateRedis!.target), (r) => r.disconnect());
   await checkKeyLayout(redis);
   const keys = parts.add(await KeyAuthenticator.start(redis, secret), (k) => k.close());
-  const demoKey = privateRedis && demoCredit > 0 ? await ensureDemoAccount(redis, secret, Math.round(demoCredit * MICROS_PER_UNIT)) : undefined;
-  return { redis, keys, demoKey };
+  const demo = privateRedis && demoCredit > 0 ? await ensureDemoAccount(redis, secret, Math.round(demoCredit * MICROS_PER_UNIT)) : undefined;
+  return { redis, keys, demo };
 }
 
 /** Settlements, journaled on disk until Redis has them; and those an earlier process (this one's, or a dead replica's) owed. */
@@ -92,7 +92,7 @@ export async function startGateway(opts: GatewayOptions): Promise<RunningGateway
   const secret = opts.keySecret ?? resolveKeySecret(opts.dataDir, opts.redis !== undefined);
   const parts = new StartedParts();
   try {
-    const { redis, keys, demoKey } = await openState(opts, secret, routingFile.billing.demoCredit, parts);
+    const { redis, keys, demo } = await openState(opts, secret, routingFile.billing.demoCredit, parts);
     const engines = parts.add(new LocalEngines(opts.dataDir), (e) => e.stopAll());
     let table: RoutingTable = await buildRoutingTable(routingFile, engines);
     const sharing = parts.add(new PrefixSharing(redis), (p) => p.close());
@@ -114,7 +114,7 @@ export async function startGateway(opts: GatewayOptions): Promise<RunningGateway
     const host = opts.host === '0.0.0.0' || opts.host === '::' ? '127.0.0.1' : opts.host;
     return {
       url: `http://${host}:${port}`,
-      demoKey,
+      demo,
       context,
       close: async (graceMs?: number) => {
         watcher.close();

@@ -2,7 +2,9 @@
 // official `openai` client against scripted vLLM, SGLang and llama.cpp
 // upstreams: whole and streamed text, reasoning, a function-call round trip
 // (namespaced functions included), statelessness, the money.
+import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { ensureDefaultModel } from '../../src/engine/model-maker.js';
 import { readBalance } from '../../src/billing/credit-ledger.js';
 import { readUsageEvents, type UsageEvent } from '../../src/billing/usage-events.js';
 import { AGENT_USAGE as usage, callingTool, chunk, greeting, sleep, until, writeEvents, type Script } from '../support/fake-upstream.js';
@@ -115,6 +117,17 @@ describe.each(['vllm', 'sglang', 'llamacpp'])('POST /v1/responses on %s', (kind)
         { role: 'assistant', content: null, tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'weather__get_weather', arguments: '{"city":"Paris"}' } }] },
         { role: 'tool', tool_call_id: 'call_1', content: 'sunny' },
       ]);
+    });
+  });
+});
+
+describe('the Responses API, its errors', () => {
+  it("names its own prompt field, input, when the prompt is over the window", async () => {
+    const tokenizer = ensureDefaultModel(join(process.cwd(), '.parley-test', 'tokenizer.gguf'));
+    const small = (urls: string[]) => ({ models: [modelEntry('coder', urls.map((url) => ({ kind: 'vllm', url })), { contextWindow: 64, tokenizer: { gguf: tokenizer } })] });
+    await withGatewayOn([greeting('never')], small, async (gw) => {
+      const err = await gw.client.responses.create({ model: 'coder', input: 'word '.repeat(200) }).catch((e) => e);
+      expect(err).toMatchObject({ status: 400, code: 'context_length_exceeded', param: 'input' });
     });
   });
 });

@@ -113,10 +113,22 @@ describe('parley serve as a process', () => {
       const balance = await (await fetch(`${first.url}/user/balance`, { headers: { authorization: `Bearer ${key}` } })).json();
       expect(balance.balance_infos[0].total_balance).toBe('10.00');
       expect((await postChat({ url: first.url, apiKey: key! }, { model: 'm', messages })).status).toBe(200);
+      // The demo member logs in to the platform with the password printed beside the key.
+      const password = /log in as demo@parley\.local with the password (\S+) \(shown this once\)/.exec(first.output())?.[1];
+      expect(password).toBeDefined();
+      const login = await fetch(`${first.url}/platform/login`, {
+        method: 'POST',
+        redirect: 'manual',
+        headers: { 'content-type': 'application/x-www-form-urlencoded', cookie: 'parley_csrf=0123456789abcdef0123456789abcdef' },
+        body: new URLSearchParams({ email: 'demo@parley.local', password: password!, _csrf: '0123456789abcdef0123456789abcdef' }),
+      });
+      expect(login.status).toBe(303);
+      expect(login.headers.get('set-cookie')).toContain('parley_session=');
       await first.stop();
 
       const second = await startParleyServe(args, noSharedRedis);
       expect(second.output()).not.toContain('sk-parley-');
+      expect(second.output()).not.toContain('password');
       // Same private Redis files: the key and its spending survived the restart.
       const after = await (await fetch(`${second.url}/user/balance`, { headers: { authorization: `Bearer ${key}` } })).json();
       expect(Number(after.balance_infos[0].total_balance)).toBeLessThan(10);
