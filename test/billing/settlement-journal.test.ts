@@ -117,6 +117,24 @@ describe('settlements owed when Redis is away', () => {
     }
   });
 
+  it('owe nothing for holds never sent: requests refused while Redis is away journal no release', async () => {
+    const upstream = await startFakeUpstream((_req, res) => replyJson(res, completionBody('x', { prompt_tokens: 1, completion_tokens: 1 })));
+    const gw = await startTestGateway({ models: [modelEntry('m', [{ kind: 'vllm', url: upstream.url }])] });
+    try {
+      // The key is known to the replica (its cache), so that requests reach their hold.
+      expect((await postChat(gw, { model: 'm', messages })).status).toBe(200);
+      await until(async () => (await readBalance(gw.redis.client, gw.account))!.held === 0 && gw.context.settlements.journaled === 0);
+      await gw.redis.kill();
+      await until(async () => gw.context.redis.status !== 'ready');
+      for (let i = 0; i < 5; i++) expect((await postChat(gw, { model: 'm', messages })).status).toBe(503);
+      expect(gw.context.settlements.journaled).toBe(0);
+      await gw.redis.restart();
+    } finally {
+      await gw.close();
+      await upstream.close();
+    }
+  });
+
   it('are charged exactly once after the replica that owed them is killed with -9 and started again', async () => {
     let release = () => {};
     const gate = new Promise<void>((resolve) => (release = resolve));
