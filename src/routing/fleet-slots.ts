@@ -145,6 +145,8 @@ export class FleetSlots {
   private readonly replica = randomUUID();
   private readonly batches: TurnBatches<Asking>;
   private readonly releases: TurnBatches<Lease>;
+  /** Releases Redis did not take (it was away): sent again with the next renewal, so a slot comes back within RENEW_MS of Redis, not LEASE_MS. */
+  private unreleased: Lease[] = [];
   /** Leases this replica holds, by endpoint: in use or spare, each with when it may no longer pass on (0: never). */
   private readonly held = new Map<string, Map<string, number>>();
   /** Released leases this replica may hand to its next request, by endpoint and kind (FLEX, OTHER), the latest last. */
@@ -199,7 +201,7 @@ export class FleetSlots {
     });
   }
 
-  /** Gives a lease back, or keeps it for the next request while it may pass on; off the request's path, and a lease lost with Redis lapses by itself. */
+  /** Gives a lease back, or keeps it for the next request while it may pass on; off the request's path. */
   release(endpoint: string, lease: string): void {
     const until = this.held.get(endpoint)?.get(lease) ?? 0;
     if (until <= performance.now()) return this.drop(endpoint, lease);
@@ -239,16 +241,16 @@ export class FleetSlots {
     if (kept) this.sweep = setTimeout(() => this.sweepSpares(), REUSE_MS).unref();
   }
 
-  /** Releases: one ZREM per set of leases. */
+  /** Releases: one ZREM per set of leases; those Redis does not take wait for the next renewal. */
   private giveBack(part: Lease[]): Promise<unknown>[] {
-    const bySet = new Map<string, string[]>();
-    for (const { endpoint, lease } of part) {
-      const set = leasesOf(endpoint, lease);
+    const bySet = new Map<string, Lease[]>();
+    for (const released of part) {
+      const set = leasesOf(released.endpoint, released.lease);
       const leases = bySet.get(set);
-      if (leases) leases.push(lease);
-      else bySet.set(set, [lease]);
+      if (leases) leases.push(released);
+      else bySet.set(set, [released]);
     }
-    return [...bySet].map(([set, leases]) => this.redis.zrem(set, ...leases).catch(() => undefined));
+    return [...bySet].map(([set, leases]) => this.redis.zrem(set, ...leases.map((l) => l.lease)).catch(() => this.unreleased.push(...leases)));
   }
 
   /** Stops renewing, and gives the spares back at once. */
@@ -259,6 +261,7 @@ export class FleetSlots {
   }
 
   private async renew(): Promise<void> {
+    if (this.unreleased.length > 0) await Promise.all(this.giveBack(this.unreleased.splice(0)));
     for (const [endpoint, leases] of this.held) {
       for (const kind of [FLEX, OTHER]) {
         const ofKind = [...leases.keys()].filter((l) => l.startsWith(kind));

@@ -97,6 +97,18 @@ describe('fleet slot leases', () => {
     }
   });
 
+  it('gives back, once Redis is there again, a lease released while it was away: within a renewal, not when the lease lapses', async () => {
+    const lease = await slots.acquire(endpoint, 'default', 1);
+    expect(await leasesHeld()).toBe(1);
+    await server.kill();
+    slots.release(endpoint, lease!);
+    await pause(50);
+    await server.restart();
+    const back = Date.now();
+    await expect.poll(leasesHeld, { timeout: 10_000, interval: 200 }).toBe(0);
+    expect(Date.now() - back).toBeLessThan(7_000);
+  });
+
   it('gives its spares back when it closes', async () => {
     const lease = await slots.acquire(endpoint, 'default', 8);
     slots.release(endpoint, lease!);
