@@ -55,8 +55,11 @@ function client(shared: SharedRedis, name: string): Redis {
       tls: tls(useTls),
       enableTLSForSentinelMode: useTls,
       sentinelRetryStrategy: (attempt) => Math.min(attempt * 100, 500),
-      // Told of a promotion by the sentinels at once, rather than at the next failed command.
-      failoverDetector: true,
+      // No failoverDetector: its +switch-master handler closes the connector even while the client is reconnecting
+      // through the sentinels (the primary was killed), which aborts that connect, and ioredis then ends the
+      // connection for good ("Connection is closed." on every command, a replica that never serves again). A killed
+      // primary's connection closes by itself and a demoted one answers READONLY (reconnectOnError): either way the
+      // client asks the sentinels again within retryStrategy's half second.
     });
   }
   const cluster = new Cluster(shared.nodes, {
