@@ -47,5 +47,20 @@ echo "parley: building"
 npm run --silent build
 # Claude Code's package asks for a newer Node.js than Parley does: say so here rather than leave it to its first run.
 if [ "$major" -lt 22 ]; then
-  echo "parley: note: Node.js $(node --version) runs Parley; Claude Code's current releases (@anthropic-ai/claude-code 2.1.3xx) ask for Node.js 22 or later."
+  echo "parley: note: Node.js $(node --version) runs Parley; Claude Code's current releases (@anthropic-ai/claude-code 2.1.3xx) ask for Node.js 22 or later. npm warns, but their native binary runs on Node.js 20 too (checked with 2.1.328 and 2.1.332)."
+fi
+
+# The agents' tests run the newest Claude Code and Codex as well as the pinned ones (test/agents/): kept in a
+# folder of their own, and installed again when the registry has newer ones.
+if [ "${PARLEY_INSTALL_TEST_TOOLS:-0}" = 1 ]; then
+  newest=.parley-test/newest-agents
+  if want="@anthropic-ai/claude-code@$(npm view @anthropic-ai/claude-code version) @openai/codex@$(npm view @openai/codex version)"; then
+    if [ "$(cat "$newest/versions" 2>/dev/null)" != "$want" ]; then
+      echo "parley: installing the newest agents for the tests: $want"
+      # shellcheck disable=SC2086 # two package specs
+      npm install --prefix "$newest" --no-audit --no-fund --loglevel=error $want && echo "$want" > "$newest/versions"
+    fi
+  else
+    echo "parley: could not ask the npm registry for the newest Claude Code and Codex; their tests will fail" >&2
+  fi
 fi

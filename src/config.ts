@@ -86,6 +86,12 @@ const model = z.strictObject({
   tokenizer: z.strictObject({ gguf: z.string() }).optional(),
   description: z.string().default(''),
   setup: z.string().default(''),
+  /**
+   * Instructions for coding agents that take their system prompt from the gateway's model catalog (Codex does,
+   * with a provider whose `auth` is a command). Such a catalog must carry them, so a model without them is left
+   * out of it: Codex then keeps its own instructions and learns no window from Parley.
+   */
+  agentInstructions: z.string().min(1).optional(),
   /** The APIs this model's endpoints serve; a request to another is refused before any upstream call. */
   api: z.array(z.enum(API_NAMES)).min(1).default(['chat']),
   /** Engine extras clients may send this model's endpoints unchanged (top_k, min_p, chat_template_kwargs, ...); others are ignored. */

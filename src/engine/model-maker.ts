@@ -7,8 +7,9 @@ import { existsSync, mkdirSync, renameSync, writeFileSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { encodeGguf, type GgufTensor, type GgufValue } from './gguf-writer.js';
 
-export const DEFAULT_MODEL_FILE = 'parley-tiny-chatml.gguf';
-export const DEFAULT_MODEL_CONTEXT = 4096;
+export const DEFAULT_MODEL_CONTEXT = 65536;
+// The window is in the file's metadata, so a new window is a new file.
+export const DEFAULT_MODEL_FILE = `parley-tiny-chatml-${DEFAULT_MODEL_CONTEXT / 1024}k.gguf`;
 
 const SHAPE = { hidden: 64, layers: 2, heads: 4, kvHeads: 2, feedForward: 128, context: DEFAULT_MODEL_CONTEXT };
 const SEED = 20261122;

@@ -37,11 +37,36 @@ const anthropicModelObject = (m: RoutedModel) => ({
   max_tokens: m.config.contextWindow,
 });
 
-export type ListShape = 'openai' | 'anthropic';
+/**
+ * A model as Codex's model catalog describes it (its `GET /models?client_version=`): the fields its reader
+ * requires (Codex 0.169 to 0.171 refuse the whole catalog without any one of them), the window it compacts by,
+ * and the instructions it then sends in place of its own. Tools as Codex's fallback for an unknown model has them.
+ */
+const codexModelObject = (m: RoutedModel & { config: { agentInstructions: string } }) => ({
+  slug: m.config.id,
+  display_name: m.config.id,
+  description: m.config.description,
+  base_instructions: m.config.agentInstructions,
+  context_window: m.config.contextWindow,
+  max_context_window: m.config.contextWindow,
+  supported_reasoning_levels: [],
+  shell_type: 'default',
+  visibility: 'list',
+  supported_in_api: true,
+  priority: 0,
+  support_verbosity: false,
+  truncation_policy: { mode: 'bytes', limit: 10_000 },
+  experimental_supported_tools: [],
+});
+
+const hasAgentInstructions = (m: RoutedModel): m is RoutedModel & { config: { agentInstructions: string } } => m.config.agentInstructions !== undefined;
+
+export type ListShape = 'openai' | 'anthropic' | 'codex';
 
 export function listModels(res: ServerResponse, table: RoutingTable, caller: Caller, shape: ListShape): void {
   const models = [...table.models.values()].filter((m) => mayCall(caller, m.config.id));
   if (shape === 'openai') return sendJson(res, 200, { object: 'list', data: models.map(modelObject) });
+  if (shape === 'codex') return sendJson(res, 200, { models: models.filter(hasAgentInstructions).map(codexModelObject) });
   const data = models.map(anthropicModelObject);
   sendJson(res, 200, { data, has_more: false, first_id: data[0]?.id ?? null, last_id: data.at(-1)?.id ?? null });
 }
@@ -49,5 +74,5 @@ export function listModels(res: ServerResponse, table: RoutingTable, caller: Cal
 export function getModel(res: ServerResponse, table: RoutingTable, caller: Caller, id: string, shape: ListShape): void {
   const model = table.models.get(id);
   if (!model || !mayCall(caller, id)) throw modelNotFound(id);
-  sendJson(res, 200, shape === 'openai' ? modelObject(model) : anthropicModelObject(model));
+  sendJson(res, 200, shape === 'anthropic' ? anthropicModelObject(model) : modelObject(model));
 }

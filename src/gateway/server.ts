@@ -47,6 +47,9 @@ function ended(ctx: GatewayContext, span: Span, record: RequestRecord, res: Serv
   if (settings.requestLog) writeRequestLog(record, res.statusCode, errorType, seconds);
 }
 
+/** Codex asks for its model catalog with its version in the query, and reads only that catalog's shape. */
+const codexCatalogRequest = (search: string) => new URLSearchParams(search).has('client_version');
+
 export function createGatewayServer(ctx: GatewayContext): Server {
   const route = async (req: IncomingMessage, res: ServerResponse, span: Span, record: RequestRecord, method: string, path: string, search: string) => {
     if (method === 'GET' && path === '/healthz') return sendJson(res, 200, { status: 'ok' });
@@ -70,7 +73,7 @@ export function createGatewayServer(ctx: GatewayContext): Server {
     if (!authenticated) throw routeNotFound(method, path);
     const caller = await authenticate(req, ctx);
     if (path === '/user/balance') return getBalance(res, ctx, caller);
-    const shape = anthropicClient(req, path) ? 'anthropic' : 'openai';
+    const shape = anthropicClient(req, path) ? 'anthropic' : codexCatalogRequest(search) ? 'codex' : 'openai';
     if (path === '/v1/models') return listModels(res, ctx.routing(), caller, shape);
     return getModel(res, ctx.routing(), caller, decodePathSegment(path.slice('/v1/models/'.length)), shape);
   };

@@ -1,7 +1,8 @@
 // Failures answered before any upstream call, each in OpenAI's error body.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { completionBody, replyJson, sleep, startFakeUpstream, type FakeUpstream } from '../support/fake-upstream.js';
-import { modelEntry, postChat, startGatewayOn, startTestGateway, type GatewayOnUpstreams, type TestGateway } from '../support/gateway.js';
+import { createApiKey } from '../../src/accounts/api-keys.js';
+import { TEST_KEY_SECRET, modelEntry, postChat, startGatewayOn, startTestGateway, type GatewayOnUpstreams, type TestGateway } from '../support/gateway.js';
 
 describe('errors before the upstream', () => {
   let running: GatewayOnUpstreams;
@@ -76,6 +77,31 @@ describe('the models endpoints', () => {
       const one = await (await fetch(`${gw.url}/v1/models/b%2Fc`, { headers: { authorization: `Bearer ${gw.apiKey}` } })).json();
       expect(one.context_window).toBe(32768);
       expect((await fetch(`${gw.url}/v1/models/zzz`, { headers: { authorization: `Bearer ${gw.apiKey}` } })).status).toBe(404);
+    } finally {
+      await gw.close();
+    }
+  });
+
+  it("answer Codex's catalog request (its version in the query) in Codex's shape: the models with agent instructions, their windows, those instructions", async () => {
+    const instructions = 'You are a careful coding agent.';
+    const gw = await startTestGateway({
+      models: [
+        modelEntry('coder', [{ kind: 'vllm', url: 'http://127.0.0.1:9/v1' }], { contextWindow: 65536, agentInstructions: instructions, description: 'a coder' }),
+        modelEntry('plain', [{ kind: 'vllm', url: 'http://127.0.0.1:9/v1' }]),
+      ],
+    });
+    try {
+      const catalog = await (await fetch(`${gw.url}/v1/models?client_version=0.171.0`, { headers: { authorization: `Bearer ${gw.apiKey}` } })).json();
+      expect(catalog).toEqual({
+        models: [
+          expect.objectContaining({ slug: 'coder', display_name: 'coder', description: 'a coder', base_instructions: instructions, context_window: 65536, max_context_window: 65536, visibility: 'list', supported_in_api: true }),
+        ],
+      });
+      // A key limited to other models learns nothing of this one.
+      const { key: limited } = await createApiKey(gw.redis.client, TEST_KEY_SECRET, gw.account, 'plain only', { models: ['plain'] });
+      expect(await (await fetch(`${gw.url}/v1/models?client_version=0.171.0`, { headers: { authorization: `Bearer ${limited}` } })).json()).toEqual({ models: [] });
+      // Without the version, the same path answers OpenAI's list.
+      expect((await (await fetch(`${gw.url}/v1/models`, { headers: { authorization: `Bearer ${gw.apiKey}` } })).json()).object).toBe('list');
     } finally {
       await gw.close();
     }
