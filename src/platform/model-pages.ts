@@ -17,6 +17,13 @@ function baseUrl(req: IncomingMessage): string {
 
 const price = (perMillion: number) => `${perMillion}`;
 
+/**
+ * The smallest window Claude Code works in: it keeps 20,000 tokens for its reply and about 13,000 more for
+ * compacting, and its first request is about 11,000 (2.1.332 refused its own first request at a 24,576-token window,
+ * and compacted as it should at 49,152).
+ */
+const CLAUDE_CODE_SMALLEST_WINDOW = 48_000;
+
 /** What a client may send this model, in a sentence. */
 function supportSentence(supports: { tools: boolean; jsonOutput: boolean }): string {
   const features = [supports.tools && 'tool calls (`tools`, `tool_choice`)', supports.jsonOutput && 'JSON output (`response_format`)'].filter(Boolean);
@@ -110,10 +117,11 @@ export function showModel(req: IncomingMessage, res: ServerResponse, ctx: Platfo
       <pre id="${target}">${e.code[lang]}</pre><button type="button" class="secondary" data-copy="${target}">Copy</button>`;
       })}`)}
     ${c.api.includes('chat') ? html`<h2>Coding agents</h2>
-      <p>Claude Code (Anthropic's Messages API), with this model's window so that it compacts in time:</p>
+      <p>Claude Code (Anthropic's Messages API) cannot ask a gateway for a model's window: tell it this one, so that it compacts in time.</p>
       <pre id="agent-claude">ANTHROPIC_BASE_URL=${origin} ANTHROPIC_API_KEY=$PARLEY_API_KEY \\
-  CLAUDE_CODE_MAX_CONTEXT_TOKENS=${c.contextWindow} CLAUDE_CODE_AUTO_COMPACT_WINDOW=${c.contextWindow} claude --model ${c.id}</pre>
-      <p>Codex (OpenAI's Responses API), in <code>~/.codex/config.toml</code>:</p>
+  CLAUDE_CODE_MAX_CONTEXT_TOKENS=${c.contextWindow} claude --model ${c.id}</pre>
+      ${c.contextWindow < CLAUDE_CODE_SMALLEST_WINDOW ? html`<p data-testid="claude-window-note">Claude Code keeps part of the window for its reply and for compacting, and its first request is about 11,000 tokens: it needs a window of about ${CLAUDE_CODE_SMALLEST_WINDOW.toLocaleString('en-US')} tokens or more.</p>` : ''}
+      <p>Codex (OpenAI's Responses API), in <code>~/.codex/config.toml</code>, with the window it cannot learn when its key is in an environment variable:</p>
       <pre id="agent-codex">model = "${c.id}"
 model_provider = "parley"
 model_context_window = ${c.contextWindow}
@@ -122,7 +130,11 @@ model_context_window = ${c.contextWindow}
 name = "Parley"
 base_url = "${base}"
 env_key = "PARLEY_API_KEY"
-wire_api = "responses"</pre>` : ''}`;
+wire_api = "responses"</pre>
+      ${c.agentInstructions ? html`<p>Or let Codex ask Parley for the window: give the provider a command that prints the key in place of <code>env_key</code>. Codex then also sends this model's own agent instructions in place of its own.</p>
+      <pre id="agent-codex-asking">[model_providers.parley.auth]
+command = "printenv"
+args = ["PARLEY_API_KEY"]</pre>` : ''}` : ''}`;
   sendPage(res, 200, page({ title: c.id, email: session.email, csrf: csrfToken(req, res), active: 'models' }, body));
   return true;
 }

@@ -33,6 +33,7 @@ beforeAll(async () => {
         description: 'The team model.',
         setup: 'vLLM with `--enable-prefix-caching`, 2 replicas.',
         aliases: ['gpt-4o', 'claude-*-haiku-*'],
+        agentInstructions: 'You are the team coding agent.',
       }),
     ],
   });
@@ -122,7 +123,13 @@ describe('the platform in a browser', () => {
     expect(await page.textContent('[data-testid=aliases]')).toBe('Also answers to gpt-4o, claude-*-haiku-*.');
     expect(await page.textContent('#agent-claude')).toContain(`ANTHROPIC_BASE_URL=${gw.url} `);
     expect(await page.textContent('#agent-claude')).toContain('CLAUDE_CODE_MAX_CONTEXT_TOKENS=32768');
+    // Claude Code reads an auto-compact window under 100,000 as 100,000: the page does not offer one.
+    expect(await page.textContent('#agent-claude')).not.toContain('AUTO_COMPACT');
+    expect(await page.textContent('[data-testid=claude-window-note]')).toContain('48,000 tokens or more');
     expect(await page.textContent('#agent-codex')).toContain(`base_url = "${gw.url}/v1"`);
+    expect(await page.textContent('#agent-codex')).toContain('model_context_window = 32768');
+    // The model has agent instructions, so Codex may ask Parley instead.
+    expect(await page.textContent('#agent-codex-asking')).toContain('command = "printenv"');
     await shot(page, '07-model-page');
 
     await page.goto(`${gw.url}/platform/api-keys`);
