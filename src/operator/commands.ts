@@ -143,7 +143,18 @@ const ACTIONS: Record<string, (op: Operator, v: Values, positionals: string[]) =
   async 'usage export'(op, v) {
     const events = await operations.usageEvents(op, { account: v.account, since: v.since, until: v.until });
     const out = v.out ? createWriteStream(v.out) : process.stdout;
-    for await (const line of usageCsv(events)) out.write(line);
+    // A reader that has read enough (`| head`) closes the pipe: the export stops there, as other commands' do.
+    let readerGone = false;
+    if (out === process.stdout) {
+      out.on('error', (err: NodeJS.ErrnoException) => {
+        if (err.code !== 'EPIPE') throw err;
+        readerGone = true;
+      });
+    }
+    for await (const line of usageCsv(events)) {
+      if (readerGone) break;
+      out.write(line);
+    }
     if (out !== process.stdout) await new Promise((r) => (out as ReturnType<typeof createWriteStream>).end(r));
   },
 };

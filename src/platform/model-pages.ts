@@ -18,9 +18,9 @@ function baseUrl(req: IncomingMessage): string {
 const price = (perMillion: number) => `${perMillion}`;
 
 /**
- * The smallest window Claude Code works in: it keeps 20,000 tokens for its reply and about 13,000 more for
- * compacting, and its first request is about 11,000 (2.1.332 refused its own first request at a 24,576-token window,
- * and compacted as it should at 49,152).
+ * About the smallest window Claude Code works in. It keeps part of the window for its reply and for compacting, and
+ * its first request is about 11,000 tokens: told a 24,576-token window, 2.1.332 refused its own first request; told
+ * 49,152, it ran and compacted as it should.
  */
 const CLAUDE_CODE_SMALLEST_WINDOW = 48_000;
 

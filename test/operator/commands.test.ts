@@ -12,7 +12,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readBalance } from '../../src/billing/credit-ledger.js';
 import { chunk, completionBody, replyJson, sleep, startFakeUpstream, type FakeUpstream } from '../support/fake-upstream.js';
 import { TEST_KEY_SECRET, modelEntry, postChat, startTestGateway, type TestGateway } from '../support/gateway.js';
-import { runParley, runParleyFailing, startParleyServe, type ParleyProcess } from '../support/parley-process.js';
+import { runParley, runParleyFailing, spawnParley, startParleyServe, type ParleyProcess } from '../support/parley-process.js';
 
 const messages = [{ role: 'user' as const, content: 'hello' }];
 
@@ -77,6 +77,16 @@ describe('operator commands', () => {
     await runParley(['keys', 'revoke', keyId[1]], env);
     await sleep(200);
     await expect(client.chat.completions.create({ model: 'm', messages })).rejects.toMatchObject({ status: 401 });
+  });
+
+  it('usage export stops quietly when its reader closes the pipe (| head)', async () => {
+    const exporting = spawnParley(['usage', 'export'], env);
+    exporting.stdout!.destroy();
+    let stderr = '';
+    exporting.stderr!.on('data', (d) => (stderr += d));
+    const code = await new Promise((resolve) => exporting.once('exit', resolve));
+    expect(stderr).toBe('');
+    expect(code).toBe(0);
   });
 
   it('refuse bad input with a message and change nothing', async () => {

@@ -51,6 +51,11 @@ export async function startParleyServe(args: string[], env: Record<string, strin
   };
 }
 
+/** Starts an operator command with its output on pipes, for a test that reads (or closes) them itself. */
+export function spawnParley(args: string[], env: Record<string, string> = {}): ChildProcess {
+  return spawn(BIN, args, { env: withThisNode(env), stdio: ['ignore', 'pipe', 'pipe'] });
+}
+
 /** Runs an operator command to completion; rejects with its output on a non-zero exit. */
 export async function runParley(args: string[], env: Record<string, string> = {}): Promise<string> {
   const { stdout } = await promisify(execFile)(BIN, args, { env: withThisNode(env) });
