@@ -3,15 +3,16 @@
 // replies at 16 and 32 connections, the variants taking turns each round (the
 // order reversed every other round), with the main thread's scavenge pauses.
 //
-//   npm run build && node bench/semi-space-ab.mjs [sizes in MB, default 64,16] [seconds per run, default 10] [rounds, default 3]
+//   npm run build && node bench/semi-space-ab.mjs [sizes in MB, default 64,16] [seconds per run, default 10] [rounds, default 3] [upstream first byte ms, default 0]
 import { apiLoad, benchModel, forked, median, startParley, stopAll, WARMUP_SECONDS } from './support.mjs';
 
 const SIZES = (process.argv[2] ?? '64,16').split(',');
 const SECONDS = Number(process.argv[3] ?? 10);
 const ROUNDS = Number(process.argv[4] ?? 3);
+const FIRST_BYTE_MS = process.argv[5] ?? '0';
 
 try {
-  const { port } = await forked('bench/fast-upstream.mjs', ['0', '0']);
+  const { port } = await forked('bench/fast-upstream.mjs', ['0', FIRST_BYTE_MS]);
   const variants = [];
   for (const mb of SIZES) {
     const parley = await startParley([benchModel(`http://127.0.0.1:${port}`)], { failover: { queueTimeoutMs: 200 } }, ['--trace-gc', `--max-semi-space-size=${mb}`]);
