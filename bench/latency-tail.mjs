@@ -6,12 +6,13 @@
 // settlement, metrics and a log line per request, to /dev/null here).
 // The three take turns in each cell; each first serves an unmeasured warm-up.
 //
-//   npm run build && node bench/latency-tail.mjs [seconds per run, default 10] [upstream first byte ms, default 0]
+//   npm run build && node bench/latency-tail.mjs [seconds per run, default 10] [upstream first byte ms, default 0] [spread ms either side, default 0]
 import { readFileSync } from 'node:fs';
 import { apiLoad, benchModel, forked, startParley, stopAll, WARMUP_SECONDS } from './support.mjs';
 
 const SECONDS = Number(process.argv[2] ?? 10);
 const FIRST_BYTE_MS = process.argv[3] ?? '0';
+const SPREAD_MS = process.argv[4] ?? '0';
 const CONNECTIONS = [1, 16, 32];
 const MODES = ['whole', 'streamed'];
 const TICKS_PER_SECOND = 100;
@@ -25,7 +26,7 @@ function mainThreadSeconds(pid) {
 }
 
 try {
-  const { port: upstreamPort } = await forked('bench/fast-upstream.mjs', ['0', FIRST_BYTE_MS]);
+  const { port: upstreamPort } = await forked('bench/fast-upstream.mjs', ['0', FIRST_BYTE_MS, SPREAD_MS]);
   const upstream = `http://127.0.0.1:${upstreamPort}`;
   const proxy = await forked('bench/bare-proxy.mjs', [upstream, '0']);
   const parley = await startParley([benchModel(upstream)], { failover: { queueTimeoutMs: 200 } });
