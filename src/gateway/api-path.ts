@@ -62,7 +62,10 @@ export interface ApiDescriptor<R, W extends WholeReply = Completion> {
   common(request: R): { model: string; n: number; stream: boolean; maxTokens: number | undefined; user: string | undefined; serviceTier: string | null | undefined; fitToWindow?: boolean };
   /** The request field that holds the prompt, where it is not chat's `messages` (Responses: `input`): context errors name it. */
   promptField?: string;
-  /** Each prompt's tokens (one prompt, or a batch): counted exactly where the model has a tokenizer or the prompt is token ids, else an upper bound from the text. */
+  /**
+   * Each prompt's tokens (one prompt, or a batch): counted exactly where the model has a tokenizer or the prompt is
+   * token ids, else an upper bound from the text. A prompt sure to overflow the window is refused here.
+   */
   promptTokens(model: RoutedModel, request: R): { tokens: number[]; exact: boolean };
   /** What prefix affinity keys the request by when the client gives no hint (routing/affinity-key.ts). */
   affinityKey(request: R): string;
@@ -96,16 +99,16 @@ const BYTES_PER_TOKEN_ESTIMATE = 3;
 export const estimatedTokens = (bytesBound: number) => Math.ceil(bytesBound / BYTES_PER_TOKEN_ESTIMATE);
 
 /** The reply cap per choice: what was asked, checked against the room the longest prompt leaves in the window, or fitted into it. */
-function replyCap(window: number, prompts: { tokens: number[]; exact: boolean }, asked: ReturnType<ApiDescriptor<unknown>['common']>): number {
+function replyCap(window: number, prompts: { tokens: number[]; exact: boolean }, asked: ReturnType<ApiDescriptor<unknown>['common']>, promptField: string | undefined): number {
   const longest = Math.max(...prompts.tokens);
   if (asked.fitToWindow) {
     const prompt = prompts.exact ? longest : estimatedTokens(longest);
     // Only a count can refuse: an estimate leaves that to the upstream, whose context error is passed on.
-    if (prompts.exact && prompt >= window) throw promptTooLong(prompt, window);
+    if (prompts.exact && prompt >= window) throw promptTooLong(prompt, window, '', promptField);
     const room = Math.max(1, window - prompt);
     return Math.min(asked.maxTokens ?? room, room);
   }
-  if (prompts.exact) checkContextWindow(window, longest, asked.maxTokens ?? 1);
+  if (prompts.exact) checkContextWindow(window, longest, asked.maxTokens ?? 1, promptField);
   return asked.maxTokens ?? Math.max(1, window - (prompts.exact ? longest : 0));
 }
 
@@ -160,16 +163,6 @@ interface Admitted<R> {
   clientIds: { requestId: string; replyId: string };
 }
 
-/** Runs `count`, its context_length_exceeded naming `field`, the API's prompt (chat's errors name `messages`). */
-function namingPromptField<T>(field: string | undefined, count: () => T): T {
-  try {
-    return count();
-  } catch (err) {
-    if (!field || !(err instanceof ApiError) || err.code !== 'context_length_exceeded') throw err;
-    throw new ApiError(err.status, err.type, err.message, err.code, field, err.headers);
-  }
-}
-
 /** Validates the body as the API's request for a model the caller may use, and counts what it may cost. */
 function admit<R>(api: ApiDescriptor<R, WholeReply>, exchange: Exchange, span: Span, record: RequestRecord): Admitted<R> {
   const { caller, table, body } = exchange;
@@ -184,10 +177,7 @@ function admit<R>(api: ApiDescriptor<R, WholeReply>, exchange: Exchange, span: S
   record.modelLabel = isNamedInTable(table, asked.model) ? asked.model : model.config.id;
   const passThrough = api.passThrough(body, model);
   if (passThrough instanceof ApiError) throw passThrough;
-  const { prompts, maxReplyTokens } = namingPromptField(api.promptField, () => {
-    const counted = api.promptTokens(model, request);
-    return { prompts: counted, maxReplyTokens: replyCap(model.config.contextWindow, counted, asked) };
-  });
+  const prompts = api.promptTokens(model, request);
   const tier = servingTier(asked.serviceTier, caller.tier);
   record.serviceTier = tier;
   const identity: ReplyIdentity = { id: `${api.idPrefix ?? ''}${record.id}`, created: Math.floor(Date.now() / 1000), model: asked.model, serviceTier: tier };
@@ -200,7 +190,7 @@ function admit<R>(api: ApiDescriptor<R, WholeReply>, exchange: Exchange, span: S
     passThrough,
     prompts,
     promptTokens: prompts.tokens.reduce((sum, t) => sum + t, 0),
-    maxReplyTokens,
+    maxReplyTokens: replyCap(model.config.contextWindow, prompts, asked, api.promptField),
     replies: prompts.tokens.length * asked.n,
     tier,
     identity,

@@ -11,6 +11,7 @@ import { readStream, readWhole } from '../upstream/client.js';
 import { mergeCompletions } from '../upstream/fan-out.js';
 import type { GatewayContext } from './context.js';
 import type { RequestRecord } from '../telemetry/request-record.js';
+import type { RoutedModel } from '../routing/routing-table.js';
 import { handleApiRequest, perChoiceBodies, type ApiDescriptor } from './api-path.js';
 
 // Without a tokenizer, a prompt is bounded by its UTF-8 bytes (a byte-level
@@ -27,6 +28,22 @@ const FRAMING_TOKENS_PER_MESSAGE = 8;
  */
 export const EXACT_COUNT_MAX_BYTES = 128 * 1024;
 
+/**
+ * A chat prompt's tokens, as ApiDescriptor's promptTokens; a prompt sure to overflow is refused naming
+ * `promptField`, the field the client sent it in (an API mapped to chat names its own).
+ */
+export function chatPromptTokens(model: RoutedModel, request: ChatCompletionRequest, promptField?: string): { tokens: number[]; exact: boolean } {
+  let bytes = 0;
+  for (const m of request.messages) bytes += Buffer.byteLength(messageText(m));
+  const counter = model.promptCounter;
+  if (counter) {
+    const fewest = Math.ceil(bytes / counter.maxTokenBytes);
+    if (fewest >= model.config.contextWindow) throw promptTooLong(fewest, model.config.contextWindow, 'at least', promptField);
+    if (bytes <= EXACT_COUNT_MAX_BYTES) return { tokens: [counter.count(request.messages)], exact: true };
+  }
+  return { tokens: [bytes + FRAMING_TOKENS_PER_MESSAGE * (request.messages.length + 1)], exact: false };
+}
+
 export const chat: ApiDescriptor<ChatCompletionRequest> = {
   name: 'chat',
   serves: 'chat',
@@ -40,17 +57,7 @@ export const chat: ApiDescriptor<ChatCompletionRequest> = {
     user: r.user ?? undefined,
     serviceTier: r.service_tier,
   }),
-  promptTokens(model, request) {
-    let bytes = 0;
-    for (const m of request.messages) bytes += Buffer.byteLength(messageText(m));
-    const counter = model.promptCounter;
-    if (counter) {
-      const fewest = Math.ceil(bytes / counter.maxTokenBytes);
-      if (fewest >= model.config.contextWindow) throw promptTooLong(fewest, model.config.contextWindow, 'at least');
-      if (bytes <= EXACT_COUNT_MAX_BYTES) return { tokens: [counter.count(request.messages)], exact: true };
-    }
-    return { tokens: [bytes + FRAMING_TOKENS_PER_MESSAGE * (request.messages.length + 1)], exact: false };
-  },
+  promptTokens: (model, request) => chatPromptTokens(model, request),
   affinityKey: (r) => conversationKey(r.messages),
   cacheHint: (r) => r.prompt_cache_key,
   withMaxTokens: (r, maxTokens) => ({ ...r, max_tokens: maxTokens, max_completion_tokens: maxTokens }),

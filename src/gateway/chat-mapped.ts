@@ -6,7 +6,7 @@ import type { ClientApi } from '../config.js';
 import type { ChatCompletionRequest } from '../protocol/chat-request.js';
 import type { Completion, ReplyIdentity, ReplyRenderer } from '../protocol/chat-response.js';
 import { ApiError } from '../protocol/errors.js';
-import { chat } from './chat-completions.js';
+import { chat, chatPromptTokens } from './chat-completions.js';
 import type { ApiDescriptor } from './api-path.js';
 
 /** A request of such an API: as the client sent it, and as chat carries it. */
@@ -39,7 +39,7 @@ export function chatMapped<S>(api: ChatMappedApi<S>): ApiDescriptor<ChatMapped<S
       return mapped instanceof ApiError ? mapped : { source, chat: mapped };
     },
     common: (r) => ({ ...chat.common(r.chat), fitToWindow: true }),
-    promptTokens: (model, r) => chat.promptTokens(model, r.chat),
+    promptTokens: (model, r) => chatPromptTokens(model, r.chat, api.promptField),
     affinityKey: (r) => chat.affinityKey(r.chat),
     cacheHint: (r) => chat.cacheHint!(r.chat),
     withMaxTokens: (r, maxTokens) => ({ ...r, chat: chat.withMaxTokens(r.chat, maxTokens) }),

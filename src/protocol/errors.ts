@@ -63,20 +63,22 @@ export const unsupportedContentType = (got: string) =>
 export const invalidParameter = (param: string | null, message: string) =>
   new ApiError(400, 'invalid_request_error', message, 'invalid_parameter', param);
 
-export const contextLengthExceeded = (message: string) =>
-  new ApiError(400, 'invalid_request_error', message, 'context_length_exceeded', 'messages');
+/** `promptField`: the request field that holds the prompt (chat's `messages`, Responses' `input`). */
+export const contextLengthExceeded = (message: string, promptField = 'messages') =>
+  new ApiError(400, 'invalid_request_error', message, 'context_length_exceeded', promptField);
 
 /** A prompt that alone fills the window, in Anthropic's words (for the APIs that fit the reply into the room left). */
-export const promptTooLong = (promptTokens: number, window: number, bound: 'at least' | '' = '') =>
-  contextLengthExceeded(`prompt is too long: ${bound ? `${bound} ` : ''}${promptTokens} tokens > ${window} maximum`);
+export const promptTooLong = (promptTokens: number, window: number, bound: 'at least' | '' = '', promptField?: string) =>
+  contextLengthExceeded(`prompt is too long: ${bound ? `${bound} ` : ''}${promptTokens} tokens > ${window} maximum`, promptField);
 
 /** Throws context_length_exceeded when prompt plus reply do not fit the window. */
-export function checkContextWindow(window: number, promptTokens: number, replyTokens: number): void {
+export function checkContextWindow(window: number, promptTokens: number, replyTokens: number, promptField?: string): void {
   const requested = promptTokens + replyTokens;
   if (requested <= window) return;
   throw contextLengthExceeded(
     `This model's maximum context length is ${window} tokens. However, you requested ${requested} tokens ` +
       `(${promptTokens} in the messages, ${replyTokens} in the completion). Please reduce the length of the messages or the completion.`,
+    promptField,
   );
 }
 
