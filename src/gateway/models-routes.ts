@@ -42,11 +42,11 @@ const anthropicModelObject = (m: RoutedModel) => ({
  * requires (Codex 0.169 to 0.171 refuse the whole catalog without any one of them), the window it compacts by,
  * and the instructions it then sends in place of its own. Tools as Codex's fallback for an unknown model has them.
  */
-const codexModelObject = (m: RoutedModel & { config: { agentInstructions: string } }) => ({
+const codexModelObject = (m: RoutedModel, instructions: string) => ({
   slug: m.config.id,
   display_name: m.config.id,
   description: m.config.description,
-  base_instructions: m.config.agentInstructions,
+  base_instructions: instructions,
   context_window: m.config.contextWindow,
   max_context_window: m.config.contextWindow,
   supported_reasoning_levels: [],
@@ -59,14 +59,12 @@ const codexModelObject = (m: RoutedModel & { config: { agentInstructions: string
   experimental_supported_tools: [],
 });
 
-const hasAgentInstructions = (m: RoutedModel): m is RoutedModel & { config: { agentInstructions: string } } => m.config.agentInstructions !== undefined;
-
 export type ListShape = 'openai' | 'anthropic' | 'codex';
 
 export function listModels(res: ServerResponse, table: RoutingTable, caller: Caller, shape: ListShape): void {
   const models = [...table.models.values()].filter((m) => mayCall(caller, m.config.id));
   if (shape === 'openai') return sendJson(res, 200, { object: 'list', data: models.map(modelObject) });
-  if (shape === 'codex') return sendJson(res, 200, { models: models.filter(hasAgentInstructions).map(codexModelObject) });
+  if (shape === 'codex') return sendJson(res, 200, { models: models.flatMap((m) => (m.config.agentInstructions ? [codexModelObject(m, m.config.agentInstructions)] : [])) });
   const data = models.map(anthropicModelObject);
   sendJson(res, 200, { data, has_more: false, first_id: data[0]?.id ?? null, last_id: data.at(-1)?.id ?? null });
 }

@@ -51,12 +51,17 @@ afterAll(async () => {
 
 const freshHome = () => mkdtempSync(join(dir, 'home-'));
 
-/** Runs `codex exec`; a failure says how it ended, without the long prompt it was given. */
-async function codex(agent: AgentBinary, home: string, args: string[]) {
-  const running = run(agent.bin, ['exec', '--skip-git-repo-check', ...args], { cwd: home, timeout: 120_000, env: { PATH: process.env.PATH, HOME: home, CODEX_HOME: join(home, '.codex') } });
+/** Starts `codex exec` in `home` with `env` added; its standard input ends at once (Codex reads more of the prompt from it until then). */
+function startCodex(agent: AgentBinary, home: string, args: string[], env: Record<string, string> = {}) {
+  const running = run(agent.bin, ['exec', '--skip-git-repo-check', ...args], { cwd: home, timeout: 120_000, env: { PATH: process.env.PATH, HOME: home, CODEX_HOME: join(home, '.codex'), ...env } });
   running.child.stdin?.end();
-  return running.catch((err: { code: number; stderr: string }) => {
-    throw new Error(`codex exited ${err.code}: ${err.stderr.split("\n").filter((line) => line.length < 400).join("\n").slice(-1500)}`);
+  return running;
+}
+
+/** Runs `codex exec`; a failure says how it ended, without the long prompt it was given. */
+function codex(agent: AgentBinary, home: string, args: string[]) {
+  return startCodex(agent, home, args).catch((err: { code: number; stderr: string }) => {
+    throw new Error(`codex exited ${err.code}: ${err.stderr.split('\n').filter((line) => line.length < 400).join('\n').slice(-1500)}`);
   });
 }
 
@@ -81,9 +86,7 @@ describe('Codex', () => {
     writeFileSync(join(home, '.codex', 'config.toml'), codexProviderConfig(`${gw.url}/v1`, 'window-16k', { env_key: 'PARLEY_API_KEY' }));
     const before = await readBalance(gw.redis.client, gw.account);
     const started = performance.now();
-    const running = run(codexNewest.bin, ['exec', '--skip-git-repo-check', `Summarize: ${text(20_000, 5)}`], { cwd: home, timeout: 120_000, env: { PATH: process.env.PATH, HOME: home, CODEX_HOME: join(home, '.codex'), PARLEY_API_KEY: gw.apiKey } });
-    running.child.stdin?.end();
-    const refused = await running.then(
+    const refused = await startCodex(codexNewest, home, [`Summarize: ${text(20_000, 5)}`], { PARLEY_API_KEY: gw.apiKey }).then(
       () => undefined,
       (err: { code: number; stderr: string }) => err,
     );

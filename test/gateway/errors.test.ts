@@ -4,6 +4,16 @@ import { completionBody, replyJson, sleep, startFakeUpstream, type FakeUpstream 
 import { createApiKey } from '../../src/accounts/api-keys.js';
 import { TEST_KEY_SECRET, modelEntry, postChat, startGatewayOn, startTestGateway, type GatewayOnUpstreams, type TestGateway } from '../support/gateway.js';
 
+/** An error in OpenAI's shape: its status, code and param, and a message that says something. */
+async function expectError(res: Response, status: number, code: string | null, param: string | null = null) {
+  expect(res.status).toBe(status);
+  const body = await res.json();
+  expect(Object.keys(body.error).sort()).toEqual(['code', 'message', 'param', 'type']);
+  expect(body.error.code).toBe(code);
+  expect(body.error.param).toBe(param);
+  expect(body.error.message.length).toBeGreaterThan(10);
+}
+
 describe('errors before the upstream', () => {
   let running: GatewayOnUpstreams;
   let upstream: FakeUpstream;
@@ -16,15 +26,6 @@ describe('errors before the upstream', () => {
     ({ gw, upstreams: [upstream] } = running);
   });
   afterAll(() => running.close());
-
-  const expectError = async (res: Response, status: number, code: string | null, param: string | null = null) => {
-    expect(res.status).toBe(status);
-    const body = await res.json();
-    expect(Object.keys(body.error).sort()).toEqual(['code', 'message', 'param', 'type']);
-    expect(body.error.code).toBe(code);
-    expect(body.error.param).toBe(param);
-    expect(body.error.message.length).toBeGreaterThan(10);
-  };
 
   it('invalid JSON is a 400', async () => {
     await expectError(await postChat(gw, '{"model": '), 400, 'invalid_json');
@@ -82,27 +83,35 @@ describe('the models endpoints', () => {
     }
   });
 
-  it("answer Codex's catalog request (its version in the query) in Codex's shape: the models with agent instructions, their windows, those instructions", async () => {
+  it("answer Codex's catalog request (its version in the query) in Codex's shape, alike on every replica: the models with agent instructions, their windows, those instructions", async () => {
     const instructions = 'You are a careful coding agent.';
-    const gw = await startTestGateway({
+    const config = {
       models: [
         modelEntry('coder', [{ kind: 'vllm', url: 'http://127.0.0.1:9/v1' }], { contextWindow: 65536, agentInstructions: instructions, description: 'a coder' }),
         modelEntry('plain', [{ kind: 'vllm', url: 'http://127.0.0.1:9/v1' }]),
       ],
-    });
+    };
+    const gw = await startTestGateway(config);
+    // Three replicas on one Redis: the same keys, the same catalog.
+    const others = [await startTestGateway(config, { redis: gw.redis }), await startTestGateway(config, { redis: gw.redis })];
     try {
-      const catalog = await (await fetch(`${gw.url}/v1/models?client_version=0.171.0`, { headers: { authorization: `Bearer ${gw.apiKey}` } })).json();
-      expect(catalog).toEqual({
-        models: [
-          expect.objectContaining({ slug: 'coder', display_name: 'coder', description: 'a coder', base_instructions: instructions, context_window: 65536, max_context_window: 65536, visibility: 'list', supported_in_api: true }),
-        ],
-      });
-      // A key limited to other models learns nothing of this one.
       const { key: limited } = await createApiKey(gw.redis.client, TEST_KEY_SECRET, gw.account, 'plain only', { models: ['plain'] });
-      expect(await (await fetch(`${gw.url}/v1/models?client_version=0.171.0`, { headers: { authorization: `Bearer ${limited}` } })).json()).toEqual({ models: [] });
-      // Without the version, the same path answers OpenAI's list.
-      expect((await (await fetch(`${gw.url}/v1/models`, { headers: { authorization: `Bearer ${gw.apiKey}` } })).json()).object).toBe('list');
+      const catalog = (url: string, key: string, query = '?client_version=0.171.0') => fetch(`${url}/v1/models${query}`, { headers: { authorization: `Bearer ${key}` } });
+      for (const replica of [gw, ...others]) {
+        expect(await (await catalog(replica.url, gw.apiKey)).json()).toEqual({
+          models: [
+            expect.objectContaining({ slug: 'coder', display_name: 'coder', description: 'a coder', base_instructions: instructions, context_window: 65536, max_context_window: 65536, visibility: 'list', supported_in_api: true }),
+          ],
+        });
+        // A key limited to other models learns nothing of this one.
+        expect(await (await catalog(replica.url, limited)).json()).toEqual({ models: [] });
+      }
+      // Without a key, nothing; an odd or huge version changes nothing; without the version, OpenAI's list.
+      await expectError(await catalog(gw.url, 'sk-parley-wrong'), 401, 'invalid_api_key');
+      expect((await (await catalog(gw.url, gw.apiKey, `?client_version=${'9'.repeat(4000)}&client_version=x`)).json()).models).toHaveLength(1);
+      expect((await (await catalog(gw.url, gw.apiKey, '')).json()).object).toBe('list');
     } finally {
+      for (const other of others) await other.close();
       await gw.close();
     }
   });
