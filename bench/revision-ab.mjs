@@ -7,11 +7,7 @@
 // build with it against a revision without it.
 //
 //   npm run build && node bench/revision-ab.mjs [revision, default 95dfa38] [mode: whole|streamed|embeddings, default whole] [connections, default 1] [seconds per run, default 10] [rounds, default 4] [upstream first byte ms, default 0]
-import { execFileSync } from 'node:child_process';
-import { existsSync, mkdtempSync, symlinkSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { abRounds, benchModel, forked, ROOT, startParley, stopAll } from './support.mjs';
+import { abRounds, benchModel, buildOf, forked, startParley, stopAll } from './support.mjs';
 
 const REVISION = process.argv[2] ?? '95dfa38';
 const MODE = process.argv[3] ?? 'whole';
@@ -19,17 +15,6 @@ const CONNECTIONS = Number(process.argv[4] ?? 1);
 const SECONDS = Number(process.argv[5] ?? 10);
 const ROUNDS = Number(process.argv[6] ?? 4);
 const FIRST_BYTE_MS = Number(process.argv[7] ?? 0);
-
-/** A checkout of `revision` with its build, sharing this one's node_modules. */
-function buildOf(revision) {
-  const dir = mkdtempSync(join(tmpdir(), `parley-${revision}-`));
-  execFileSync('sh', ['-c', `git -C "${ROOT}" archive "${revision}" | tar -x -C "${dir}"`]);
-  if (!existsSync(join(dir, 'node_modules'))) symlinkSync(join(ROOT, 'node_modules'), join(dir, 'node_modules'));
-  execFileSync(process.execPath, ['node_modules/typescript/bin/tsc', '-p', 'tsconfig.json'], { cwd: dir, stdio: 'inherit' });
-  // Earlier revisions built a native addon too.
-  if (existsSync(join(dir, 'scripts/build-native.mjs'))) execFileSync(process.execPath, ['scripts/build-native.mjs'], { cwd: dir, stdio: 'inherit' });
-  return dir;
-}
 
 try {
   const other = buildOf(REVISION);

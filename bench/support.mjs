@@ -2,8 +2,9 @@
 // script, waiting for a port, a `parley serve` on its own data folder with a
 // demo key that has credit and rate limits enough for a benchmark, and the
 // load the gateway benchmarks drive.
-import { fork, spawn } from 'node:child_process';
-import { cpSync, mkdtempSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
+import { execFileSync, fork, spawn } from 'node:child_process';
+import { cpSync, existsSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -195,11 +196,41 @@ export function patchedBuild(label, patches) {
   return root;
 }
 
+/** A checkout of `revision` with its build, sharing this one's node_modules. */
+export function buildOf(revision) {
+  const dir = mkdtempSync(join(tmpdir(), `parley-${revision}-`));
+  execFileSync('sh', ['-c', `git -C "${ROOT}" archive "${revision}" | tar -x -C "${dir}"`]);
+  if (!existsSync(join(dir, 'node_modules'))) symlinkSync(join(ROOT, 'node_modules'), join(dir, 'node_modules'));
+  execFileSync(process.execPath, ['node_modules/typescript/bin/tsc', '-p', 'tsconfig.json'], { cwd: dir, stdio: 'inherit' });
+  // Earlier revisions built a native addon too.
+  if (existsSync(join(dir, 'scripts/build-native.mjs'))) execFileSync(process.execPath, ['scripts/build-native.mjs'], { cwd: dir, stdio: 'inherit' });
+  return dir;
+}
+
+/** Node flags that load count-hook.mjs into a Parley (startParley's `nodeArgs`), to read with hookCounts. */
+export const COUNT_HOOK = ['--import', join(ROOT, 'bench/count-hook.mjs')];
+process.env.COUNT_HOOK_DIR ??= mkdtempSync(join(tmpdir(), 'parley-counts-'));
+
+/** What count-hook.mjs in `child` has counted so far. */
+export async function hookCounts(child) {
+  const file = join(process.env.COUNT_HOOK_DIR, `counts-${child.pid}.json`);
+  rmSync(file, { force: true });
+  child.kill('SIGUSR2');
+  for (;;) {
+    await sleep(50);
+    try {
+      return JSON.parse(readFileSync(file, 'utf8'));
+    } catch {
+      // not written yet, or not whole yet
+    }
+  }
+}
+
 /** /proc's unit of CPU time (USER_HZ), 100 on every Linux Node runs on. */
 const CLOCK_TICKS_PER_SECOND = 100;
 
 /** CPU time (user and system) of a process's main thread so far, in µs, where Linux's /proc tells it (else undefined). */
-function mainThreadCpuMicros(pid) {
+export function mainThreadCpuMicros(pid) {
   try {
     const fields = readFileSync(`/proc/${pid}/task/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
     return ((Number(fields[11]) + Number(fields[12])) * 1e6) / CLOCK_TICKS_PER_SECOND;

@@ -37,7 +37,14 @@ function genAiAttributes(r: RequestRecord, errorType?: string): Attributes {
   return attributes;
 }
 
-const seriesKey = (attributes: Attributes) => Object.values(attributes).join('\t');
+/**
+ * The series genAiAttributes names, as a key made without making them: they
+ * are made only for a series' first value. Made from the objects, a
+ * streamed generation took 9.0 µs to record, 1.3 µs this way
+ * (`node bench/metrics-record.mjs`, 2026-11-27).
+ */
+const generationKey = (r: RequestRecord, errorType = '') =>
+  `${GEN_AI_OPERATIONS[r.api!]}\t${r.modelLabel ?? '(unknown)'}\t${r.provider ?? 'parley'}\t${r.servedModel ?? ''}\t${r.endpoint ?? ''}\t${errorType}`;
 
 /** A span that records nothing: the child of a request span that records nothing. */
 const NOT_RECORDED = trace.wrapSpanContext(INVALID_SPAN_CONTEXT);
@@ -124,29 +131,32 @@ export class Telemetry {
     if (topAccounts > 0 && r.account && r.promptTokens !== undefined) {
       this.accountTokens.set(r.account, (this.accountTokens.get(r.account) ?? 0) + r.promptTokens + (r.completionTokens ?? 0));
     }
-    const attributes = genAiAttributes(r, errorType);
-    this.serverDuration.record(seriesKey(attributes), seconds, () => attributes);
+    const key = generationKey(r, errorType);
+    this.serverDuration.record(key, seconds, () => genAiAttributes(r, errorType));
     if (errorType || r.promptTokens === undefined) return;
-    const base = genAiAttributes(r);
-    const tokens: [string, number][] = [['input', r.promptTokens], ['output', r.completionTokens ?? 0], ['cached_input', r.cachedTokens ?? 0]];
-    for (const [type, count] of tokens) {
-      const withType = { ...base, 'gen_ai.token.type': type };
-      this.tokenUsage.record(seriesKey(withType), count, () => withType);
-    }
+    this.recordTokens(key, r, 'input', r.promptTokens);
+    this.recordTokens(key, r, 'output', r.completionTokens ?? 0);
+    this.recordTokens(key, r, 'cached_input', r.cachedTokens ?? 0);
     const after = (r.completionTokens ?? 0) - 1;
-    if (r.streamed && r.firstByteMs !== undefined && after > 0) this.perOutputToken.record(seriesKey(base), (seconds - r.firstByteMs / 1000) / after, () => base);
+    if (r.streamed && r.firstByteMs !== undefined && after > 0) this.perOutputToken.record(key, (seconds - r.firstByteMs / 1000) / after, () => genAiAttributes(r));
+  }
+
+  /** A generation's tokens of one type; `key`: its series without the type (generationKey). */
+  private recordTokens(key: string, r: RequestRecord, type: string, count: number): void {
+    this.tokenUsage.record(`${key}\t${type}`, count, () => ({ ...genAiAttributes(r), 'gen_ai.token.type': type }));
   }
 
   recordFirstToken(r: RequestRecord, seconds: number): void {
-    const attributes = genAiAttributes(r);
-    this.firstToken.record(seriesKey(attributes), seconds, () => attributes);
+    this.firstToken.record(generationKey(r), seconds, () => genAiAttributes(r));
   }
 
   /** One upstream call, from Parley as its client, to its first byte (or its failure). */
   recordUpstreamCall(r: RequestRecord, endpoint: { url: string; kind: string; upstreamModel: string }, seconds: number, errorType?: string): void {
-    const attributes: Attributes = { 'gen_ai.operation.name': GEN_AI_OPERATIONS[r.api!], 'gen_ai.request.model': endpoint.upstreamModel, 'gen_ai.provider.name': endpoint.kind, 'server.address': endpoint.url };
-    if (errorType) attributes['error.type'] = errorType;
-    this.upstreamDuration.record(seriesKey(attributes), seconds, () => attributes);
+    this.upstreamDuration.record(`${GEN_AI_OPERATIONS[r.api!]}\t${endpoint.upstreamModel}\t${endpoint.kind}\t${endpoint.url}\t${errorType ?? ''}`, seconds, () => {
+      const attributes: Attributes = { 'gen_ai.operation.name': GEN_AI_OPERATIONS[r.api!], 'gen_ai.request.model': endpoint.upstreamModel, 'gen_ai.provider.name': endpoint.kind, 'server.address': endpoint.url };
+      if (errorType) attributes['error.type'] = errorType;
+      return attributes;
+    });
   }
 
   /** Reads the settlement journal and the Redis connection for their gauges. */

@@ -202,6 +202,42 @@ describe('a log line per request, across a reload', () => {
   });
 });
 
+describe('GenAI series', () => {
+  /** The Prometheus text of `telemetry`'s metrics. */
+  async function scrape(telemetry: Telemetry): Promise<string> {
+    const server = createServer((req, res) => telemetry.serveMetrics(req, res));
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    try {
+      return await (await fetch(`http://127.0.0.1:${(server.address() as AddressInfo).port}/metrics`)).text();
+    } finally {
+      server.close();
+    }
+  }
+
+  // The series are keyed by text made beside their attributes, not from them: two requests with one set of
+  // attributes must land in one series, and two with different ones in two.
+  it('are one per set of attributes: Messages and chat are one chat series, a model named "undefined" is not an unknown one', async () => {
+    const telemetry = new Telemetry(new Router());
+    try {
+      const served = { attempts: 1, servedModel: 'm', endpoint: 'http://e/v1', provider: 'vllm', promptTokens: 3, completionTokens: 2, cachedTokens: 0 };
+      telemetry.recordGeneration({ id: 'a', api: 'chat', modelLabel: 'm', ...served }, 0.5, undefined, 0);
+      telemetry.recordGeneration({ id: 'b', api: 'messages', modelLabel: 'm', ...served }, 0.5, undefined, 0);
+      telemetry.recordGeneration({ id: 'c', api: 'chat', modelLabel: 'undefined', attempts: 1 }, 0.5, 'model_not_found', 0);
+      telemetry.recordGeneration({ id: 'd', api: 'chat', attempts: 1 }, 0.5, 'model_not_found', 0);
+      const lines = (await scrape(telemetry)).split('\n');
+      const counts = (metric: string) => lines.filter((l) => l.startsWith(`${metric}_count{`));
+      expect(counts('gen_ai_server_request_duration').length).toBe(3);
+      const chat = counts('gen_ai_server_request_duration').find((l) => l.includes('gen_ai_request_model="m"'));
+      expect(chat).toContain('gen_ai_operation_name="chat"');
+      expect(chat?.split(' ').at(-1)).toBe('2');
+      expect(counts('gen_ai_client_token_usage').map((l) => l.split(' ').at(-1))).toEqual(['2', '2', '2']);
+      expect(lines.filter((l) => /^gen_ai_server_request_duration_count\{.*gen_ai_request_model="(undefined|\(unknown\))"/.test(l)).length).toBe(2);
+    } finally {
+      await telemetry.shutdown();
+    }
+  });
+});
+
 describe('child spans', () => {
   // A request's child spans (its credit hold, upstream attempts, settlement), where nothing is traced.
   it('under a request span that records nothing are one span that records nothing, not one made per child', async () => {
