@@ -13,16 +13,12 @@
 //   reused-leases        whole chat: a fleet slot's lease passed to the replica's next request (routing/fleet-slots.ts) against asking Redis at each request
 //   untraced-children    whole chat: no child spans made under a request span that records nothing (telemetry/telemetry.ts) against a span made for each
 //   turn-batches         whole chat: a turn's holds, settlements and slot admissions in one script call each (redis/turn-batches.ts) against a call per request
-//   remembered-hashes    whole chat: a key's HMAC remembered under its SHA-256 (accounts/key-authenticator.ts) against the HMAC at every request
-//   quoted-text          streamed chat: a streamed delta's text quoted as it is where it needs no escaping (protocol/chat-response.ts) against JSON.stringify
 //
 //   npm run build && node bench/fast-paths.mjs [paths, default all, comma-separated] [seconds per run, default 8] [rounds, default 4] [connections, default 32]
 import { abRounds, benchModel, forked, patchedBuild, startParley, stopAll } from './support.mjs';
 
-const QUICK_PATH_OFF = ['upstream/dialect.js', 'quick: quirks.chunkFraming && quickEvents(quirks.chunkFraming)', 'quick: undefined'];
-
 const PATHS = {
-  'quick-path': { mode: 'streamed', patches: [QUICK_PATH_OFF] },
+  'quick-path': { mode: 'streamed', patches: [['upstream/dialect.js', 'quick: quirks.chunkFraming && quickEvents(quirks.chunkFraming)', 'quick: undefined']] },
   'embeddings-in-place': { mode: 'embeddings', patches: [['upstream/dialect.js', 'inPlace: embeddingsInPlace,', 'inPlace: () => undefined,']] },
   'batched-releases': { mode: 'whole', patches: [['routing/fleet-slots.js', 'this.releases.add({ endpoint, lease });', 'void this.redis.zrem(leasesOf(endpoint, lease), lease).catch(() => undefined);']] },
   'batched-log-lines': { mode: 'whole', settings: { requestLog: true }, patches: [['telemetry/request-log.js', 'writeLine(`${JSON.stringify(line)}\\n`);', 'process.stdout.write(`${JSON.stringify(line)}\\n`);']] },
@@ -37,9 +33,6 @@ const PATHS = {
   'reused-leases': { mode: 'whole', patches: [['routing/fleet-slots.js', 'const REUSE_MS = POLL_MS;', 'const REUSE_MS = 0;']] },
   'untraced-children': { mode: 'whole', patches: [['telemetry/telemetry.js', 'if (!parent.isRecording())', 'if (false)']] },
   'turn-batches': { mode: 'whole', patches: [['redis/turn-batches.js', 'const MAX_BATCH = 64;', 'const MAX_BATCH = 1;']] },
-  'remembered-hashes': { mode: 'whole', patches: [['accounts/key-authenticator.js', 'let hash = this.hashes.get(digest);', 'let hash;']] },
-  // Both builds without the quick path, whose runs of content never reach a delta's quoting.
-  'quoted-text': { mode: 'streamed', base: [QUICK_PATH_OFF], patches: [['protocol/chat-response.js', 'NEEDS_ESCAPING.test(text) ?', 'true ?']] },
 };
 const chosen = (process.argv[2] && process.argv[2] !== 'all' ? process.argv[2] : Object.keys(PATHS).join(',')).split(',');
 const SECONDS = Number(process.argv[3] ?? 8);
@@ -50,9 +43,9 @@ try {
   const { port } = await forked('bench/fast-upstream.mjs', ['0']);
   const models = [benchModel(`http://127.0.0.1:${port}`)];
   for (const name of chosen) {
-    const { mode, patches, base = [], settings = { requestLog: false } } = PATHS[name];
-    const shipped = await startParley(models, settings, [], undefined, base.length ? patchedBuild(`base-${name}`, base) : undefined);
-    const without = await startParley(models, settings, [], undefined, patchedBuild(`no-${name}`, [...base, ...patches]));
+    const { mode, patches, settings = { requestLog: false } } = PATHS[name];
+    const shipped = await startParley(models, settings);
+    const without = await startParley(models, settings, [], undefined, patchedBuild(`no-${name}`, patches));
     await abRounds(`${name} (${mode})`, [['this build', shipped], [`without ${name}`, without]], { mode, connections: CONNECTIONS, seconds: SECONDS, rounds: ROUNDS });
     for (const p of [shipped, without]) p.child.kill('SIGTERM');
   }

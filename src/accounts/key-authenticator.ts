@@ -3,7 +3,6 @@
 // cached in-process; a revocation is published on Redis and every replica
 // drops the key from its cache at once. If the subscription drops, messages
 // may have been missed, so the whole cache is cleared when it comes back.
-import { hash as oneShotHash } from 'node:crypto';
 import { LRUCache } from 'lru-cache';
 import type { Redis } from 'ioredis';
 import type { ServiceTier } from '../protocol/service-tier.js';
@@ -43,9 +42,6 @@ const LAST_USED_EVERY_MS = 60_000;
 
 export class KeyAuthenticator {
   private readonly cache = new LRUCache<string, KnownKey | 'unknown'>({ max: 100_000, ttl: CACHE_TTL_MS });
-  // The HMAC of a key costs more than the rest of authentication; keys seen lately skip it.
-  // Filed under the key's SHA-256, several times cheaper, so no raw key stays in memory.
-  private readonly hashes = new LRUCache<string, string>({ max: 10_000 });
 
   private constructor(private readonly redis: Redis, private readonly subscriber: Redis, private readonly secret: string) {}
 
@@ -78,12 +74,7 @@ export class KeyAuthenticator {
     }
     const key = match[1];
     if (!isWellFormedKey(key)) return { refused: 'This is not a Parley API key. Keys look like sk-parley-... and are created on the platform.' };
-    const digest = oneShotHash('sha256', key, 'base64');
-    let hash = this.hashes.get(digest);
-    if (!hash) {
-      hash = hashApiKey(this.secret, key);
-      this.hashes.set(digest, hash);
-    }
+    const hash = hashApiKey(this.secret, key);
     // A cached key is answered without waiting on anything.
     const known = this.cache.get(hash) ?? (await this.lookup(hash));
     if (known === 'unknown') return { refused: `Incorrect API key provided: ${maskedKey(key.slice(-4))}. Create a key on the platform's API keys page.` };

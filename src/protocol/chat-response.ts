@@ -144,12 +144,6 @@ function onlyContent(delta: object): boolean {
   return true;
 }
 
-// What JSON.stringify would escape: a quote, a backslash, a control character, a surrogate.
-const NEEDS_ESCAPING = /["\\\u0000-\u001f\ud800-\udfff]/;
-
-/** A JSON string literal; most pieces of text need no escaping, and quoting them is far cheaper than stringify. */
-const jsonString = (text: string) => (NEEDS_ESCAPING.test(text) ? JSON.stringify(text) : `"${text}"`);
-
 /**
  * What OpenAI's two streamed APIs (chat and text completions) share: chunks
  * that open with `prefix` (everything before `choices`), comment lines to
@@ -218,7 +212,7 @@ export class ChunkRenderer extends OpenAiChunks {
       const bare = c.logprobs === null && c.finish_reason === null;
       if (bare && typeof c.delta.content === 'string' && onlyContent(c.delta)) {
         // The common chunk, a piece of text, from text made once per choice. An empty piece says nothing: not sent.
-        if (c.delta.content) out += this.contentHeads[c.index] + jsonString(c.delta.content) + this.contentTail;
+        if (c.delta.content) out += this.contentHeads[c.index] + JSON.stringify(c.delta.content) + this.contentTail;
         continue;
       }
       // The role went out in the opening chunk, with the empty content OpenAI sends there; a delta left with

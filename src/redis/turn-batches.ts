@@ -2,7 +2,10 @@
 // under load, several requests' Redis scripts become one script call, for
 // the price of one round trip and one script run. On a Redis Cluster, a
 // script may only touch keys of one slot: there a turn's work becomes one
-// call per slot.
+// call per slot. Against a call per request (MAX_BATCH 1), `node
+// bench/fast-paths.mjs turn-batches` gave 1.36 times the whole requests/s at
+// 32 connections, and 349 against 437 µs of main-thread CPU a request
+// (2026-11-27; rounds 1.36 1.36 1.56 1.02).
 import calculateSlot from 'cluster-key-slot';
 import type { Redis } from './connection.js';
 import { isCluster } from './shared-redis.js';
