@@ -10,8 +10,8 @@
 //   batched-log-lines    whole chat, logging: log lines written together (telemetry/request-log.ts) against a write per line
 //   pooled-ids           whole chat: ids from a pool of random bytes (gateway/random-ids.ts) against a random UUID made into 22 characters at each id
 //   unscanned-json       whole chat: script arguments' JSON scanned for lone surrogates only where it has an escape (redis/lua-script.ts) against every text scanned
+//   named-options        whole chat: an upstream call's options named one by one (upstream/client.ts) against the target spread into them
 //   reused-leases        whole chat: a fleet slot's lease passed to the replica's next request (routing/fleet-slots.ts) against asking Redis at each request
-//   untraced-children    whole chat: no child spans made under a request span that records nothing (telemetry/telemetry.ts) against a span made for each
 //   turn-batches         whole chat: a turn's holds, settlements and slot admissions in one script call each (redis/turn-batches.ts) against a call per request
 //
 //   npm run build && node bench/fast-paths.mjs [paths, default all, comma-separated] [seconds per run, default 8] [rounds, default 4] [connections, default 32]
@@ -30,8 +30,8 @@ const PATHS = {
     ],
   },
   'unscanned-json': { mode: 'whole', patches: [['redis/lua-script.js', "json.includes('\\\\ud') ?", 'true ?']] },
+  'named-options': { mode: 'whole', patches: [['upstream/client.js', 'origin: target.origin,\n        path: target.path,', '...target,']] },
   'reused-leases': { mode: 'whole', patches: [['routing/fleet-slots.js', 'const REUSE_MS = POLL_MS;', 'const REUSE_MS = 0;']] },
-  'untraced-children': { mode: 'whole', patches: [['telemetry/telemetry.js', 'if (!parent.isRecording())', 'if (false)']] },
   'turn-batches': { mode: 'whole', patches: [['redis/turn-batches.js', 'const MAX_BATCH = 64;', 'const MAX_BATCH = 1;']] },
 };
 const chosen = (process.argv[2] && process.argv[2] !== 'all' ? process.argv[2] : Object.keys(PATHS).join(',')).split(',');

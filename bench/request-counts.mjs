@@ -12,7 +12,7 @@
 import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { apiLoad, benchModel, buildOf, COUNT_HOOK, forked, hookCounts, startParley, stopAll, WARMUP_SECONDS } from './support.mjs';
+import { apiLoad, benchModel, buildOf, COUNT_HOOK, forked, hookCounts, ROOT, startParley, stopAll, WARMUP_SECONDS } from './support.mjs';
 
 const REVISION = process.argv[2] && process.argv[2] !== 'none' ? process.argv[2] : undefined;
 const SECONDS = Number(process.argv[3] ?? 8);

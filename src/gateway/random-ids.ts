@@ -4,9 +4,10 @@
 // from a pool filled POOL_IDS ids at a time: randomBytes at each id asks
 // OpenSSL (and makes a getpid system call) every time, and a UUID drawn from
 // Node's own entropy cache costs a hex round trip to become 22 characters.
-// Against the UUID's round trip, `node bench/fast-paths.mjs pooled-ids 5 8 1`
-// gave 1.04 times the light-load (one connection) whole requests/s
-// (2026-11-26; rounds 1.04 1.09 1.04 1.08 1.03 1.05 0.95 1.03).
+// Against the UUID's round trip, `node bench/fast-paths.mjs pooled-ids 5 6 1`
+// gave 1.15 times the light-load (one connection) whole requests/s, and 541
+// against 615 µs of main-thread CPU a request (2026-11-27; rounds 1.15 0.96
+// 1.06 1.19 1.17 1.07; 1.04 on 2026-11-26).
 import { randomFillSync } from 'node:crypto';
 
 const ID_BYTES = 16;

@@ -169,6 +169,19 @@ function apiTarget(baseUrl: string, path: string): { origin: string; path: strin
 }
 
 /**
+ * Whether a call failed on a kept-alive connection that the upstream closed
+ * as the call was sent: the socket had read earlier replies and none of this
+ * one. llama.cpp's server closes idle kept-alive connections, unannounced,
+ * when all its HTTP threads are taken (16 streams at once on this VM did it
+ * 98 times in 30 s: `node bench/real-upstream-ttft.mjs`). Such a call is sent
+ * once more, on a new connection: it never reached the upstream's handler,
+ * and counting it would open a healthy endpoint's circuit.
+ */
+function closedAsReused(err: unknown): boolean {
+  return err instanceof undiciErrors.SocketError && (err.socket?.bytesRead ?? 0) > 0;
+}
+
+/**
  * Sends the request and waits for the upstream's status. A 2xx resolves to
  * its body; anything else, or no answer, rejects with the ApiError the caller
  * should see.
@@ -187,26 +200,27 @@ export async function postUpstream(
   if (endpoint.apiKey) headers.authorization = `Bearer ${endpoint.apiKey}`;
   if (traceparent) headers.traceparent = traceparent;
   const target = apiTarget(endpoint.url, apiPath);
+  const options: Dispatcher.DispatchOptions = {
+    // Named one by one, not spread: an object built by a spread and then added to took V8's slow path at
+    // every request, and gave undici's reads of these options a new shape each time (3% of a whole request).
+    origin: target.origin,
+    path: target.path,
+    method: 'POST',
+    headers,
+    body: JSON.stringify(body),
+    headersTimeout: timeouts.firstByteMs,
+    bodyTimeout: timeouts.idleMs,
+  };
   let res;
-  try {
-    res = await UpstreamBody.send(
-      {
-        // Named one by one, not spread: an object built by a spread and then added to took V8's slow path at
-        // every request, and gave undici's reads of these options a new shape each time (3% of a whole request).
-        origin: target.origin,
-        path: target.path,
-        method: 'POST',
-        headers,
-        body: JSON.stringify(body),
-        headersTimeout: timeouts.firstByteMs,
-        bodyTimeout: timeouts.idleMs,
-      },
-      cancellation,
-    );
-  } catch (err) {
-    // A call its client has left ends as cancelled, whatever else went wrong meanwhile.
-    if (cancellation.cancelled) throw new Cancelled();
-    throw err instanceof undiciErrors.HeadersTimeoutError ? upstreamFailed(describeFailure(err)) : upstreamUnreachable(describeFailure(err));
+  for (let tries = 1; !res; tries++) {
+    try {
+      res = await UpstreamBody.send(options, cancellation);
+    } catch (err) {
+      // A call its client has left ends as cancelled, whatever else went wrong meanwhile.
+      if (cancellation.cancelled) throw new Cancelled();
+      if (tries === 1 && closedAsReused(err)) continue;
+      throw err instanceof undiciErrors.HeadersTimeoutError ? upstreamFailed(describeFailure(err)) : upstreamUnreachable(describeFailure(err));
+    }
   }
   if (res.statusCode >= 200 && res.statusCode < 300) return res;
   let text = '';

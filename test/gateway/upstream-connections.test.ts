@@ -3,14 +3,17 @@
 // destroying it, and the client gets its [DONE] without waiting for that.
 // A client that reads slowly holds the upstream back instead of filling
 // Parley's memory. A call its client has left ends as cancelled, whatever
-// else went wrong meanwhile.
+// else went wrong meanwhile. A kept-alive connection the upstream closes as
+// it is reused is tried again on a new one (llama.cpp's server does this
+// when its HTTP threads are taken), without counting against the endpoint.
 import { request } from 'node:http';
+import type { Socket } from 'node:net';
 import { describe, expect, it } from 'vitest';
 import { Cancellation } from '../../src/upstream/cancellation.js';
 import { postUpstream } from '../../src/upstream/client.js';
 import { DIALECTS } from '../../src/upstream/dialects/index.js';
-import { chunk, sleep, startFakeUpstream } from '../support/fake-upstream.js';
-import { modelEntry, postChat, startTestGateway } from '../support/gateway.js';
+import { chunk, completionBody, replyJson, sleep, startFakeUpstream } from '../support/fake-upstream.js';
+import { asAdmin, modelEntry, postChat, startTestGateway } from '../support/gateway.js';
 
 describe('upstream connections', () => {
   it('are reused after a stream, and a late end of the upstream body does not hold up the client', async () => {
@@ -78,5 +81,34 @@ describe('upstream connections', () => {
     // Nothing listens on port 1: the connection is refused while the call is already cancelled.
     const call = postUpstream({ url: 'http://127.0.0.1:1/v1', apiKey: undefined, dialect: DIALECTS.vllm }, '/chat/completions', { model: 'm' }, left, { firstByteMs: 1_000, idleMs: 1_000 });
     await expect(call).rejects.toMatchObject({ name: 'AbortError' });
+  });
+  it('that the upstream closed as they were reused are tried once more on a new connection, not held against the endpoint', async () => {
+    // The second request on every connection finds it closed, before any byte of a reply.
+    const served = new WeakMap<Socket, number>();
+    let closeFresh = false;
+    const upstream = await startFakeUpstream((_req, res) => {
+      const socket = res.socket!;
+      const count = (served.get(socket) ?? 0) + 1;
+      served.set(socket, count);
+      if (count === 2 || closeFresh) return void socket.destroy();
+      replyJson(res, completionBody('ok', { prompt_tokens: 3, completion_tokens: 1 }));
+    });
+    const gw = await startTestGateway({ models: [modelEntry('m', [{ kind: 'llamacpp', url: upstream.url }])] });
+    try {
+      for (let i = 0; i < 3; i++) expect((await postChat(gw, { model: 'm', messages: [{ role: 'user', content: 'x' }] })).status).toBe(200);
+      // The second and third requests each went out twice: on the closed connection, then on a new one.
+      expect(upstream.received.length).toBe(5);
+      const endpoints = async () => (await (await fetch(`${gw.url}/admin/endpoints`, { headers: asAdmin })).json()).data[0].endpoints[0];
+      expect((await endpoints()).failures).toBe(0);
+      // A new connection closed before its reply is a failure as before: sent once, and counted.
+      closeFresh = true;
+      const sent = upstream.received.length;
+      expect((await postChat(gw, { model: 'm', messages: [{ role: 'user', content: 'x' }] })).status).toBe(502);
+      expect(upstream.received.length - sent).toBeLessThanOrEqual(2);
+      expect((await endpoints()).failures).toBe(1);
+    } finally {
+      await gw.close();
+      await upstream.close();
+    }
   });
 });
