@@ -172,10 +172,12 @@ function apiTarget(baseUrl: string, path: string): { origin: string; path: strin
  * Whether a call failed on a kept-alive connection that the upstream closed
  * as the call was sent: the socket had read earlier replies and none of this
  * one. llama.cpp's server closes idle kept-alive connections, unannounced,
- * when all its HTTP threads are taken (16 streams at once on this VM did it
- * 98 times in 30 s: `node bench/real-upstream-ttft.mjs`). Such a call is sent
- * once more, on a new connection: it never reached the upstream's handler,
- * and counting it would open a healthy endpoint's circuit.
+ * when all its HTTP threads are taken (with 16 streams at once on this VM a
+ * plain client met it about 90 times in 30 s: `node
+ * bench/real-upstream-ttft.mjs`). Such a call is sent once more, on a new
+ * connection: closed so, it never reached the upstream's handler, and
+ * counting it would open a healthy endpoint's circuit. An upstream that died
+ * mid-call instead is found dead by the second try, as before.
  */
 function closedAsReused(err: unknown): boolean {
   return err instanceof undiciErrors.SocketError && (err.socket?.bytesRead ?? 0) > 0;
