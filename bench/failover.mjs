@@ -12,6 +12,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { freePort, startEngine, startParley, stopAll } from './support.mjs';
 
+// The admin API, which the sampler reads, is on only with a token (the gateway takes it from this environment).
+process.env.PARLEY_ADMIN_TOKEN ??= `bench-${Math.random().toString(36).slice(2)}`;
+const asAdmin = { authorization: `Bearer ${process.env.PARLEY_ADMIN_TOKEN}` };
+
 const IN_FLIGHT = 4;
 const KILL_AT = 5_000;
 const RETURN_AT = 12_000;
@@ -54,7 +58,7 @@ try {
   const samples = [];
   const sampler = setInterval(async () => {
     try {
-      const view = await (await fetch(`${gateway.url}/admin/endpoints`)).json();
+      const view = await (await fetch(`${gateway.url}/admin/endpoints`, { headers: asAdmin })).json();
       const e = view.data[0].endpoints.find((x) => x.url === victim);
       samples.push({ t: now(), ok: e.requests - e.failures, circuit: e.circuit });
     } catch {
