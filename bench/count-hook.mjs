@@ -1,11 +1,12 @@
-// Loaded into a Parley under measurement (`--import`) by request-counts.mjs:
+// Loaded into a Parley under measurement (`--import`) by request-counts.mjs
+// and latency-tail.mjs:
 // counts what its process does, and writes the counts so far to
 // counts-<pid>.json in the folder COUNT_HOOK_DIR names, on SIGUSR2
 // (support.mjs's hookCounts reads them). Socket writes (system calls on a socket
 // or pipe) by peer: the clients, the upstream, Redis (its unix socket) and
 // stdout; JSON.parse and JSON.stringify calls, and those of 1 KiB or more
-// (a whole body, not a field); the garbage collector's runs, its time and
-// its longest pause; how late the event loop ran its timers (its delay:
+// (a whole body, not a field); the scavenges, and the longest pause of any
+// collection; how late the event loop ran its timers (its delay:
 // what a request that arrives waits before its turn); and, unless
 // COUNT_HOOK_ALLOCATIONS=0, the bytes allocated, from V8's sampling heap
 // profiler (one sample per SAMPLE_BYTES, objects since freed included),
@@ -20,7 +21,7 @@ import { PerformanceObserver, constants, monitorEventLoopDelay } from 'node:perf
 const counts = {
   writes: { client: 0, upstream: 0, redis: 0, stdout: 0 },
   json: { parse: 0, stringify: 0, parseBig: 0, stringifyBig: 0 },
-  gc: { minor: 0, major: 0, ms: 0, longestMs: 0 },
+  gc: { scavenges: 0, longestMs: 0 },
   allocatedBytes: 0,
 };
 const BIG = 1024;
@@ -54,8 +55,7 @@ JSON.stringify = function (...args) {
 
 new PerformanceObserver((list) => {
   for (const e of list.getEntries()) {
-    counts.gc[e.detail?.kind === constants.NODE_PERFORMANCE_GC_MINOR ? 'minor' : 'major']++;
-    counts.gc.ms += e.duration;
+    if (e.detail?.kind === constants.NODE_PERFORMANCE_GC_MINOR) counts.gc.scavenges++;
     counts.gc.longestMs = Math.max(counts.gc.longestMs, e.duration);
   }
 }).observe({ entryTypes: ['gc'] });
@@ -93,7 +93,7 @@ process.on('SIGUSR2', async () => {
     counts.sites = topSites(profile.head);
   }
   const ms = (ns) => Math.round(ns / 1e4) / 100;
-  counts.loopDelayMs = { p50: ms(loopDelay.percentile(50)), p99: ms(loopDelay.percentile(99)), p999: ms(loopDelay.percentile(99.9)), max: ms(loopDelay.max) };
+  counts.loopDelayMs = { p99: ms(loopDelay.percentile(99)), max: ms(loopDelay.max) };
   writeFileSync(join(process.env.COUNT_HOOK_DIR, `counts-${process.pid}.json`), stringify(counts));
   loopDelay.reset();
   counts.gc.longestMs = 0;

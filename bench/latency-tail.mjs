@@ -11,7 +11,7 @@
 // The three take turns in each cell; each first serves an unmeasured warm-up.
 //
 //   npm run build && node bench/latency-tail.mjs [seconds per run, default 10] [upstream first byte ms, default 0] [spread ms either side, default 0]
-import { apiLoad, benchModel, COUNT_HOOK, forked, hookCounts, mainThreadCpuMicros, startParley, stopAll, WARMUP_SECONDS } from './support.mjs';
+import { apiLoad, benchModel, countHook, forked, hookCounts, mainThreadCpuMicros, startParley, stopAll, WARMUP_SECONDS } from './support.mjs';
 
 const SECONDS = Number(process.argv[2] ?? 10);
 const FIRST_BYTE_MS = process.argv[3] ?? '0';
@@ -23,7 +23,7 @@ try {
   const upstream = `http://127.0.0.1:${upstreamPort}`;
   const proxy = await forked('bench/bare-proxy.mjs', [upstream, '0']);
   process.env.COUNT_HOOK_ALLOCATIONS = '0';
-  const parley = await startParley([benchModel(upstream)], { failover: { queueTimeoutMs: 200 } }, COUNT_HOOK);
+  const parley = await startParley([benchModel(upstream)], { failover: { queueTimeoutMs: 200 } }, countHook());
   const targets = [
     { name: 'direct', url: `${upstream}/v1`, headers: {} },
     { name: 'pass-through', url: `http://127.0.0.1:${proxy.port}/v1`, headers: {}, pid: proxy.child.pid },

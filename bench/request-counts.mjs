@@ -12,7 +12,7 @@
 import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { apiLoad, benchModel, buildOf, COUNT_HOOK, forked, hookCounts, ROOT, startParley, stopAll, WARMUP_SECONDS } from './support.mjs';
+import { apiLoad, benchModel, buildOf, countHook, forked, hookCounts, ROOT, startParley, stopAll, WARMUP_SECONDS } from './support.mjs';
 
 const REVISION = process.argv[2] && process.argv[2] !== 'none' ? process.argv[2] : undefined;
 const SECONDS = Number(process.argv[3] ?? 8);
@@ -34,7 +34,7 @@ async function snapshot(parley) {
 }
 
 async function hooked(label, root) {
-  const parley = await startParley([benchModel(upstream)], { failover: { queueTimeoutMs: 200 } }, COUNT_HOOK, undefined, root);
+  const parley = await startParley([benchModel(upstream)], { failover: { queueTimeoutMs: 200 } }, countHook(), undefined, root);
   return { label, ...parley };
 }
 
@@ -72,7 +72,7 @@ try {
           'Redis commands': per(d((c) => c.redisCommands), n),
           'JSON.parse (≥1 KiB)': `${per(d((c) => c.json.parse), n)} (${per(d((c) => c.json.parseBig), n)})`,
           'JSON.stringify (≥1 KiB)': `${per(d((c) => c.json.stringify), n)} (${per(d((c) => c.json.stringifyBig), n)})`,
-          'scavenges per 1,000': per(d((c) => c.gc.minor), n, 1000),
+          'scavenges per 1,000': per(d((c) => c.gc.scavenges), n, 1000),
           'KB allocated': per(d((c) => c.allocatedBytes), n, 1 / 1024),
           errors: r.errors + r.non2xx,
         });

@@ -207,9 +207,14 @@ export function buildOf(revision) {
   return dir;
 }
 
-/** Node flags that load count-hook.mjs into a Parley (startParley's `nodeArgs`), to read with hookCounts. */
-export const COUNT_HOOK = ['--import', join(ROOT, 'bench/count-hook.mjs')];
-process.env.COUNT_HOOK_DIR ??= mkdtempSync(join(tmpdir(), 'parley-counts-'));
+/**
+ * Node flags that load count-hook.mjs into a Parley (startParley's `nodeArgs`), to read with hookCounts; the folder
+ * its counts go to is made the first time (the Parley finds it in the environment it inherits).
+ */
+export function countHook() {
+  process.env.COUNT_HOOK_DIR ??= mkdtempSync(join(tmpdir(), 'parley-counts-'));
+  return ['--import', join(ROOT, 'bench/count-hook.mjs')];
+}
 
 /** What count-hook.mjs in `child` has counted so far. */
 export async function hookCounts(child) {
