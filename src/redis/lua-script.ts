@@ -56,12 +56,7 @@ const LONE_SURROGATE_ESCAPE = /(?<!\\)((?:\\\\)*)\\ud[89a-f][0-9a-f]{2}/gi;
  * are, not escaped, so every `\ud800`-`\udfff` escape is a lone one.
  */
 export function luaJson(value: unknown): string {
-  const json = JSON.stringify(value);
-  // JSON writes these escapes in lower case, so a text without one (nearly every text) is left unscanned:
-  // `node bench/fast-paths.mjs unscanned-json 5 6 1` gave 1.04 times the light-load whole requests/s, and 613
-  // against 640 µs of main-thread CPU a request (2026-11-27; rounds 1.04 1.10 1.01 1.02 1.09 0.95; 1.04 and
-  // 1.03 on 2026-11-26).
-  return json.includes('\\ud') ? json.replace(LONE_SURROGATE_ESCAPE, '$1\\ufffd') : json;
+  return JSON.stringify(value).replace(LONE_SURROGATE_ESCAPE, '$1\\ufffd');
 }
 
 const isNoScript = (err: unknown) => String((err as Error | null)?.message).startsWith('NOSCRIPT');
