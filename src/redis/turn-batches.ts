@@ -5,7 +5,8 @@
 // call per slot. Against a call per request (MAX_BATCH 1), `node
 // bench/fast-paths.mjs turn-batches` gave 1.36 times the whole requests/s at
 // 32 connections, and 349 against 437 µs of main-thread CPU a request
-// (2026-11-27; rounds 1.36 1.36 1.56 1.02).
+// (2026-11-27; rounds 1.36 1.36 1.56 1.02); behind a 20 ms first byte at 16
+// connections (`... turn-batches 6 4 16 20`), 660 against 743 µs.
 import calculateSlot from 'cluster-key-slot';
 import type { Redis } from './connection.js';
 import { isCluster } from './shared-redis.js';

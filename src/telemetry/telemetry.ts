@@ -41,7 +41,7 @@ function genAiAttributes(r: RequestRecord, errorType?: string): Attributes {
  * The series genAiAttributes names, as a key made without making them: they
  * are made only for a series' first value. Made from the objects, a
  * streamed generation took 9.0 µs to record, 1.3 µs this way
- * (`node bench/metrics-record.mjs`, 2026-11-27).
+ * (`node bench/metrics-record.mjs 3677d79`, 2026-11-27).
  */
 const generationKey = (r: RequestRecord, errorType = '') =>
   `${GEN_AI_OPERATIONS[r.api!]}\t${r.modelLabel ?? '(unknown)'}\t${r.provider ?? 'parley'}\t${r.servedModel ?? ''}\t${r.endpoint ?? ''}\t${errorType}`;
