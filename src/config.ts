@@ -138,6 +138,13 @@ const gatewaySettings = z
     requestLog: z.boolean().default(true),
     /** A request header that names the client's session (its cache), for prefix affinity to route by; Claude Code's is always read. */
     sessionHeader: z.string().regex(/^[A-Za-z0-9-]+$/, 'a header name').toLowerCase().optional(),
+    /**
+     * Reading each engine's own load (vLLM's, SGLang's and llama.cpp's metrics; Parley's engine's): once per
+     * `intervalMs` per endpoint for the whole fleet (0 turns it off), each read given up after `timeoutMs`.
+     */
+    engineLoad: z
+      .strictObject({ intervalMs: z.int().min(0).default(1_000), timeoutMs: z.int().min(10).default(500) })
+      .prefault({}),
     failover: z
       .strictObject({
         /** Endpoints tried per request before its first byte. */

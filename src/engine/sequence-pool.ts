@@ -15,6 +15,8 @@ interface Waiter {
 export class SequencePool {
   private readonly free: LlamaContextSequence[] = [];
   private readonly waiters: Waiter[] = [];
+  /** Requests holding sequences now: the engine's load, with `waiting`, as its /metrics reports it. */
+  processing = 0;
 
   constructor(context: LlamaContext) {
     while (context.sequencesLeft > 0) this.free.push(context.getSequence());
@@ -24,12 +26,18 @@ export class SequencePool {
     return this.free.length;
   }
 
+  /** Requests waiting for a sequence. */
+  get waiting(): number {
+    return this.waiters.length;
+  }
+
   acquire(tokens: Token[], count: number): Promise<LlamaContextSequence[]> {
     if (this.waiters.length === 0 && this.free.length >= count) return Promise.resolve(this.take(tokens, count));
     return new Promise((resolve) => this.waiters.push({ count, tokens, resolve }));
   }
 
   release(seqs: LlamaContextSequence[]): void {
+    this.processing--;
     this.free.push(...seqs);
     while (this.waiters.length > 0 && this.free.length >= this.waiters[0].count) {
       const w = this.waiters.shift()!;
@@ -38,6 +46,7 @@ export class SequencePool {
   }
 
   private take(tokens: Token[], count: number): LlamaContextSequence[] {
+    this.processing++;
     // `free` is in release order: index 0 was released longest ago.
     const ranked = this.free
       .map((seq, released) => {

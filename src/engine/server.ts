@@ -114,6 +114,7 @@ class LocalEngine {
     const path = (req.url ?? '/').split('?')[0];
     const route = `${req.method} ${path}`;
     if (route === 'GET /health') return sendJson(res, 200, { status: 'ok' });
+    if (route === 'GET /metrics') return this.metrics(res);
     if (route === 'GET /v1/models') {
       return sendJson(res, 200, { object: 'list', data: [{ id: this.opts.modelId, object: 'model', created: 0, owned_by: 'parley-engine', context_window: this.contextSize }] });
     }
@@ -121,6 +122,17 @@ class LocalEngine {
     if (route === 'POST /v1/completions') return this.complete(parsedOrThrow(parseCompletionRequest(await readJsonBody(req, MAX_BODY_BYTES))), res);
     if (route === 'POST /v1/embeddings') return this.embed(parsedOrThrow(parseEmbeddingsRequest(await readJsonBody(req, MAX_BODY_BYTES))), res);
     throw routeNotFound(req.method ?? 'GET', path);
+  }
+
+  /** Its load in llama-server's gauges, so that the gateway reads both alike (upstream/dialects/llamacpp.ts). */
+  private metrics(res: ServerResponse): void {
+    res.writeHead(200, { 'content-type': 'text/plain; version=0.0.4' });
+    res.end(
+      '# HELP llamacpp:requests_processing Number of requests processing.\n# TYPE llamacpp:requests_processing gauge\n' +
+        `llamacpp:requests_processing ${this.pool.processing}\n` +
+        '# HELP llamacpp:requests_deferred Number of requests deferred.\n# TYPE llamacpp:requests_deferred gauge\n' +
+        `llamacpp:requests_deferred ${this.pool.waiting}\n`,
+    );
   }
 
   private chat(request: ChatCompletionRequest, res: ServerResponse): Promise<void> {

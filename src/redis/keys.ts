@@ -70,6 +70,11 @@ export const redisKeys = {
   }),
   /** Hash: per gateway replica, when it last wrote (Redis time, ms) and its requests at each endpoint (JSON). */
   fleetLoad: `${P}fleet-load`,
+  /**
+   * Hash: per endpoint, its engine's last load reading (Redis time it was written, then JSON), and `claim:<endpoint>`,
+   * the replica reading it this interval and until when (routing/engine-reports.ts).
+   */
+  engineLoads: `${P}engine-loads`,
   /** Set when the demo account was made, so it is made once per Redis. */
   demoAccount: `${P}demo-account`,
   /** Stream of every operator action (CLI or admin API): actor, action, target, before, after. */

@@ -9,13 +9,20 @@ export const POLL_MS = 20;
 /** The share of an endpoint's slots flex may not take: with nothing else waiting, flex keeps the rest busy. */
 export const FLEX_RESERVE_SHARE = 0.2;
 
-/** The slots flex may fill: all but the reserve (at least one, where there are two). */
-export function flexLimit(maxConcurrent: number): number {
-  return maxConcurrent < 2 ? maxConcurrent : maxConcurrent - Math.max(1, Math.floor(maxConcurrent * FLEX_RESERVE_SHARE));
+/**
+ * The slots flex may fill: all but the reserve (at least one, where there are two); all of them where the engine
+ * schedules by priority (`flexFillsAll`), since it puts an interactive request ahead of flex work itself.
+ */
+export function flexLimit(maxConcurrent: number, flexFillsAll = false): number {
+  return maxConcurrent < 2 || flexFillsAll ? maxConcurrent : maxConcurrent - Math.max(1, Math.floor(maxConcurrent * FLEX_RESERVE_SHARE));
 }
 
-/** Seconds of other tiers' traffic whose most requests at once flex leaves room for. */
-export const PEAK_WINDOW_S = 30;
+/**
+ * Seconds of other tiers' traffic whose most requests at once flex leaves room for: long enough to span the gaps
+ * in a steady interactive flow (a request a second or more), short enough that flex takes back an idle GPU within
+ * about two seconds of that flow stopping (`node bench/service-tiers.mjs` prints flex's share right after a burst).
+ */
+export const PEAK_WINDOW_S = 2;
 
 /** Slots held, flex and the other tiers apart. */
 export interface HeldSlots {
@@ -28,10 +35,12 @@ export interface HeldSlots {
  * to its flexLimit, and only while it leaves room for as many other requests as were held at once in the last
  * PEAK_WINDOW_S, plus one: so an interactive request that arrives beside a flex flood finds a slot free at
  * once (nothing that has started is preempted, so the room is kept before it is needed), and with nothing
- * else about, flex keeps flexLimit's share busy. routing/fleet-slots.ts applies the same rule in Redis.
+ * else about, flex keeps flexLimit's share busy. Where the engine schedules by priority (`flexFillsAll`), flex
+ * may fill every slot. routing/fleet-slots.ts applies the same rule in Redis.
  */
-export function mayAdmit(tier: ServiceTier, maxConcurrent: number, held: HeldSlots, recentPeak: number): boolean {
+export function mayAdmit(tier: ServiceTier, maxConcurrent: number, held: HeldSlots, recentPeak: number, flexFillsAll = false): boolean {
   if (tier !== 'flex') return held.flex + held.other < maxConcurrent;
+  if (flexFillsAll) return held.flex + held.other < maxConcurrent;
   const roomForOthers = recentPeak > 0 ? recentPeak + 1 : 0;
   return held.flex + held.other < flexLimit(maxConcurrent) && held.flex + roomForOthers < maxConcurrent;
 }

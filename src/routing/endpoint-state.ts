@@ -25,6 +25,8 @@ export interface EndpointLimits {
   maxQueue: number;
   /** The share of the queue's places one account's requests may take. */
   accountQueueShare: number;
+  /** The engine schedules by request priority: flex may fill every slot (admission-rule.ts). */
+  flexFillsAll: boolean;
 }
 
 export interface EndpointSnapshot {
@@ -102,6 +104,8 @@ export class EndpointState {
   private latencyEwma: number | null = null;
   private lastLatency: number | null = null;
   limits: EndpointLimits;
+  /** Requests waiting inside the engine, where it reports them (routing/engine-reports.ts). */
+  engineWaiting: () => number = () => 0;
 
   /** `fleet`: where the fleet's slots are counted; without it, this replica's own. */
   constructor(
@@ -187,10 +191,16 @@ export class EndpointState {
     return false;
   }
 
-  /** Sharing the fleet's slots, only that this replica is not past the limit alone: Redis applies the rule. */
+  /**
+   * Sharing the fleet's slots, only that this replica is not past the limit alone: Redis applies the rule. Flex
+   * is also held back while the engine reports requests waiting inside it: flex work queued there would be
+   * ahead of interactive requests an engine that does not schedule by priority cannot tell apart, and work from
+   * elsewhere already fills it.
+   */
   private hasLocalRoom(tier: ServiceTier): boolean {
+    if (tier === 'flex' && !this.limits.flexFillsAll && this.engineWaiting() > 0) return false;
     const held = { flex: this.inFlightFlex, other: this.inFlight - this.inFlightFlex };
-    return this.fleet ? this.inFlight < this.limits.maxConcurrent : mayAdmit(tier, this.limits.maxConcurrent, held, this.otherPeak.value());
+    return this.fleet ? this.inFlight < this.limits.maxConcurrent : mayAdmit(tier, this.limits.maxConcurrent, held, this.otherPeak.value(), this.limits.flexFillsAll);
   }
 
   /** Takes a slot here and, sharing Redis, one of the fleet's; undefined when the fleet has none free for `tier`. */
@@ -199,7 +209,7 @@ export class EndpointState {
     if (tier !== 'flex') this.otherPeak.note(this.inFlight - this.inFlightFlex);
     if (!this.fleet) return this.slot(tier, undefined);
     try {
-      const lease = await this.fleet.acquire(this.name, tier, this.limits.maxConcurrent);
+      const lease = await this.fleet.acquire(this.name, tier, this.limits);
       if (lease) return this.slot(tier, lease);
     } catch {
       // Redis is away: this replica's own count is all there is (and the request's credit hold fails anyway).

@@ -46,7 +46,7 @@ const REUSE_MS = POLL_MS;
 /** A waiting mark not refreshed for this long is dropped: its replica stopped waiting, or died. */
 const WAITING_MARK_MS = 10 * POLL_MS;
 
-const ACQUIRE_ARGS = luaArgs(['lease', 'tier', 'max_concurrent', 'flex_limit', 'lease_ms', 'mark_id', 'mark_ms', 'peak_window_s'] as const);
+const ACQUIRE_ARGS = luaArgs(['lease', 'tier', 'max_concurrent', 'flex_limit', 'keep_room', 'lease_ms', 'mark_id', 'mark_ms', 'peak_window_s'] as const);
 
 // ARGV[1]: the admissions (each_item), each with its endpoint's five keys
 // (flex leases, other leases, priority waiters, default waiters, the most
@@ -80,7 +80,7 @@ local function acquire(K, A)
     for _, v in ipairs(redis.call('HMGET', K[5], unpack(fields))) do
       if v then peak = math.max(peak, tonumber(v)) end
     end
-    local room = peak > 0 and peak + 1 or 0
+    local room = (peak > 0 and A[S.keep_room] == '1') and peak + 1 or 0
     admit = redis.call('ZCARD', K[3]) + redis.call('ZCARD', K[4]) == 0
       and flex + other < tonumber(A[S.flex_limit]) and flex + room < tonumber(A[S.max_concurrent])
   else
@@ -130,9 +130,15 @@ interface Asking {
   endpoint: string;
   lease: string;
   tier: ServiceTier;
-  maxConcurrent: number;
+  limits: SlotLimits;
   taken: (lease: string | undefined) => void;
   failed: (err: unknown) => void;
+}
+
+/** An endpoint's slots: how many, and whether flex may fill them all (admission-rule.ts). */
+export interface SlotLimits {
+  maxConcurrent: number;
+  flexFillsAll: boolean;
 }
 
 /** A lease of an endpoint's slot. */
@@ -162,13 +168,13 @@ export class FleetSlots {
   }
 
   /** Takes one of `endpoint`'s slots for `tier`; resolves to its lease, or undefined when the fleet has none free for it. */
-  acquire(endpoint: string, tier: ServiceTier, maxConcurrent: number): Promise<string | undefined> {
+  acquire(endpoint: string, tier: ServiceTier, limits: SlotLimits): Promise<string | undefined> {
     const kind = tier === 'flex' ? FLEX : OTHER;
     const spare = this.spares.get(endpoint)?.[kind].pop();
     if (spare && (this.held.get(endpoint)?.get(spare) ?? 0) > performance.now()) return Promise.resolve(spare);
     if (spare) this.drop(endpoint, spare);
     const lease = `${kind}${randomUUID()}`;
-    return new Promise((taken, failed) => this.batches.add({ endpoint, lease, tier, maxConcurrent, taken, failed }));
+    return new Promise((taken, failed) => this.batches.add({ endpoint, lease, tier, limits, taken, failed }));
   }
 
   /** One turn's admissions, in one script call. */
@@ -178,7 +184,7 @@ export class FleetSlots {
       const k = redisKeys.endpointSlots(a.endpoint);
       const at = keys.group(k.flexLeases, () => [k.flexLeases, k.otherLeases, k.priorityWaiting, k.defaultWaiting, k.otherPeaks]);
       const args = ACQUIRE_ARGS.list({
-        lease: a.lease, tier: a.tier, max_concurrent: a.maxConcurrent, flex_limit: flexLimit(a.maxConcurrent),
+        lease: a.lease, tier: a.tier, max_concurrent: a.limits.maxConcurrent, flex_limit: flexLimit(a.limits.maxConcurrent, a.limits.flexFillsAll), keep_room: a.limits.flexFillsAll ? 0 : 1,
         lease_ms: LEASE_MS, mark_id: this.replica, mark_ms: WAITING_MARK_MS, peak_window_s: PEAK_WINDOW_S,
       });
       return [at, ...args];

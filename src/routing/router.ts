@@ -6,11 +6,13 @@
 import { request as httpRequest } from 'undici';
 import type { GatewaySettings } from '../config.js';
 import { PROBE_CALLER } from './circuit-breaker.js';
-import { EndpointState, type EndpointSnapshot } from './endpoint-state.js';
+import { EndpointState, type EndpointLimits, type EndpointSnapshot } from './endpoint-state.js';
 import { createPolicy } from './policies/index.js';
 import type { RoutingPolicy, RoutingRequest } from './policies/policy.js';
 import type { Redis } from 'ioredis';
 import { FleetLoad } from './fleet-load.js';
+import { EngineReports, type EngineReport } from './engine-reports.js';
+import { endpointLoad } from './endpoint-score.js';
 import { FleetSlots } from './fleet-slots.js';
 import type { PrefixSharing } from './prefix-sharing.js';
 import type { RoutedEndpoint, RoutedModel, RoutingTable } from './routing-table.js';
@@ -26,14 +28,26 @@ export interface EndpointView extends EndpointSnapshot {
   fleetLoad: number;
   /** Affinity keys placed there (prefix affinity only). */
   affinityKeys: number;
+  /** The engine's own report of its load, or why routing goes by Parley's counts alone. */
+  engine: EngineReport;
+  /** What the policy compares: fleetLoad plus the engine's requests from elsewhere (routing/endpoint-score.ts). */
+  routingLoad: number;
   url: string;
   priority: number;
   weight: number;
 }
 
+const limitsOf = (e: RoutedEndpoint, accountQueueShare: number): EndpointLimits => ({
+  maxConcurrent: e.maxConcurrent,
+  maxQueue: e.maxQueue,
+  accountQueueShare,
+  flexFillsAll: e.priorityScheduling,
+});
+
 export class Router {
   private readonly fleet: FleetLoad | undefined;
   private readonly slots: FleetSlots | undefined;
+  private readonly engines: EngineReports;
 
   /**
    * With Redis, prefix placement learns the fleet's affinity keys (`sharing`), loads count the fleet's requests and
@@ -42,6 +56,10 @@ export class Router {
   constructor(private readonly sharing?: PrefixSharing, redis?: Redis) {
     this.fleet = redis && new FleetLoad(redis, () => [...this.states].map(([name, state]): [string, number] => [name, state.load]));
     this.slots = redis && new FleetSlots(redis);
+    this.engines = new EngineReports(redis, (name) => {
+      const state = this.states.get(name);
+      return (state?.load ?? 0) + (this.fleet?.othersAt(name) ?? 0);
+    });
   }
 
   private readonly states = new Map<string, EndpointState>();
@@ -64,7 +82,7 @@ export class Router {
       }
       for (const e of model.endpoints) {
         live.add(e.name);
-        const limits = { maxConcurrent: e.maxConcurrent, maxQueue: e.maxQueue, accountQueueShare: failover.accountQueueShare };
+        const limits = limitsOf(e, failover.accountQueueShare);
         this.endpoints.set(e.name, e);
         const state = this.states.get(e.name);
         if (state) {
@@ -73,11 +91,13 @@ export class Router {
         } else {
           const created = new EndpointState(e.name, limits, health, this.slots);
           created.breaker.verify = () => void this.probe(e.name);
+          created.engineWaiting = () => this.engineReport(e.name).load?.waiting ?? 0;
           this.states.set(e.name, created);
         }
         this.startProbe(e, table.settings);
       }
     }
+    this.engines.apply([...this.endpoints.values()].filter((e) => live.has(e.name)), table.settings.engineLoad);
     for (const id of this.policies.keys()) {
       if (table.models.has(id)) continue;
       this.policies.delete(id);
@@ -107,7 +127,10 @@ export class Router {
     for (const priority of priorities) {
       const group = model.endpoints
         .filter((e) => e.priority === priority && this.state(e).breaker.isAvailable())
-        .map((e) => ({ endpoint: e, name: e.name, load: this.state(e).load + (this.fleet?.othersAt(e.name) ?? 0), weight: e.weight }));
+        .map((e) => {
+          const engine = this.engines.report(e);
+          return { endpoint: e, name: e.name, load: endpointLoad(this.state(e).load + (this.fleet?.othersAt(e.name) ?? 0), engine), weight: e.weight, kvCacheUse: engine.load?.kvCacheUse };
+        });
       endpoints.push(...entry.policy.order(group, request).map((c) => c.endpoint));
     }
     return { endpoints, request };
@@ -118,7 +141,7 @@ export class Router {
     let state = this.states.get(endpoint.name);
     if (!state) {
       const { health, failover } = this.table!.settings;
-      state = new EndpointState(endpoint.name, { maxConcurrent: endpoint.maxConcurrent, maxQueue: endpoint.maxQueue, accountQueueShare: failover.accountQueueShare }, health, this.slots);
+      state = new EndpointState(endpoint.name, limitsOf(endpoint, failover.accountQueueShare), health, this.slots);
       this.states.set(endpoint.name, state);
     }
     return state;
@@ -140,14 +163,22 @@ export class Router {
         endpoints: m.endpoints.map((e) => {
           const state = this.state(e).snapshot();
           const fleetLoad = state.inFlight + state.queued + (this.fleet?.othersAt(e.name) ?? 0);
-          return { ...state, fleetLoad, affinityKeys: homes?.get(e.name) ?? 0, url: e.url, priority: e.priority, weight: e.weight };
+          const engine = this.engines.report(e);
+          return { ...state, fleetLoad, routingLoad: endpointLoad(fleetLoad, engine), engine, affinityKeys: homes?.get(e.name) ?? 0, url: e.url, priority: e.priority, weight: e.weight };
         }),
       };
     });
   }
 
+  /** The engine's report for the endpoint of this name in the routing table in force. */
+  private engineReport(name: string): EngineReport {
+    const endpoint = this.endpoints.get(name);
+    return endpoint ? this.engines.report(endpoint) : { source: 'own-counts', reason: 'endpoint removed', external: 0 };
+  }
+
   async close(): Promise<void> {
     this.fleet?.close();
+    this.engines.close();
     for (const timer of this.probes.values()) clearInterval(timer);
     this.probes.clear();
     await this.slots?.close();

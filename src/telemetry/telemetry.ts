@@ -9,6 +9,7 @@
 // has no convention keeps a parley_ name. Spans and metrics carry model
 // ids, endpoints, statuses and token counts, never an API key or any prompt
 // or reply text.
+import type { EngineLoad } from '../upstream/engine-load.js';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { context, trace, type Span, type Tracer } from '@opentelemetry/api';
 import { OTLPMetricExporter } from '@opentelemetry/exporter-metrics-otlp-http';
@@ -107,6 +108,21 @@ export class Telemetry {
     meter.createObservableCounter('parley_affinity_spills', { description: "Requests prefix affinity sent past their key's busy home, by model" }).addCallback((result) => {
       for (const model of router.snapshot()) if (model.policy === 'prefix-affinity') result.observe(model.spills, { model: model.model });
     });
+    meter.createObservableGauge('parley_engine_load_reported', { description: "1 when routing goes by the engine's own recent report of its load; 0 when by Parley's counts alone (a hosted API, reading off, or the last read failed)" }).addCallback((result) => {
+      for (const model of router.snapshot()) for (const e of model.endpoints) result.observe(e.engine.source === 'engine' ? 1 : 0, { model: model.model, endpoint: e.url });
+    });
+    const engineGauge = (name: string, description: string, value: (load: EngineLoad) => number | undefined) =>
+      meter.createObservableGauge(name, { description }).addCallback((result) => {
+        for (const model of router.snapshot()) {
+          for (const e of model.endpoints) {
+            const v = e.engine.load && value(e.engine.load);
+            if (v !== undefined) result.observe(v, { model: model.model, endpoint: e.url });
+          }
+        }
+      });
+    engineGauge('parley_engine_requests_running', 'Requests the engine last said it was running', (l) => l.running);
+    engineGauge('parley_engine_requests_waiting', 'Requests the engine last said were waiting in its own queue', (l) => l.waiting);
+    engineGauge('parley_engine_kv_cache_usage', 'The share of its KV cache the engine last said was in use (0 to 1)', (l) => l.kvCacheUse);
     meter.createObservableGauge('parley_upstream_queued', { description: "This replica's requests waiting for one of the endpoint's slots, by service tier" }).addCallback((result) => {
       for (const model of router.snapshot()) {
         for (const e of model.endpoints) for (const [tier, queued] of Object.entries(e.queuedByTier)) result.observe(queued, { model: model.model, endpoint: e.url, tier });

@@ -9,6 +9,7 @@ import type { CompletionRequest } from '../protocol/completions.js';
 import type { EmbeddingsReply, EmbeddingsRequest } from '../protocol/embeddings.js';
 import type { Completion, StreamEvent } from '../protocol/chat-response.js';
 import type { ApiError } from '../protocol/errors.js';
+import type { EngineLoadSource } from './engine-load.js';
 import { embeddingsInPlace, type EmbeddingsInPlace } from './embeddings-in-place.js';
 import { chatEvent, chatReply, embeddingsReply, errorAnswer, textEvent, textReply, type ReplyQuirks } from './openai-replies.js';
 import { chatBody, embeddingsBody, textBody, type RequestQuirks, type UpstreamTarget } from './openai-requests.js';
@@ -22,6 +23,8 @@ export interface Dialect {
   readonly promptCount?: PromptCount;
   /** The request priority this upstream schedules a tier's requests by, where it takes one (an endpoint opts in). */
   readonly priorityOf?: (tier: ServiceTier) => number;
+  /** Where this engine reports its own queue and KV-cache use; absent for an API that does not (a hosted one). */
+  readonly engineLoad?: EngineLoadSource;
   readonly chat: GenerationMapping<ChatCompletionRequest>;
   /** Text completions, read as chat's are: each choice's text as its message's content. */
   readonly text: GenerationMapping<CompletionRequest>;
@@ -59,6 +62,7 @@ export interface PromptCount {
 export interface DialectQuirks extends RequestQuirks, ReplyQuirks {
   promptCount?: PromptCount;
   priorityOf?: (tier: ServiceTier) => number;
+  engineLoad?: EngineLoadSource;
   multipleChoices?: boolean;
   /** The fields this upstream writes around every streamed chat chunk that say nothing; absent where its chunks are framed otherwise (no quick path). */
   chunkFraming?: ChunkFraming;
@@ -73,6 +77,7 @@ export function openAiCompatible(quirks: DialectQuirks): Dialect {
     multipleChoices: quirks.multipleChoices ?? true,
     promptCount: quirks.promptCount,
     priorityOf: quirks.priorityOf,
+    engineLoad: quirks.engineLoad,
     chat: {
       requestBody: (req, target) => chatBody(req, target, quirks),
       whole: (body) => chatReply(body, quirks),

@@ -37,21 +37,21 @@ const pause = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 describe('fleet slot leases', () => {
   it("passes a released lease to the replica's next request of its kind without asking Redis", async () => {
-    const lease = await slots.acquire(endpoint, 'default', 8);
+    const lease = await slots.acquire(endpoint, 'default', { maxConcurrent: 8, flexFillsAll: false });
     expect(lease).toBeTypeOf('string');
     slots.release(endpoint, lease!);
     const scripts = await calls('evalsha');
-    expect(await slots.acquire(endpoint, 'priority', 8)).toBe(lease);
+    expect(await slots.acquire(endpoint, 'priority', { maxConcurrent: 8, flexFillsAll: false })).toBe(lease);
     expect(await calls('evalsha')).toBe(scripts);
     expect(await leasesHeld()).toBe(1);
     // A flex request is not given another kind's lease.
-    const flex = await slots.acquire(endpoint, 'flex', 8);
+    const flex = await slots.acquire(endpoint, 'flex', { maxConcurrent: 8, flexFillsAll: false });
     expect(flex).not.toBe(lease);
     expect(await calls('evalsha')).toBe(scripts + 1);
   });
 
   it('gives spares back once a poll has passed, a turn of them in one ZREM per set of leases', async () => {
-    const leases = await Promise.all([slots.acquire(endpoint, 'default', 8), slots.acquire(endpoint, 'default', 8), slots.acquire(endpoint, 'flex', 8)]);
+    const leases = await Promise.all([slots.acquire(endpoint, 'default', { maxConcurrent: 8, flexFillsAll: false }), slots.acquire(endpoint, 'default', { maxConcurrent: 8, flexFillsAll: false }), slots.acquire(endpoint, 'flex', { maxConcurrent: 8, flexFillsAll: false })]);
     expect(leases.every((l) => typeof l === 'string')).toBe(true);
     const before = await calls('zrem');
     for (const lease of leases) slots.release(endpoint, lease!);
@@ -60,16 +60,16 @@ describe('fleet slot leases', () => {
     // Two sets (flex leases, the others): two calls for three leases.
     expect((await calls('zrem')) - before).toBe(2);
     expect(await leasesHeld()).toBe(0);
-    const next = await slots.acquire(endpoint, 'default', 8);
+    const next = await slots.acquire(endpoint, 'default', { maxConcurrent: 8, flexFillsAll: false });
     expect(leases).not.toContain(next);
   });
 
   it('gives back at once a lease that took the last slot', async () => {
-    const lease = await slots.acquire(endpoint, 'default', 1);
+    const lease = await slots.acquire(endpoint, 'default', { maxConcurrent: 1, flexFillsAll: false });
     slots.release(endpoint, lease!);
     await pause(5);
     expect(await leasesHeld()).toBe(0);
-    const next = await slots.acquire(endpoint, 'default', 1);
+    const next = await slots.acquire(endpoint, 'default', { maxConcurrent: 1, flexFillsAll: false });
     expect(next).toBeTypeOf('string');
     expect(next).not.toBe(lease);
   });
@@ -78,27 +78,27 @@ describe('fleet slot leases', () => {
     const filler = new FleetSlots(redis);
     const waiter = new FleetSlots(redis);
     try {
-      const leases = await Promise.all([1, 2, 3, 4].map(() => filler.acquire(endpoint, 'default', 4)));
+      const leases = await Promise.all([1, 2, 3, 4].map(() => filler.acquire(endpoint, 'default', { maxConcurrent: 4, flexFillsAll: false })));
       // The fleet is full: the waiting replica's request is refused and marked waiting.
-      expect(await waiter.acquire(endpoint, 'default', 4)).toBeUndefined();
+      expect(await waiter.acquire(endpoint, 'default', { maxConcurrent: 4, flexFillsAll: false })).toBeUndefined();
       filler.release(endpoint, leases[0]!);
       filler.release(endpoint, leases[1]!);
       await filler.close();
       expect(await leasesHeld()).toBe(2);
       // Room is left after this grant, but a request waits: the lease goes back as it is released.
-      const granted = await slots.acquire(endpoint, 'default', 4);
+      const granted = await slots.acquire(endpoint, 'default', { maxConcurrent: 4, flexFillsAll: false });
       expect(granted).toBeTypeOf('string');
       slots.release(endpoint, granted!);
       await pause(5);
       expect(await leasesHeld()).toBe(2);
-      expect(await slots.acquire(endpoint, 'default', 4)).not.toBe(granted);
+      expect(await slots.acquire(endpoint, 'default', { maxConcurrent: 4, flexFillsAll: false })).not.toBe(granted);
     } finally {
       await waiter.close();
     }
   });
 
   it('gives back, once Redis is there again, a lease released while it was away: within a renewal, not when the lease lapses', async () => {
-    const lease = await slots.acquire(endpoint, 'default', 1);
+    const lease = await slots.acquire(endpoint, 'default', { maxConcurrent: 1, flexFillsAll: false });
     expect(await leasesHeld()).toBe(1);
     await server.kill();
     slots.release(endpoint, lease!);
@@ -110,7 +110,7 @@ describe('fleet slot leases', () => {
   });
 
   it('gives its spares back when it closes', async () => {
-    const lease = await slots.acquire(endpoint, 'default', 8);
+    const lease = await slots.acquire(endpoint, 'default', { maxConcurrent: 8, flexFillsAll: false });
     slots.release(endpoint, lease!);
     await slots.close();
     expect(await leasesHeld()).toBe(0);

@@ -2,7 +2,7 @@
 import { describe, expect, it } from 'vitest';
 import { CircuitBreaker, PROBE_CALLER } from '../../src/routing/circuit-breaker.js';
 import { EndpointState, QueueTimeout, Slot } from '../../src/routing/endpoint-state.js';
-import { mayAdmit, flexLimit } from '../../src/routing/admission-rule.js';
+import { mayAdmit, flexLimit, POLL_MS } from '../../src/routing/admission-rule.js';
 import { LeastLoadPolicy } from '../../src/routing/policies/least-load.js';
 import type { Candidate, RoutingPolicy } from '../../src/routing/policies/policy.js';
 import { KnownPrefixes } from '../../src/routing/known-prefixes.js';
@@ -306,7 +306,7 @@ const BREAKER = { failureThreshold: 3, failureRate: 0.5, windowMs: 10_000, minCa
 describe('endpoint cache share', () => {
   it('is the share of the last 5 minutes, so that the view shows a cache that has gone cold', () => {
     let now = 0;
-    const state = new EndpointState('e', { maxConcurrent: 1, maxQueue: 1, accountQueueShare: 1 }, BREAKER, undefined, () => now);
+    const state = new EndpointState('e', { maxConcurrent: 1, maxQueue: 1, accountQueueShare: 1, flexFillsAll: false }, BREAKER, undefined, () => now);
     state.recordUsage(1000, 900);
     now = 4 * 60_000;
     state.recordUsage(1000, 100);
@@ -319,7 +319,7 @@ describe('endpoint cache share', () => {
 
 describe('endpoint concurrency', () => {
   it('admits up to maxConcurrent, queues the next in order, and hands a released slot to the first waiter', async () => {
-    const state = new EndpointState('e', { maxConcurrent: 1, maxQueue: 2, accountQueueShare: 1 }, BREAKER);
+    const state = new EndpointState('e', { maxConcurrent: 1, maxQueue: 2, accountQueueShare: 1, flexFillsAll: false }, BREAKER);
     const first = await state.tryAcquire('default');
     expect(first).toBeInstanceOf(Slot);
     expect(await state.tryAcquire('default')).toBeUndefined();
@@ -336,7 +336,7 @@ describe('endpoint concurrency', () => {
   });
 
   it('gives a slot back once, however often it is released', async () => {
-    const state = new EndpointState('e', { maxConcurrent: 2, maxQueue: 2, accountQueueShare: 1 }, BREAKER);
+    const state = new EndpointState('e', { maxConcurrent: 2, maxQueue: 2, accountQueueShare: 1, flexFillsAll: false }, BREAKER);
     const first = await state.tryAcquire('default');
     await state.tryAcquire('default');
     first!.release();
@@ -347,14 +347,14 @@ describe('endpoint concurrency', () => {
   });
 
   it('gives up waiting after the queue timeout', async () => {
-    const state = new EndpointState('e', { maxConcurrent: 1, maxQueue: 1, accountQueueShare: 1 }, BREAKER);
+    const state = new EndpointState('e', { maxConcurrent: 1, maxQueue: 1, accountQueueShare: 1, flexFillsAll: false }, BREAKER);
     await state.tryAcquire('default');
     await expect(state.acquireQueued('team', 'default', 30, new Cancellation())).rejects.toBeInstanceOf(QueueTimeout);
     expect(state.queued).toBe(0);
   });
 
   it('leaves the queue at once when its request is cancelled, and a slot released later goes to the next', async () => {
-    const state = new EndpointState('e', { maxConcurrent: 1, maxQueue: 2, accountQueueShare: 1 }, BREAKER);
+    const state = new EndpointState('e', { maxConcurrent: 1, maxQueue: 2, accountQueueShare: 1, flexFillsAll: false }, BREAKER);
     const held = await state.tryAcquire('default');
     const leaving = new Cancellation();
     const left = state.acquireQueued('team', 'default', 10_000, leaving);
@@ -368,7 +368,7 @@ describe('endpoint concurrency', () => {
   });
 
   it('refuses at once, taking no place in the queue, a request cancelled before it began to wait', async () => {
-    const state = new EndpointState('e', { maxConcurrent: 1, maxQueue: 2, accountQueueShare: 1 }, BREAKER);
+    const state = new EndpointState('e', { maxConcurrent: 1, maxQueue: 2, accountQueueShare: 1, flexFillsAll: false }, BREAKER);
     const held = await state.tryAcquire('default');
     const gone = new Cancellation();
     gone.cancel();
@@ -381,7 +381,7 @@ describe('endpoint concurrency', () => {
   });
 
   it("lets one account take only its share of the queue, leaving room for the others", async () => {
-    const state = new EndpointState('e', { maxConcurrent: 1, maxQueue: 4, accountQueueShare: 0.5 }, BREAKER);
+    const state = new EndpointState('e', { maxConcurrent: 1, maxQueue: 4, accountQueueShare: 0.5, flexFillsAll: false }, BREAKER);
     const held = await state.tryAcquire('default');
     const waits = [state.acquireQueued('burst', 'default', 1000, new Cancellation()), state.acquireQueued('burst', 'default', 1000, new Cancellation())];
     expect(state.hasQueueRoom('burst')).toBe(false);
@@ -392,7 +392,7 @@ describe('endpoint concurrency', () => {
   });
 
   it('hands freed slots to the accounts waiting in turn, not in arrival order', async () => {
-    const state = new EndpointState('e', { maxConcurrent: 1, maxQueue: 8, accountQueueShare: 1 }, BREAKER);
+    const state = new EndpointState('e', { maxConcurrent: 1, maxQueue: 8, accountQueueShare: 1, flexFillsAll: false }, BREAKER);
     let held = (await state.tryAcquire('default'))!;
     const order: string[] = [];
     const waits = ['a1', 'a2', 'a3', 'b1', 'c1'].map((w) => state.acquireQueued(w[0], 'default', 1000, new Cancellation()).then((slot) => (order.push(w), (held = slot))));
@@ -408,7 +408,7 @@ describe('endpoint concurrency', () => {
 describe('admission by service tier', () => {
   it('admits waiting requests priority first, then default, then flex once the room it leaves the others allows', async () => {
     let now = 0;
-    const state = new EndpointState('e', { maxConcurrent: 2, maxQueue: 8, accountQueueShare: 1 }, BREAKER, undefined, () => now);
+    const state = new EndpointState('e', { maxConcurrent: 2, maxQueue: 8, accountQueueShare: 1, flexFillsAll: false }, BREAKER, undefined, () => now);
     const held = [(await state.tryAcquire('default'))!, (await state.tryAcquire('default'))!];
     const order: string[] = [];
     const waits = (['flex', 'default', 'priority'] as const).map((tier) => state.acquireQueued(tier, tier, 60_000, new Cancellation()).then((slot) => (order.push(tier), held.push(slot))));
@@ -418,10 +418,20 @@ describe('admission by service tier', () => {
       await new Promise((r) => setImmediate(r));
     }
     expect(order).toEqual(['priority', 'default']);
-    // Two requests of other tiers were held at once in the last 30 s: flex leaves room for them and one more.
-    now += 31_000;
+    // Two requests of other tiers were held at once in the last 2 s: flex leaves room for them and one more,
+    // until that window has passed.
+    now += 1_000;
+    await new Promise((r) => setTimeout(r, 3 * POLL_MS));
+    expect(order).toEqual(['priority', 'default']);
+    now += 2_000;
     await Promise.all(waits);
     expect(order).toEqual(['priority', 'default', 'flex']);
+  });
+
+  it('lets flex fill every slot of an engine that schedules by priority, whatever the others held lately', () => {
+    expect(flexLimit(8, true)).toBe(8);
+    expect(mayAdmit('flex', 8, { flex: 7, other: 0 }, 5, true)).toBe(true);
+    expect(mayAdmit('flex', 8, { flex: 8, other: 0 }, 0, true)).toBe(false);
   });
 
   it('lets flex fill all but its reserve with nothing else about, and leave room for the most others held lately, plus one', () => {
@@ -435,14 +445,14 @@ describe('admission by service tier', () => {
 
   it('never gives flex the last fifth of the slots (at least one), which a default request then finds free', async () => {
     expect([1, 2, 8, 10, 256].map((n) => flexLimit(n))).toEqual([1, 1, 7, 8, 205]);
-    const state = new EndpointState('e', { maxConcurrent: 8, maxQueue: 8, accountQueueShare: 1 }, BREAKER);
+    const state = new EndpointState('e', { maxConcurrent: 8, maxQueue: 8, accountQueueShare: 1, flexFillsAll: false }, BREAKER);
     for (let i = 0; i < 7; i++) expect(await state.tryAcquire('flex')).toBeInstanceOf(Slot);
     expect(await state.tryAcquire('flex')).toBeUndefined();
     expect(await state.tryAcquire('default')).toBeInstanceOf(Slot);
   });
 
   it('lets a default request pass waiting flex requests to a slot they may not take', async () => {
-    const state = new EndpointState('e', { maxConcurrent: 8, maxQueue: 8, accountQueueShare: 1 }, BREAKER);
+    const state = new EndpointState('e', { maxConcurrent: 8, maxQueue: 8, accountQueueShare: 1, flexFillsAll: false }, BREAKER);
     for (let i = 0; i < 7; i++) await state.tryAcquire('flex');
     const flex = state.acquireQueued('batch', 'flex', 30, new Cancellation());
     expect(await state.tryAcquire('default')).toBeInstanceOf(Slot);

@@ -64,10 +64,11 @@ export interface TestGatewayOptions {
 export async function startTestGateway(config: unknown, opts: TestGatewayOptions = {}): Promise<TestGateway> {
   const dir = mkdtempSync(join(tmpdir(), 'parley-test-'));
   const configPath = join(dir, 'routing.yaml');
-  // A test's output stays readable: no request log lines unless the test asks for them.
+  // A test's output stays readable: no request log lines unless the test asks for them. Nor are scripted
+  // upstreams asked for their engine load (a GET /metrics a script would have to answer) unless the test asks.
   const quiet = (c: unknown) => {
     const file = c as { gateway?: { requestLog?: boolean } };
-    return { ...file, gateway: { requestLog: false, ...file.gateway } };
+    return { ...file, gateway: { requestLog: false, engineLoad: { intervalMs: 0 }, ...file.gateway } };
   };
   const writeConfig = (c: unknown) => writeFileSync(configPath, stringify(quiet(c)));
   writeConfig(config);

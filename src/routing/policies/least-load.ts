@@ -1,7 +1,9 @@
-// Least outstanding requests (in flight plus queued) relative to weight.
+// Least outstanding requests (in flight plus queued, the engine's own
+// included) relative to weight, engines near a full KV cache last.
 // Among equally loaded endpoints it rotates, so that an idle pool still
 // spreads requests instead of sending every one to the first.
-import { byLoad, type Candidate, type RoutingPolicy } from './policy.js';
+import { byLoad } from '../endpoint-score.js';
+import type { Candidate, RoutingPolicy } from './policy.js';
 
 export class LeastLoadPolicy implements RoutingPolicy {
   readonly needsKey = false;

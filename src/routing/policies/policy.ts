@@ -3,10 +3,12 @@
 // can be tested alone.
 export interface Candidate {
   name: string;
-  /** Requests in flight plus waiting. */
+  /** Requests there: the fleet's in flight and waiting, and the engine's from elsewhere (routing/endpoint-score.ts). */
   load: number;
   /** Relative capacity from the routing file. */
   weight: number;
+  /** The share of its KV cache the engine last said was in use, where it says (routing/engine-reports.ts). */
+  kvCacheUse?: number;
 }
 
 export interface RoutingRequest {
@@ -25,12 +27,4 @@ export interface RoutingPolicy {
   homes?(): Map<string, number>;
   /** Requests sent past their key's home because it was busy, since the policy was made. */
   readonly spills?: number;
-}
-
-/** Least loaded first, relative to weight; ties keep the given order. */
-export function byLoad<C extends Candidate>(candidates: C[]): C[] {
-  return candidates
-    .map((c, i) => ({ c, i }))
-    .sort((a, b) => a.c.load / a.c.weight - b.c.load / b.c.weight || a.i - b.i)
-    .map(({ c }) => c);
 }

@@ -13,9 +13,12 @@
 // key's own order, the same second home on every replica, whose cache then
 // fills once. A single hot key thus spreads over as many endpoints as its
 // load needs. The loads are the fleet's (routing/fleet-load.ts), so three
-// replicas spill as one would.
+// replicas spill as one would, with the engine's work from elsewhere added
+// where it reports it (routing/endpoint-score.ts); a home whose engine says
+// its KV cache is full spills too, while another has room.
 import { KnownPrefixes } from '../known-prefixes.js';
 import { PrefixPlacement, rendezvousOrder, type PlacementEndpoint } from '../prefix-placement.js';
+import { isKvCacheFull } from '../endpoint-score.js';
 import { type Candidate, type RoutingPolicy, type RoutingRequest } from './policy.js';
 
 export interface PrefixAffinitySettings {
@@ -47,7 +50,9 @@ export class PrefixAffinityPolicy implements RoutingPolicy {
     // The mean counts this request, so that an idle pool takes it at home.
     const mean = (total + 1) / weights;
     const bound = Math.max(this.settings.loadFactor * mean, mean + this.settings.maxImbalance);
-    const chosen = preference.find((c) => (c.load + 1) / c.weight <= bound) ?? preference[0];
+    const withinBound = (c: C) => (c.load + 1) / c.weight <= bound;
+    // A KV-full engine would preempt to take the request: the next within the bound and not full takes it.
+    const chosen = preference.find((c) => withinBound(c) && !isKvCacheFull(c)) ?? preference.find(withinBound) ?? preference[0];
     if (chosen !== home) this.spills++;
     return [chosen, ...preference.filter((c) => c !== chosen)];
   }

@@ -1,5 +1,7 @@
 // Parley's own local engine speaks OpenAI's format, with developer messages
 // and max_tokens as llama.cpp-style servers take them.
 import { openAiCompatible } from '../dialect.js';
+import { LLAMACPP_LOAD } from './llamacpp.js';
 
-export const parleyEngine = openAiCompatible({ chunkFraming: {} });
+// Its load at /metrics in llama-server's names (engine/server.ts).
+export const parleyEngine = openAiCompatible({ chunkFraming: {}, engineLoad: LLAMACPP_LOAD });

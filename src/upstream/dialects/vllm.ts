@@ -1,6 +1,7 @@
 // vLLM reports cached prompt tokens in OpenAI's field when it is started with
 // --enable-prompt-tokens-details; usage may come on every chunk, and the last one wins.
 import { openAiCompatible } from '../dialect.js';
+import { rootMetrics } from '../engine-load.js';
 
 export const vllm = openAiCompatible({
   // POST /tokenize at the server's root counts a chat prompt through the model's template.
@@ -8,6 +9,13 @@ export const vllm = openAiCompatible({
     url: (base) => `${base.replace(/\/v1$/, '')}/tokenize`,
     body: (messages, model) => ({ model, messages }),
     read: (answer) => answer.count,
+  },
+  // Its scheduler's gauges at /metrics (vllm/v1/metrics/loggers.py); the KV gauge was gpu_cache_usage_perc before 0.10.
+  engineLoad: {
+    url: rootMetrics,
+    running: 'vllm:num_requests_running',
+    waiting: 'vllm:num_requests_waiting',
+    kvCacheUse: ['vllm:kv_cache_usage_perc', 'vllm:gpu_cache_usage_perc'],
   },
   // With --scheduling-policy priority, lower values are scheduled first (0 when not given); the endpoint opts in.
   priorityOf: (tier) => ({ priority: -1, default: 0, flex: 1 })[tier],

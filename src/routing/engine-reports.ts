@@ -1,0 +1,196 @@
+// What each engine says of its own load (upstream/engine-load.ts), read on
+// an interval and shared by the fleet. Parley's own counts miss the work an
+// engine gets from elsewhere (a team's job pointed straight at it, a second
+// gateway) and see twenty long agent sessions as twenty short chats; the
+// engine's queue and KV-cache use do not.
+//
+// Each interval every replica asks Redis, in one script call, which
+// endpoints are its to read this interval (the first replica to ask claims
+// an endpoint for one interval) and what the fleet last read of every one.
+// So an engine is read once per interval whatever the number of replicas,
+// and all of them route on one picture. Without Redis a replica reads every
+// endpoint itself. A read that fails, times out or finds no load gauges is
+// recorded as failed: routing then goes by Parley's own counts for that
+// endpoint (as for a hosted API, which reports nothing), the admin view and
+// /metrics say so, and no request waits on a read.
+import { request } from 'undici';
+import { randomUUID } from 'node:crypto';
+import type { Redis } from 'ioredis';
+import { readEngineLoad, type EngineLoad } from '../upstream/engine-load.js';
+import { LUA_NOW_MS, luaScript } from '../redis/lua-script.js';
+import { redisKeys } from '../redis/keys.js';
+import type { RoutedEndpoint } from './routing-table.js';
+
+export interface EngineReadSettings {
+  /** How often each engine is read, fleet-wide; 0: never. */
+  intervalMs: number;
+  timeoutMs: number;
+}
+
+/** What routing knows of an engine's load, and where it comes from. */
+export interface EngineReport {
+  /** `engine`: a recent reading; `own-counts`: none, so Parley's own counts alone (`reason` says why). */
+  source: 'engine' | 'own-counts';
+  reason?: string;
+  /** The last good reading, while it is recent. */
+  load?: EngineLoad;
+  /** Requests at the engine that the fleet did not send: running and waiting beyond the fleet's own when read. */
+  external: number;
+  /** How old the last reading (good or failed) is. */
+  ageMs?: number;
+}
+
+/** A reading as the fleet stores it. */
+type Reading = (EngineLoad & { external: number }) | { error: string };
+
+/** The largest metrics text read: vLLM's runs to a few hundred KiB with its histograms. */
+const MAX_METRICS_BYTES = 8 * 1024 * 1024;
+/** A reading older than this many intervals (its reader died, or Redis is away) is not routed on. */
+const STALE_INTERVALS = 3;
+
+// KEYS: the fleet's readings. ARGV: this replica, the interval (ms), then the endpoints' names. Claims, for one
+// interval, each endpoint no replica has claimed; returns Redis's time, the names claimed, and each endpoint's
+// last reading ("<written at> <JSON>", or false).
+const TURN = luaScript(`
+${LUA_NOW_MS}
+local claimed, readings = {}, {}
+for i = 3, #ARGV do
+  local name = ARGV[i]
+  local claim = redis.call('HGET', KEYS[1], 'claim:' .. name)
+  local ends = claim and tonumber(string.match(claim, '^(%d+)')) or 0
+  if ends <= now_ms then
+    redis.call('HSET', KEYS[1], 'claim:' .. name, (now_ms + tonumber(ARGV[2])) .. ' ' .. ARGV[1])
+    claimed[#claimed + 1] = name
+  end
+  readings[#readings + 1] = redis.call('HGET', KEYS[1], name) or false
+end
+redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[2]) * 10)
+return { now_ms, claimed, readings }
+`);
+
+// KEYS: the fleet's readings. ARGV: the endpoint, its reading (JSON). Written at Redis's time, which every replica ages it by.
+const WRITE = luaScript(`
+${LUA_NOW_MS}
+redis.call('HSET', KEYS[1], ARGV[1], now_ms .. ' ' .. ARGV[2])
+return now_ms
+`);
+
+const OWN_COUNTS_ONLY: EngineReport = { source: 'own-counts', reason: 'this kind of upstream reports no load', external: 0 };
+
+export class EngineReports {
+  private readonly replica = randomUUID();
+  private endpoints: RoutedEndpoint[] = [];
+  private settings: EngineReadSettings = { intervalMs: 0, timeoutMs: 0 };
+  private readonly readings = new Map<string, { at: number; reading: Reading }>();
+  private timer: NodeJS.Timeout | undefined;
+  private reading = false;
+  /** Redis's clock less this replica's, where the fleet shares readings (they are aged by Redis's time). */
+  private clockOffset = 0;
+
+  /** `fleetLoadAt`: the fleet's requests at an endpoint now, in flight and waiting, to tell the engine's other work from. */
+  constructor(private readonly redis: Redis | undefined, private readonly fleetLoadAt: (name: string) => number) {}
+
+  /** Reads these endpoints from now on, every `settings.intervalMs`. */
+  apply(endpoints: RoutedEndpoint[], settings: EngineReadSettings): void {
+    this.endpoints = endpoints.filter((e) => e.dialect.engineLoad);
+    const names = new Set(this.endpoints.map((e) => e.name));
+    for (const name of this.readings.keys()) if (!names.has(name)) this.readings.delete(name);
+    if (this.timer && this.settings.intervalMs === settings.intervalMs) {
+      this.settings = settings;
+      return;
+    }
+    this.settings = settings;
+    clearInterval(this.timer);
+    this.timer = undefined;
+    if (settings.intervalMs === 0) return this.readings.clear();
+    this.timer = setInterval(() => void this.turn(), settings.intervalMs);
+    this.timer.unref();
+    void this.turn();
+  }
+
+  /** What routing goes by for `endpoint`. */
+  report(endpoint: RoutedEndpoint): EngineReport {
+    if (!endpoint.dialect.engineLoad) return OWN_COUNTS_ONLY;
+    if (this.settings.intervalMs === 0) return { source: 'own-counts', reason: 'engine load reading is off (gateway.engineLoad.intervalMs)', external: 0 };
+    const last = this.readings.get(endpoint.name);
+    if (!last) return { source: 'own-counts', reason: 'not read yet', external: 0 };
+    const ageMs = Math.max(0, this.now() - last.at);
+    if ('error' in last.reading) return { source: 'own-counts', reason: `last read failed: ${last.reading.error}`, external: 0, ageMs };
+    if (ageMs > STALE_INTERVALS * this.settings.intervalMs + this.settings.timeoutMs) return { source: 'own-counts', reason: 'last reading is stale', external: 0, ageMs };
+    const { external, ...load } = last.reading;
+    return { source: 'engine', load, external, ageMs };
+  }
+
+  close(): void {
+    clearInterval(this.timer);
+    this.timer = undefined;
+  }
+
+  private now(): number {
+    return Date.now() + this.clockOffset;
+  }
+
+  /** One interval: claim and read this replica's share of the engines, and take the fleet's readings of the rest. */
+  private async turn(): Promise<void> {
+    if (this.reading || this.endpoints.length === 0) return;
+    this.reading = true;
+    try {
+      const endpoints = this.endpoints;
+      const { redis } = this;
+      if (!redis) {
+        await Promise.all(endpoints.map(async (e) => this.readings.set(e.name, { at: Date.now(), reading: await this.read(e) })));
+        return;
+      }
+      const [now, claimed, stored] = (await TURN.run(redis, [redisKeys.engineLoads], [this.replica, this.settings.intervalMs, ...endpoints.map((e) => e.name)])) as [number, string[], (string | null)[]];
+      this.clockOffset = Number(now) - Date.now();
+      endpoints.forEach((e, i) => {
+        const text = stored[i];
+        if (!text) return;
+        const space = text.indexOf(' ');
+        this.readings.set(e.name, { at: Number(text.slice(0, space)), reading: JSON.parse(text.slice(space + 1)) as Reading });
+      });
+      const mine = endpoints.filter((e) => claimed.includes(e.name));
+      await Promise.all(
+        mine.map(async (e) => {
+          const reading = await this.read(e);
+          const at = Number(await WRITE.run(redis, [redisKeys.engineLoads], [e.name, JSON.stringify(reading)]));
+          this.readings.set(e.name, { at, reading });
+        }),
+      );
+    } catch {
+      // Redis is away: the readings age until they are stale, and routing goes by its own counts.
+    } finally {
+      this.reading = false;
+    }
+  }
+
+  /** Reads one engine's metrics; never throws. */
+  private async read(endpoint: RoutedEndpoint): Promise<Reading> {
+    const source = endpoint.dialect.engineLoad!;
+    const { timeoutMs } = this.settings;
+    try {
+      const headers: Record<string, string> = endpoint.apiKey ? { authorization: `Bearer ${endpoint.apiKey}` } : {};
+      const res = await request(source.url(endpoint.url), { headers, signal: AbortSignal.timeout(timeoutMs), headersTimeout: timeoutMs, bodyTimeout: timeoutMs });
+      if (res.statusCode !== 200) {
+        await res.body.dump();
+        return { error: `HTTP ${res.statusCode}` };
+      }
+      const chunks: Buffer[] = [];
+      let size = 0;
+      for await (const chunk of res.body) {
+        size += (chunk as Buffer).length;
+        if (size > MAX_METRICS_BYTES) {
+          res.body.destroy();
+          return { error: `metrics text over ${MAX_METRICS_BYTES} bytes` };
+        }
+        chunks.push(chunk as Buffer);
+      }
+      const load = readEngineLoad(source, Buffer.concat(chunks).toString('utf8'));
+      if (!load) return { error: `no ${source.running} and ${source.waiting} gauges` };
+      return { ...load, external: Math.max(0, load.running + load.waiting - this.fleetLoadAt(endpoint.name)) };
+    } catch (err) {
+      const e = err as { name?: string; code?: string; message?: string };
+      return { error: e.name === 'TimeoutError' || e.name === 'AbortError' ? `no answer in ${timeoutMs} ms` : (e.code ?? e.message ?? String(err)) };
+    }
+  }
+}

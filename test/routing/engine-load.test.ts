@@ -1,0 +1,223 @@
+// Routing on what the engines report: their metrics text read as vLLM,
+// SGLang and llama.cpp's server serve it, read once per interval for a
+// fleet of three replicas, work that reaches an engine another way steering
+// new requests elsewhere, a read that fails or hangs failing no request,
+// and flex held back while an engine has a queue of its own.
+import type { ServerResponse } from 'node:http';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { readEngineLoad } from '../../src/upstream/engine-load.js';
+import { DIALECTS } from '../../src/upstream/dialects/index.js';
+import { LeastLoadPolicy } from '../../src/routing/policies/least-load.js';
+import { PrefixAffinityPolicy } from '../../src/routing/policies/prefix-affinity.js';
+import { EndpointState, Slot } from '../../src/routing/endpoint-state.js';
+import { completionBody, replyJson, sleep, type ReceivedRequest } from '../support/fake-upstream.js';
+import { asAdmin, modelEntry, postChat, startGatewayOn, startTestGateway, type GatewayOnUpstreams, type TestGateway } from '../support/gateway.js';
+
+const VLLM_TEXT = `# HELP vllm:num_requests_running Number of requests in model execution batches.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="meta-llama/Llama-3.1-8B-Instruct"} 7.0
+vllm:num_requests_running{engine="1",model_name="meta-llama/Llama-3.1-8B-Instruct"} 5.0
+# HELP vllm:num_requests_waiting Number of requests waiting to be processed.
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{engine="0",model_name="meta-llama/Llama-3.1-8B-Instruct"} 3.0
+vllm:num_requests_waiting{engine="1",model_name="meta-llama/Llama-3.1-8B-Instruct"} 0.0
+# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.
+# TYPE vllm:kv_cache_usage_perc gauge
+vllm:kv_cache_usage_perc{engine="0",model_name="meta-llama/Llama-3.1-8B-Instruct"} 0.62
+vllm:kv_cache_usage_perc{engine="1",model_name="meta-llama/Llama-3.1-8B-Instruct"} 0.41
+# HELP vllm:num_requests_waiting_by_reason Not a gauge routing reads.
+vllm:num_requests_waiting_by_reason{reason="capacity"} 9.0
+`;
+
+const SGLANG_TEXT = `# HELP sglang:num_running_reqs The number of running requests.
+# TYPE sglang:num_running_reqs gauge
+sglang:num_running_reqs{model_name="Qwen/Qwen3-8B",engine_type="unified",tp_rank="0"} 12.0
+# HELP sglang:num_queue_reqs The number of requests in the waiting queue.
+# TYPE sglang:num_queue_reqs gauge
+sglang:num_queue_reqs{model_name="Qwen/Qwen3-8B",engine_type="unified",tp_rank="0"} 4.0
+# HELP sglang:token_usage The token usage.
+# TYPE sglang:token_usage gauge
+sglang:token_usage{model_name="Qwen/Qwen3-8B",engine_type="unified",tp_rank="0"} 0.93
+`;
+
+const LLAMACPP_TEXT = `# HELP llamacpp:prompt_tokens_total Number of prompt tokens processed.
+# TYPE llamacpp:prompt_tokens_total counter
+llamacpp:prompt_tokens_total 33065
+# HELP llamacpp:requests_processing Number of requests processing.
+# TYPE llamacpp:requests_processing gauge
+llamacpp:requests_processing 2
+# HELP llamacpp:requests_deferred Number of requests deferred.
+# TYPE llamacpp:requests_deferred gauge
+llamacpp:requests_deferred 5
+`;
+
+describe('reading an engine’s metrics text', () => {
+  it('sums running and waiting over a server’s engines and keeps the fullest KV cache (vLLM)', () => {
+    expect(readEngineLoad(DIALECTS.vllm.engineLoad!, VLLM_TEXT)).toEqual({ running: 12, waiting: 3, kvCacheUse: 0.62 });
+  });
+
+  it('reads vLLM’s KV gauge by its name before 0.10 too', () => {
+    const old = VLLM_TEXT.replaceAll('vllm:kv_cache_usage_perc', 'vllm:gpu_cache_usage_perc');
+    expect(readEngineLoad(DIALECTS.vllm.engineLoad!, old)?.kvCacheUse).toBe(0.62);
+  });
+
+  it('reads SGLang’s queue and token usage, and llama.cpp’s slots busy and requests deferred (Parley’s engine serves the same)', () => {
+    expect(readEngineLoad(DIALECTS.sglang.engineLoad!, SGLANG_TEXT)).toEqual({ running: 12, waiting: 4, kvCacheUse: 0.93 });
+    expect(readEngineLoad(DIALECTS.llamacpp.engineLoad!, LLAMACPP_TEXT)).toEqual({ running: 2, waiting: 5 });
+    expect(DIALECTS['parley-engine'].engineLoad).toBe(DIALECTS.llamacpp.engineLoad);
+  });
+
+  it('finds nothing where the gauges are missing or not numbers, and nothing to read for a hosted API', () => {
+    expect(readEngineLoad(DIALECTS.vllm.engineLoad!, LLAMACPP_TEXT)).toBeUndefined();
+    expect(readEngineLoad(DIALECTS.llamacpp.engineLoad!, 'llamacpp:requests_processing NaN\nllamacpp:requests_deferred 1\n')).toBeUndefined();
+    expect(readEngineLoad(DIALECTS.llamacpp.engineLoad!, '<html>not metrics</html>')).toBeUndefined();
+    expect(DIALECTS.openai.engineLoad).toBeUndefined();
+    expect(DIALECTS.deepseek.engineLoad).toBeUndefined();
+  });
+
+  it('reads the metrics at the server root, beside /v1', () => {
+    expect(DIALECTS.vllm.engineLoad!.url('http://vllm-0:8000/v1')).toBe('http://vllm-0:8000/metrics');
+  });
+});
+
+describe('scoring on the engine’s report', () => {
+  const candidates = (kv: number[]) => kv.map((kvCacheUse, i) => ({ name: `e${i}`, load: i, weight: 1, kvCacheUse }));
+
+  it('least load puts an engine whose KV cache is nearly full last, however few requests it has', () => {
+    expect(new LeastLoadPolicy().order(candidates([0.95, 0.3, 0.5])).map((c) => c.name)).toEqual(['e1', 'e2', 'e0']);
+  });
+
+  it('prefix affinity moves a key off a KV-full home, and keeps it home when every engine is full', () => {
+    const policy = new PrefixAffinityPolicy({ loadFactor: 1.5, maxImbalance: 4, placementSlack: 0.25 });
+    const idle = [0, 1, 2].map((i) => ({ name: `e${i}`, load: 0, weight: 1, kvCacheUse: 0.2 }));
+    const home = policy.order(idle, { key: 'session-1' })[0].name;
+    const homeFull = idle.map((c) => (c.name === home ? { ...c, kvCacheUse: 0.97 } : c));
+    expect(policy.order(homeFull, { key: 'session-1' })[0].name).not.toBe(home);
+    expect(policy.order(idle.map((c) => ({ ...c, kvCacheUse: 0.97 })), { key: 'session-1' })[0].name).toBe(home);
+  });
+});
+
+describe('flex beside an engine’s own queue', () => {
+  const BREAKER = { failureThreshold: 3, failureRate: 0.5, windowMs: 10_000, minCallers: 1, openMs: 1000, probe: { path: '/models', intervalMs: 0, timeoutMs: 100 } };
+
+  it('holds flex back while the engine reports requests waiting inside it, and lets the other tiers through', async () => {
+    const state = new EndpointState('e', { maxConcurrent: 8, maxQueue: 8, accountQueueShare: 1, flexFillsAll: false }, BREAKER);
+    let waiting = 3;
+    state.engineWaiting = () => waiting;
+    expect(await state.tryAcquire('flex')).toBeUndefined();
+    expect(await state.tryAcquire('default')).toBeInstanceOf(Slot);
+    waiting = 0;
+    expect(await state.tryAcquire('flex')).toBeInstanceOf(Slot);
+  });
+
+  it('lets flex fill every slot of an engine that schedules by priority, its queue or not', async () => {
+    const state = new EndpointState('e', { maxConcurrent: 4, maxQueue: 8, accountQueueShare: 1, flexFillsAll: true }, BREAKER);
+    state.engineWaiting = () => 2;
+    for (let i = 0; i < 4; i++) expect(await state.tryAcquire('flex')).toBeInstanceOf(Slot);
+    expect(await state.tryAcquire('flex')).toBeUndefined();
+  });
+});
+
+/** A scripted vLLM: chat replies after `replyMs`, and /metrics with what `load()` says, counting the reads. */
+function scriptedVllm(load: () => { running: number; waiting: number; kv: number }, metrics: 'ok' | 'error' | 'hang' = 'ok', replyMs = 5) {
+  const counts = { metricsReads: 0, chats: 0 };
+  const script = async (req: ReceivedRequest, res: ServerResponse) => {
+    if (req.path === '/metrics') {
+      counts.metricsReads++;
+      if (metrics === 'error') return replyJson(res, { error: 'metrics are off' }, 500);
+      if (metrics === 'hang') return;
+      const l = load();
+      res.writeHead(200, { 'content-type': 'text/plain' });
+      return res.end(`vllm:num_requests_running{engine="0",model_name="m"} ${l.running}.0\nvllm:num_requests_waiting{engine="0",model_name="m"} ${l.waiting}.0\nvllm:kv_cache_usage_perc{engine="0",model_name="m"} ${l.kv}\n`);
+    }
+    if (req.path.endsWith('/models')) return replyJson(res, { object: 'list', data: [] });
+    counts.chats++;
+    await sleep(replyMs);
+    replyJson(res, completionBody('ok', { prompt_tokens: 5, completion_tokens: 1 }));
+  };
+  return { counts, script };
+}
+
+interface EndpointsView {
+  data: { endpoints: { url: string; engine: { source: string; reason?: string; load?: { waiting: number }; external: number }; routingLoad: number }[] }[];
+}
+const endpointsView = async (gw: TestGateway) => (await (await fetch(`${gw.url}/admin/v1/endpoints`, { headers: asAdmin })).json()) as EndpointsView;
+
+describe('three replicas reading two engines', () => {
+  const INTERVAL_MS = 200;
+  const busy = scriptedVllm(() => ({ running: 8, waiting: 30, kv: 0.8 }));
+  const idle = scriptedVllm(() => ({ running: 0, waiting: 0, kv: 0.1 }));
+  let running: GatewayOnUpstreams;
+  const replicas: TestGateway[] = [];
+  const config = ([a, b]: string[]) => ({
+    gateway: { engineLoad: { intervalMs: INTERVAL_MS, timeoutMs: 150 } },
+    models: [modelEntry('m', [{ kind: 'vllm', url: a }, { kind: 'vllm', url: b }])],
+  });
+
+  beforeAll(async () => {
+    running = await startGatewayOn([busy.script, idle.script], config);
+    replicas.push(running.gw);
+    for (let i = 0; i < 2; i++) replicas.push(await startTestGateway(config(running.upstreams.map((u) => u.url)), { redis: running.gw.redis }));
+  });
+  afterAll(async () => {
+    for (const replica of replicas.slice(1)) await replica.close();
+    await running.close();
+  });
+
+  it('reads each engine about once per interval for the whole fleet, and every replica sees the same report', async () => {
+    const before = busy.counts.metricsReads;
+    await sleep(10 * INTERVAL_MS);
+    const reads = busy.counts.metricsReads - before;
+    // One replica reading alone would make 10; three, each on its own, 30.
+    expect(reads).toBeGreaterThanOrEqual(6);
+    expect(reads).toBeLessThanOrEqual(14);
+    for (const gw of replicas) {
+      const [model] = (await endpointsView(gw)).data;
+      const [b, i] = model.endpoints;
+      expect(b.engine).toMatchObject({ source: 'engine', load: { waiting: 30 }, external: 38 });
+      expect(b.routingLoad).toBe(38);
+      expect(i.engine).toMatchObject({ source: 'engine', load: { waiting: 0 }, external: 0 });
+    }
+  });
+
+  it('sends new requests away from the engine whose queue comes from elsewhere, from every replica', async () => {
+    const before = { busy: busy.counts.chats, idle: idle.counts.chats };
+    for (let i = 0; i < 30; i++) {
+      const res = await postChat(replicas[i % 3], { model: 'm', messages: [{ role: 'user', content: `question ${i} from tenant ${i % 7}` }] });
+      expect(res.status).toBe(200);
+    }
+    const toBusy = busy.counts.chats - before.busy;
+    expect(toBusy + idle.counts.chats - before.idle).toBe(30);
+    expect(toBusy).toBeLessThanOrEqual(2);
+  });
+
+  it('says on /metrics what each engine reported', async () => {
+    const text = await (await fetch(`${replicas[1].url}/metrics`)).text();
+    expect(text).toMatch(/parley_engine_requests_waiting\{[^}]*endpoint="[^"]+"[^}]*\} 30/);
+    expect(text).toMatch(/parley_engine_kv_cache_usage\{[^}]*\} 0\.8/);
+    expect(text).toMatch(/parley_engine_load_reported\{[^}]*\} 1/);
+  });
+});
+
+describe('engines whose metrics fail', () => {
+  it('goes by its own counts where a read fails or hangs, says why, and fails no request', async () => {
+    const failing = scriptedVllm(() => ({ running: 0, waiting: 0, kv: 0 }), 'error');
+    const hanging = scriptedVllm(() => ({ running: 0, waiting: 0, kv: 0 }), 'hang');
+    const { gw, close } = await startGatewayOn([failing.script, hanging.script], ([a, b]) => ({
+      gateway: { engineLoad: { intervalMs: 100, timeoutMs: 50 } },
+      models: [modelEntry('m', [{ kind: 'vllm', url: a }, { kind: 'sglang', url: b }])],
+    }));
+    try {
+      await sleep(400);
+      const results = await Promise.all(Array.from({ length: 12 }, (_, i) => postChat(gw, { model: 'm', messages: [{ role: 'user', content: `q${i}` }] })));
+      expect(results.map((r) => r.status)).toEqual(Array(12).fill(200));
+      const [f, h] = (await endpointsView(gw)).data[0].endpoints;
+      expect(f.engine).toMatchObject({ source: 'own-counts', reason: 'last read failed: HTTP 500', external: 0 });
+      expect(h.engine).toMatchObject({ source: 'own-counts', reason: 'last read failed: no answer in 50 ms', external: 0 });
+      expect(failing.counts.chats + hanging.counts.chats).toBe(12);
+      expect(await (await fetch(`${gw.url}/metrics`)).text()).toMatch(/parley_engine_load_reported\{[^}]*\} 0/);
+    } finally {
+      await close();
+    }
+  });
+});
