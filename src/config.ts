@@ -111,6 +111,11 @@ const model = z.strictObject({
       maxImbalance: z.int().min(0).default(4),
       /** How far past its even share of prefixes an endpoint may be home to more (when there are many). */
       placementSlack: z.number().min(0).max(4).default(0.25),
+      /**
+       * The engines' prefill rate, prompt tokens a second: what reading a prefix again on another endpoint costs,
+       * against waiting in its home engine's queue (routing/endpoint-score.ts).
+       */
+      prefillTokensPerSecond: z.number().positive().default(10_000),
     })
     .prefault({}),
   endpoints: z.array(endpoint).min(1),

@@ -236,7 +236,7 @@ export async function handleApiRequest<R, W extends WholeReply>(api: ApiDescript
     const request = meter.maxReplyTokens < (a.asked.maxTokens ?? a.maxReplyTokens) ? api.withMaxTokens(a.request, meter.maxReplyTokens) : a.request;
     const streaming = a.asked.stream ? api.streaming : undefined;
     relay = streaming && openRelay(streaming, a, request, res, ctx, exchange, meter, record, started);
-    const plan = await ctx.router.plan(a.model, () => affinityKey(api, a.request, req, table.settings));
+    const plan = await ctx.router.plan(a.model, () => affinityKey(api, a.request, req, table.settings), a.promptTokens);
     call = await callWithFailover(ctx, span, {
       model: a.model, settings: table.settings, plan, account: caller.account, tier: a.tier, cancellation: exchange.upstreamCall, record,
       upstreamRequest: (endpoint) => withPriority(api.upstreamRequest(endpoint, a.model, request, a.passThrough), endpoint, a.tier),

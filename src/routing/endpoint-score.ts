@@ -6,10 +6,18 @@
 //   waiting beyond the fleet's, as last read: routing/engine-reports.ts), so
 //   that work reaching an engine another way counts against it;
 // - the engine's KV-cache use: an engine near full preempts and recomputes,
-//   so new work goes to one that is not, while there is one.
+//   so new work goes to one that is not, while there is one;
+// - the engine's own queue: a request sent to an engine with requests
+//   waiting waits for a running one to end, seconds where replies are long.
+//   Once an engine has queued, the requests it was running then are its
+//   capacity, and whether a request would queue is read off the live load.
 // Load is compared relative to weight. Prefix affinity adds the key's home
 // (policies/prefix-affinity.ts): a request stays there while the home is
-// within the load bound and not KV-full, and spills otherwise.
+// within the load bound, not KV-full, and waiting in its queue (the requests
+// ahead, times how long a request holds a slot there, over its capacity)
+// costs less than reading the prompt again elsewhere (its tokens at the
+// model's `prefillTokensPerSecond`); otherwise it goes to the next in the
+// key's order that would start it now, where one would.
 import type { Candidate } from './policies/policy.js';
 import type { EngineReport } from './engine-reports.js';
 
@@ -20,6 +28,32 @@ export const KV_CACHE_FULL = 0.9;
 export const endpointLoad = (fleetLoad: number, engine: EngineReport) => fleetLoad + engine.external;
 
 export const isKvCacheFull = (c: Candidate) => (c.kvCacheUse ?? 0) >= KV_CACHE_FULL;
+
+/**
+ * The requests ahead of one sent now in the engine's queue: where the engine has shown its capacity, how far its
+ * requests now (live: the fleet's, and the engine's from elsewhere) overfill it; else the queue it last reported
+ * (up to an interval old).
+ */
+export const queueAhead = (c: Candidate) => (c.capacity !== undefined ? Math.max(0, c.load + 1 - c.capacity) : (c.engineQueue ?? 0) + Number((c.engineQueue ?? 0) > 0));
+
+export const wouldQueue = (c: Candidate) => queueAhead(c) > 0;
+
+/**
+ * How long a request sent now would wait in the engine's queue: a slot frees every (time a request holds one ÷
+ * capacity), and it needs as many to free as are ahead of it. Unknown (no request held one yet): forever.
+ */
+export function queueWaitMs(c: Candidate): number {
+  const ahead = queueAhead(c);
+  if (ahead === 0) return 0;
+  if (c.heldMs === undefined || c.capacity === undefined) return Infinity;
+  return (ahead * c.heldMs) / Math.max(1, c.capacity);
+}
+
+/** What reading a prompt of `promptTokens` again on another engine costs, at `tokensPerSecond`. */
+export const rereadMs = (promptTokens: number | undefined, tokensPerSecond: number) => ((promptTokens ?? 0) * 1000) / tokensPerSecond;
+
+/** Whether the engine would start a request now: no queue for it, and room in its KV cache. */
+export const takesWorkNow = (c: Candidate) => !wouldQueue(c) && !isKvCacheFull(c);
 
 /** Those not KV-full first, then least loaded relative to weight; ties keep the given order. */
 export function byLoad<C extends Candidate>(candidates: C[]): C[] {

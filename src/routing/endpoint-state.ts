@@ -41,7 +41,7 @@ export interface EndpointSnapshot {
   failures: number;
   /** The share of prompt tokens the upstream reported served from its cache, over the last CACHE_SHARE_MINUTES. */
   cachedTokenShare: number;
-  latencyMs: { ewma: number | null; lastFirstByte: number | null };
+  latencyMs: { ewma: number | null; lastFirstByte: number | null; held: number | null };
 }
 
 interface Waiter {
@@ -102,6 +102,8 @@ export class EndpointState {
   /** The last CACHE_SHARE_MINUTES minutes that had usage, oldest first. */
   private recentUsage: MinuteOfUsage[] = [];
   private latencyEwma: number | null = null;
+  /** How long a request holds a slot here, from admission to its last byte (EWMA), in ms. */
+  private holdEwma: number | null = null;
   private lastLatency: number | null = null;
   limits: EndpointLimits;
   /** Requests waiting inside the engine, where it reports them (routing/engine-reports.ts). */
@@ -118,6 +120,11 @@ export class EndpointState {
     this.limits = limits;
     this.breaker = new CircuitBreaker(breaker);
     this.otherPeak = new RecentPeak(now);
+  }
+
+  /** How long a request holds a slot here, lately (undefined before the first). */
+  get heldMs(): number | undefined {
+    return this.holdEwma ?? undefined;
   }
 
   /** In flight plus waiting: what least-load policies compare. */
@@ -221,7 +228,10 @@ export class EndpointState {
 
   /** A slot taken, which gives back its own count and lease; the waiter whose turn it is, if any, takes it. */
   private slot(tier: ServiceTier, lease: string | undefined): Slot {
+    const taken = this.now();
     return new Slot(() => {
+      const held = this.now() - taken;
+      this.holdEwma = this.holdEwma === null ? held : this.holdEwma * (1 - EWMA_WEIGHT) + held * EWMA_WEIGHT;
       this.countHeld(tier, -1);
       if (lease) this.fleet?.release(this.name, lease);
       this.wake?.();
@@ -337,7 +347,7 @@ export class EndpointState {
       requests: this.requests,
       failures: this.failures,
       cachedTokenShare: this.recentCachedShare(),
-      latencyMs: { ewma: this.latencyEwma === null ? null : Math.round(this.latencyEwma), lastFirstByte: this.lastLatency },
+      latencyMs: { ewma: this.latencyEwma === null ? null : Math.round(this.latencyEwma), lastFirstByte: this.lastLatency, held: this.heldMs === undefined ? null : Math.round(this.heldMs) },
     };
   }
 }

@@ -116,12 +116,12 @@ export class Router {
    * `affinityKey`: which cache the request needs, asked for only by a policy that reads it. A key the policy has
    * not seen waits for the fleet's order of keys (routing/prefix-sharing.ts), so that every replica places it alike.
    */
-  async plan(model: RoutedModel, affinityKey: () => string): Promise<RoutePlan> {
+  async plan(model: RoutedModel, affinityKey: () => string, promptTokens?: number): Promise<RoutePlan> {
     const entry = this.policies.get(model.config.id)!;
     const key = model.endpoints.length > 1 && entry.policy.needsKey ? affinityKey() : undefined;
     const { sharing } = this;
     if (sharing && key && entry.policy.isKnown?.(key) === false) await sharing.place(model.config.id, key);
-    const request: RoutingRequest = { key };
+    const request: RoutingRequest = { key, promptTokens };
     const priorities = [...new Set(model.endpoints.map((e) => e.priority))].sort((a, b) => a - b);
     const endpoints: RoutedEndpoint[] = [];
     for (const priority of priorities) {
@@ -129,7 +129,7 @@ export class Router {
         .filter((e) => e.priority === priority && this.state(e).breaker.isAvailable())
         .map((e) => {
           const engine = this.engines.report(e);
-          return { endpoint: e, name: e.name, load: endpointLoad(this.state(e).load + (this.fleet?.othersAt(e.name) ?? 0), engine), weight: e.weight, kvCacheUse: engine.load?.kvCacheUse };
+          return { endpoint: e, name: e.name, load: endpointLoad(this.state(e).load + (this.fleet?.othersAt(e.name) ?? 0), engine), weight: e.weight, kvCacheUse: engine.load?.kvCacheUse, engineQueue: engine.load?.waiting, capacity: engine.capacity, heldMs: this.state(e).heldMs };
         });
       endpoints.push(...entry.policy.order(group, request).map((c) => c.endpoint));
     }

@@ -38,7 +38,8 @@ function loadDirectly(baseUrl: string, count: number): () => void {
           body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'Write at length.' }], max_tokens: 3000, stream: true }),
           signal: abort.signal,
         });
-        for await (const _ of res.body!);
+        const reader = res.body!.getReader();
+        while (!(await reader.read()).done);
       } catch {
         // Aborted at the end.
       }
@@ -72,8 +73,9 @@ async function expectMostToTheIdleEngine(gw: TestGateway): Promise<void> {
   const [busy, idle] = (await endpoints(gw)).map((e) => e.url);
   const stop = loadDirectly(busy, DIRECT);
   try {
-    const seen = await engineReports(gw, busy, (e) => e.engine.source === 'engine' && (e.engine.load?.running ?? 0) + (e.engine.load?.waiting ?? 0) >= DIRECT - 1);
-    expect(seen.engine.external).toBeGreaterThanOrEqual(DIRECT - 2);
+    // Work from elsewhere counts once two readings in a row have found it (routing/engine-reports.ts).
+    const seen = await engineReports(gw, busy, (e) => e.engine.source === 'engine' && e.engine.external >= DIRECT - 2);
+    expect(seen.engine.load!.running + seen.engine.load!.waiting).toBeGreaterThanOrEqual(DIRECT - 2);
     const served = await throughParley(gw);
     expect(served.get(busy)! + served.get(idle)!).toBe(THROUGH_PARLEY);
     expect(served.get(idle)!).toBeGreaterThanOrEqual(THROUGH_PARLEY - 2);

@@ -87,8 +87,26 @@ describe('scoring on the engine’s report', () => {
     expect(new LeastLoadPolicy().order(candidates([0.95, 0.3, 0.5])).map((c) => c.name)).toEqual(['e1', 'e2', 'e0']);
   });
 
+  it('prefix affinity keeps a key home while its queue costs less than reading the prompt again elsewhere, and moves it when not', () => {
+    const policy = new PrefixAffinityPolicy({ loadFactor: 1.5, maxImbalance: 4, placementSlack: 0.25, prefillTokensPerSecond: 10_000 });
+    const idle = [0, 1, 2].map((i) => ({ name: `e${i}`, load: 4, weight: 1, capacity: 8, heldMs: 4000 }));
+    const home = policy.order(idle, { key: 'session-2' })[0].name;
+    // 8 in flight at home fills it: one slot must free first, a wait of 4000 / 8 = 500 ms. Within the load bound
+    // (the mean plus 4) either way, so only the cost moves the key.
+    const full = (extra: object = {}) => idle.map((c) => (c.name === home ? { ...c, load: 8, ...extra } : c));
+    const choice = (candidates: typeof idle, promptTokens: number) => policy.order(candidates, { key: 'session-2', promptTokens })[0].name;
+    expect(choice(full(), 2_000)).not.toBe(home); // reading 2,000 tokens again: 200 ms
+    expect(choice(full(), 20_000)).toBe(home); // 2,000 ms
+    expect(choice(full({ heldMs: 400 }), 2_000)).toBe(home); // short replies: 50 ms
+    expect(choice(full({ heldMs: undefined }), 20_000)).not.toBe(home); // no request held a slot yet: the wait is unknown
+    expect(choice(idle.map((c) => (c.name === home ? { ...c, load: 6 } : c)), 2_000)).toBe(home); // room at home
+    expect(choice(full({ capacity: undefined, engineQueue: 2 }), 20_000)).not.toBe(home);
+    // Where every engine would queue it, it stays home.
+    expect(choice(idle.map((c) => ({ ...c, load: 8 })), 2_000)).toBe(home);
+  });
+
   it('prefix affinity moves a key off a KV-full home, and keeps it home when every engine is full', () => {
-    const policy = new PrefixAffinityPolicy({ loadFactor: 1.5, maxImbalance: 4, placementSlack: 0.25 });
+    const policy = new PrefixAffinityPolicy({ loadFactor: 1.5, maxImbalance: 4, placementSlack: 0.25, prefillTokensPerSecond: 10_000 });
     const idle = [0, 1, 2].map((i) => ({ name: `e${i}`, load: 0, weight: 1, kvCacheUse: 0.2 }));
     const home = policy.order(idle, { key: 'session-1' })[0].name;
     const homeFull = idle.map((c) => (c.name === home ? { ...c, kvCacheUse: 0.97 } : c));
@@ -128,7 +146,8 @@ function scriptedVllm(load: () => { running: number; waiting: number; kv: number
       if (metrics === 'hang') return;
       const l = load();
       res.writeHead(200, { 'content-type': 'text/plain' });
-      return res.end(`vllm:num_requests_running{engine="0",model_name="m"} ${l.running}.0\nvllm:num_requests_waiting{engine="0",model_name="m"} ${l.waiting}.0\nvllm:kv_cache_usage_perc{engine="0",model_name="m"} ${l.kv}\n`);
+      res.end(`vllm:num_requests_running{engine="0",model_name="m"} ${l.running}.0\nvllm:num_requests_waiting{engine="0",model_name="m"} ${l.waiting}.0\nvllm:kv_cache_usage_perc{engine="0",model_name="m"} ${l.kv}\n`);
+      return;
     }
     if (req.path.endsWith('/models')) return replyJson(res, { object: 'list', data: [] });
     counts.chats++;
@@ -139,7 +158,7 @@ function scriptedVllm(load: () => { running: number; waiting: number; kv: number
 }
 
 interface EndpointsView {
-  data: { endpoints: { url: string; engine: { source: string; reason?: string; load?: { waiting: number }; external: number }; routingLoad: number }[] }[];
+  data: { endpoints: { url: string; engine: { source: string; reason?: string; load?: { waiting: number }; external: number; capacity?: number }; routingLoad: number }[] }[];
 }
 const endpointsView = async (gw: TestGateway) => (await (await fetch(`${gw.url}/admin/v1/endpoints`, { headers: asAdmin })).json()) as EndpointsView;
 
@@ -174,7 +193,7 @@ describe('three replicas reading two engines', () => {
     for (const gw of replicas) {
       const [model] = (await endpointsView(gw)).data;
       const [b, i] = model.endpoints;
-      expect(b.engine).toMatchObject({ source: 'engine', load: { waiting: 30 }, external: 38 });
+      expect(b.engine).toMatchObject({ source: 'engine', load: { waiting: 30 }, external: 38, capacity: 8 });
       expect(b.routingLoad).toBe(38);
       expect(i.engine).toMatchObject({ source: 'engine', load: { waiting: 0 }, external: 0 });
     }

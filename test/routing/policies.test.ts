@@ -121,7 +121,7 @@ describe('prefix placement', () => {
 });
 
 describe('prefix affinity', () => {
-  const settings = { loadFactor: 1.25, maxImbalance: 2, placementSlack: 0.25 };
+  const settings = { loadFactor: 1.25, maxImbalance: 2, placementSlack: 0.25, prefillTokensPerSecond: 10_000 };
   const requestOf = (tenant: number, question = 'q') => ({ key: conversationKey(conversation(tenant, question)) });
 
   it("sends a tenant's requests to one endpoint", () => {

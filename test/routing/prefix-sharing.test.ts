@@ -29,7 +29,7 @@ describe('prefixes shared through Redis', () => {
   it('give three replicas that saw the tenants in different orders the same homes, two tenants per endpoint', async () => {
     const sharings = [0, 1, 2].map(() => new PrefixSharing(redis.client));
     try {
-      const policies = sharings.map((s) => new PrefixAffinityPolicy({ loadFactor: 1.25, maxImbalance: 4, placementSlack: 0.25 }, s.known('m')));
+      const policies = sharings.map((s) => new PrefixAffinityPolicy({ loadFactor: 1.25, maxImbalance: 4, placementSlack: 0.25, prefillTokensPerSecond: 10_000 }, s.known('m')));
       const tenants = [0, 1, 2, 3, 4, 5, 6, 7];
       policies.forEach((policy, r) => {
         for (const t of [...tenants.slice(r * 3), ...tenants.slice(0, r * 3)]) policy.order(pool(), tenantRequest(t, `first at ${r}`));
@@ -48,7 +48,7 @@ describe('prefixes shared through Redis', () => {
     const first = new PrefixSharing(redis.client);
     const late = new PrefixSharing(redis.client);
     try {
-      const settings = { loadFactor: 1.25, maxImbalance: 4, placementSlack: 0.25 };
+      const settings = { loadFactor: 1.25, maxImbalance: 4, placementSlack: 0.25, prefillTokensPerSecond: 10_000 };
       const early = new PrefixAffinityPolicy(settings, first.known('m2'));
       for (let t = 0; t < 8; t++) early.order(pool(), tenantRequest(t, 'q'));
       await sleep(3 * SHARE_INTERVAL_MS);

@@ -9,11 +9,19 @@ export interface Candidate {
   weight: number;
   /** The share of its KV cache the engine last said was in use, where it says (routing/engine-reports.ts). */
   kvCacheUse?: number;
+  /** Requests the engine last said were waiting in its own queue, where it says. */
+  engineQueue?: number;
+  /** The requests the engine runs at once, where it has shown it (routing/engine-reports.ts). */
+  capacity?: number;
+  /** How long a request holds a slot there, lately (this replica's requests). */
+  heldMs?: number;
 }
 
 export interface RoutingRequest {
   /** Which upstream cache the request needs (routing/affinity-key.ts); absent where the policy does not read it. */
   key?: string;
+  /** The request's prompt tokens, counted or estimated: what reading it again elsewhere costs. */
+  promptTokens?: number;
 }
 
 export interface RoutingPolicy {

@@ -15,10 +15,11 @@
 // load needs. The loads are the fleet's (routing/fleet-load.ts), so three
 // replicas spill as one would, with the engine's work from elsewhere added
 // where it reports it (routing/endpoint-score.ts); a home whose engine says
-// its KV cache is full spills too, while another has room.
+// it has a queue, or its KV cache is full, spills too, while another has
+// neither.
 import { KnownPrefixes } from '../known-prefixes.js';
 import { PrefixPlacement, rendezvousOrder, type PlacementEndpoint } from '../prefix-placement.js';
-import { isKvCacheFull } from '../endpoint-score.js';
+import { isKvCacheFull, queueWaitMs, rereadMs, takesWorkNow } from '../endpoint-score.js';
 import { type Candidate, type RoutingPolicy, type RoutingRequest } from './policy.js';
 
 export interface PrefixAffinitySettings {
@@ -28,6 +29,8 @@ export interface PrefixAffinitySettings {
   maxImbalance: number;
   /** How far past its share of prefixes an endpoint may be home to more (0.25: a quarter), when there are many. */
   placementSlack: number;
+  /** The engines' prefill rate: what reading a prompt again elsewhere costs, against queueing at home. */
+  prefillTokensPerSecond: number;
 }
 
 export class PrefixAffinityPolicy implements RoutingPolicy {
@@ -51,8 +54,12 @@ export class PrefixAffinityPolicy implements RoutingPolicy {
     const mean = (total + 1) / weights;
     const bound = Math.max(this.settings.loadFactor * mean, mean + this.settings.maxImbalance);
     const withinBound = (c: C) => (c.load + 1) / c.weight <= bound;
-    // A KV-full engine would preempt to take the request: the next within the bound and not full takes it.
-    const chosen = preference.find((c) => withinBound(c) && !isKvCacheFull(c)) ?? preference.find(withinBound) ?? preference[0];
+    // Home, unless its queue costs more than reading the prompt again elsewhere, or its KV cache is so full it
+    // would preempt: then the next in the key's order within the bound that would start it now (endpoint-score.ts).
+    const staysHome = withinBound(home) && !isKvCacheFull(home) && queueWaitMs(home) <= rereadMs(request.promptTokens, this.settings.prefillTokensPerSecond);
+    const chosen = staysHome
+      ? home
+      : (preference.find((c) => withinBound(c) && takesWorkNow(c)) ?? preference.find((c) => withinBound(c) && !isKvCacheFull(c)) ?? preference.find(withinBound) ?? preference[0]);
     if (chosen !== home) this.spills++;
     return [chosen, ...preference.filter((c) => c !== chosen)];
   }
