@@ -138,10 +138,13 @@ describe('settlements owed when Redis is away', () => {
   it('are charged exactly once after the replica that owed them is killed with -9 and started again', async () => {
     let release = () => {};
     const gate = new Promise<void>((resolve) => (release = resolve));
-    const upstream = await startFakeUpstream(async (_req, res) => {
+    // The replica reads the engine's load too (GET /metrics), which this upstream does not serve.
+    const upstream = await startFakeUpstream(async (req, res) => {
+      if (req.path === '/metrics') return replyJson(res, { error: 'no metrics here' }, 404);
       await gate;
       replyJson(res, completionBody('x', { prompt_tokens: 1000, completion_tokens: 0 }));
     });
+    const chats = () => upstream.received.filter((r) => r.path.endsWith('/chat/completions')).length;
     const redis = await startTestRedis();
     redises.push(redis);
     const dir = tempDir();
@@ -155,7 +158,7 @@ describe('settlements owed when Redis is away', () => {
     try {
       const gateway = { url: replica.url, apiKey: caller.key };
       const replies = Array.from({ length: 3 }, () => postChat(gateway, { model: 'm', messages }));
-      await until(async () => upstream.received.length === 3);
+      await until(async () => chats() === 3);
       await redis.kill();
       release();
       expect((await Promise.all(replies)).map((r) => r.status)).toEqual([200, 200, 200]);
