@@ -50,6 +50,8 @@ type Reading = (EngineLoad & { seen: number; external: number; capacity?: number
 
 /** The largest metrics text read: vLLM's runs to a few hundred KiB with its histograms. */
 const MAX_METRICS_BYTES = 8 * 1024 * 1024;
+/** Work from elsewhere below this is not told apart from the lag of the fleet's counts: a few requests, and a share of the fleet's. */
+const EXTERNAL_MARGIN = { requests: 2, share: 0.25 };
 /** How many readings without a queue an engine's capacity is kept for. */
 const CAPACITY_READINGS = 30;
 /** A reading older than this many intervals (its reader died, or Redis is away) is not routed on. */
@@ -195,10 +197,12 @@ export class EngineReports {
       const load = readEngineLoad(source, Buffer.concat(chunks).toString('utf8'));
       if (!load) return { error: `no ${source.running} and ${source.waiting} gauges` };
       // The fleet's count is this replica's now and the others' of up to FLEET_LOAD_INTERVAL_MS ago, so requests
-      // they have just sent look, for one reading, like work from elsewhere: only what two readings in a row
-      // find counts (with three replicas on engine-load-routing.mjs's scenario (b), one reading alone put the
-      // KV use of its four engines at 0.22 to 0.59, against 0.43 to 0.44 going by Parley's counts alone).
-      const seen = Math.max(0, load.running + load.waiting - this.fleetLoadAt(endpoint.name));
+      // they have just sent look like work from elsewhere: a steady few, more as the fleet sends more. Only what
+      // is past that lag (EXTERNAL_MARGIN), in two readings in a row, counts (with three replicas on
+      // engine-load-routing.mjs's scenario (b), one reading alone put the KV use of its four engines at 0.22 to
+      // 0.59, against 0.43 to 0.44 going by Parley's counts alone).
+      const fleet = this.fleetLoadAt(endpoint.name);
+      const seen = Math.max(0, Math.floor(load.running + load.waiting - fleet - EXTERNAL_MARGIN.requests - EXTERNAL_MARGIN.share * fleet));
       const earlier = last && 'seen' in last ? last : undefined;
       // An engine queues only when it runs all it can (its sequences, or what its KV cache holds): that is its
       // capacity, the most seen, and more where it runs more. Forgotten CAPACITY_READINGS readings after its last
