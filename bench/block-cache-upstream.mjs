@@ -19,7 +19,7 @@ export const BLOCK_TOKENS = 16;
 export const promptTokens = (messages) => messages.flatMap((m) => [`<${m.role}>`, ...String(m.content).split(/\s+/).filter(Boolean)]);
 
 /** The keys of a prompt's full blocks, each covering every token before it too. */
-function blockKeys(tokens) {
+export function blockKeys(tokens) {
   const keys = [];
   let chain = '';
   for (let end = BLOCK_TOKENS; end <= tokens.length; end += BLOCK_TOKENS) {

@@ -17,22 +17,10 @@
 // usage with cached_tokens; the text says the engine's port.
 //
 //   node bench/vllm-sim-engine.mjs PORT [MAX_SEQS 8] [KV_BLOCKS 2048] [PREFILL_MS_PER_TOKEN 0.05] [STEP_MS 20]
-import { createHash } from 'node:crypto';
 import { createServer } from 'node:http';
-import { BLOCK_TOKENS, promptTokens } from './block-cache-upstream.mjs';
+import { BLOCK_TOKENS, blockKeys, promptTokens } from './block-cache-upstream.mjs';
 
 const [PORT, MAX_SEQS, KV_BLOCKS, PREFILL_MS_PER_TOKEN, STEP_MS] = [0, 8, 2048, 0.05, 20].map((d, i) => Number(process.argv[2 + i] ?? d));
-
-/** The keys of a token list's full blocks, each covering every token before it too. */
-function blockKeys(tokens) {
-  const keys = [];
-  let chain = '';
-  for (let end = BLOCK_TOKENS; end <= tokens.length; end += BLOCK_TOKENS) {
-    chain = createHash('sha1').update(chain).update(tokens.slice(end - BLOCK_TOKENS, end).join(' ')).digest('base64');
-    keys.push(chain);
-  }
-  return keys;
-}
 
 /** Full prompt blocks in use, with how many running sequences hold each. */
 const inUse = new Map();
