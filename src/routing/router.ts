@@ -1,8 +1,9 @@
 // Chooses where a request goes. Endpoints are grouped by priority; within a
 // group the model's policy orders those whose circuit lets traffic through;
 // the plan is that order, group after group, for failover to walk. The
-// router also owns each endpoint's live state and its active probe, and
-// keeps both across routing-file reloads.
+// router also owns each endpoint's live state, its active probe and its
+// engine's reports of its own load (routing/engine-reports.ts), and keeps
+// them across routing-file reloads.
 import { request as httpRequest } from 'undici';
 import type { GatewaySettings } from '../config.js';
 import { PROBE_CALLER } from './circuit-breaker.js';
