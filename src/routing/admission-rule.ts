@@ -39,8 +39,7 @@ export interface HeldSlots {
  * may fill every slot. routing/fleet-slots.ts applies the same rule in Redis.
  */
 export function mayAdmit(tier: ServiceTier, maxConcurrent: number, held: HeldSlots, recentPeak: number, flexFillsAll = false): boolean {
-  if (tier !== 'flex') return held.flex + held.other < maxConcurrent;
-  if (flexFillsAll) return held.flex + held.other < maxConcurrent;
+  if (tier !== 'flex' || flexFillsAll) return held.flex + held.other < maxConcurrent;
   const roomForOthers = recentPeak > 0 ? recentPeak + 1 : 0;
   return held.flex + held.other < flexLimit(maxConcurrent) && held.flex + roomForOthers < maxConcurrent;
 }

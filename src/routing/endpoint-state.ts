@@ -73,6 +73,8 @@ export class Slot {
 }
 
 const EWMA_WEIGHT = 0.2;
+const ewma = (average: number | undefined, value: number) => (average === undefined ? value : average * (1 - EWMA_WEIGHT) + value * EWMA_WEIGHT);
+const rounded = (ms: number | undefined) => (ms === undefined ? null : Math.round(ms));
 export const CACHE_SHARE_MINUTES = 5;
 /** Prompt and cached tokens of one minute. */
 interface MinuteOfUsage {
@@ -101,9 +103,9 @@ export class EndpointState {
   private failures = 0;
   /** The last CACHE_SHARE_MINUTES minutes that had usage, oldest first. */
   private recentUsage: MinuteOfUsage[] = [];
-  private latencyEwma: number | null = null;
-  /** How long a request holds a slot here, from admission to its last byte (EWMA), in ms. */
-  private holdEwma: number | null = null;
+  private latencyEwma: number | undefined;
+  /** How long a request holds a slot here, from admission to its last byte (EWMA), in ms; undefined before the first. */
+  heldMs: number | undefined;
   private lastLatency: number | null = null;
   limits: EndpointLimits;
   /** Requests waiting inside the engine, where it reports them (routing/engine-reports.ts). */
@@ -120,11 +122,6 @@ export class EndpointState {
     this.limits = limits;
     this.breaker = new CircuitBreaker(breaker);
     this.otherPeak = new RecentPeak(now);
-  }
-
-  /** How long a request holds a slot here, lately (undefined before the first). */
-  get heldMs(): number | undefined {
-    return this.holdEwma ?? undefined;
   }
 
   /** In flight plus waiting: what least-load policies compare. */
@@ -230,8 +227,7 @@ export class EndpointState {
   private slot(tier: ServiceTier, lease: string | undefined): Slot {
     const taken = this.now();
     return new Slot(() => {
-      const held = this.now() - taken;
-      this.holdEwma = this.holdEwma === null ? held : this.holdEwma * (1 - EWMA_WEIGHT) + held * EWMA_WEIGHT;
+      this.heldMs = ewma(this.heldMs, this.now() - taken);
       this.countHeld(tier, -1);
       if (lease) this.fleet?.release(this.name, lease);
       this.wake?.();
@@ -303,7 +299,7 @@ export class EndpointState {
     this.requests++;
     this.breaker.onSuccess(caller);
     this.lastLatency = firstByteMs;
-    this.latencyEwma = this.latencyEwma === null ? firstByteMs : this.latencyEwma * (1 - EWMA_WEIGHT) + firstByteMs * EWMA_WEIGHT;
+    this.latencyEwma = ewma(this.latencyEwma, firstByteMs);
   }
 
   recordFailure(caller: string, refused: boolean, confirmed: boolean): void {
@@ -347,7 +343,7 @@ export class EndpointState {
       requests: this.requests,
       failures: this.failures,
       cachedTokenShare: this.recentCachedShare(),
-      latencyMs: { ewma: this.latencyEwma === null ? null : Math.round(this.latencyEwma), lastFirstByte: this.lastLatency, held: this.heldMs === undefined ? null : Math.round(this.heldMs) },
+      latencyMs: { ewma: rounded(this.latencyEwma), lastFirstByte: this.lastLatency, held: rounded(this.heldMs) },
     };
   }
 }

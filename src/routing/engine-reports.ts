@@ -13,10 +13,10 @@
 // recorded as failed: routing then goes by Parley's own counts for that
 // endpoint (as for a hosted API, which reports nothing), the admin view and
 // /metrics say so, and no request waits on a read.
-import { request } from 'undici';
 import { randomUUID } from 'node:crypto';
 import type { Redis } from 'ioredis';
-import { readEngineLoad, type EngineLoad } from '../upstream/engine-load.js';
+import type { EngineLoad } from '../upstream/engine-load.js';
+import { upstreamEngineLoad } from '../upstream/client.js';
 import { LUA_NOW_MS, luaScript } from '../redis/lua-script.js';
 import { redisKeys } from '../redis/keys.js';
 import type { RoutedEndpoint } from './routing-table.js';
@@ -38,8 +38,6 @@ export interface EngineReport {
   external: number;
   /** The requests the engine runs at once, as it showed the last time it had a queue; absent until it has had one. */
   capacity?: number;
-  /** How old the last reading (good or failed) is. */
-  ageMs?: number;
 }
 
 /**
@@ -48,8 +46,6 @@ export interface EngineReport {
  */
 type Reading = (EngineLoad & { seen: number; external: number; capacity?: number; sinceQueue: number }) | { error: string };
 
-/** The largest metrics text read: vLLM's runs to a few hundred KiB with its histograms. */
-const MAX_METRICS_BYTES = 8 * 1024 * 1024;
 /** Work from elsewhere below this is not told apart from the lag of the fleet's counts: a few requests, and a share of the fleet's. */
 const EXTERNAL_MARGIN = { requests: 2, share: 0.25 };
 /** How many readings without a queue an engine's capacity is kept for. */
@@ -84,13 +80,24 @@ redis.call('HSET', KEYS[1], ARGV[1], now_ms .. ' ' .. ARGV[2])
 return now_ms
 `);
 
-const OWN_COUNTS_ONLY: EngineReport = { source: 'own-counts', reason: 'this kind of upstream reports no load', external: 0 };
+const ownCounts = (reason: string): EngineReport => ({ source: 'own-counts', reason, external: 0 });
+const REPORTS_NO_LOAD = ownCounts('this kind of upstream reports no load');
+const READING_OFF = ownCounts('engine load reading is off (gateway.engineLoad.intervalMs)');
+const NOT_READ_YET = ownCounts('not read yet');
+const STALE = ownCounts('last reading is stale');
+
+/** What routing takes from a reading, made once per reading: the request path asks for it at every request. */
+function reportOf(reading: Reading): EngineReport {
+  if ('error' in reading) return ownCounts(`last read failed: ${reading.error}`);
+  const { running, waiting, kvCacheUse, external, capacity } = reading;
+  return { source: 'engine', load: { running, waiting, ...(kvCacheUse === undefined ? {} : { kvCacheUse }) }, external, ...(capacity === undefined ? {} : { capacity }) };
+}
 
 export class EngineReports {
   private readonly replica = randomUUID();
   private endpoints: RoutedEndpoint[] = [];
   private settings: EngineReadSettings = { intervalMs: 0, timeoutMs: 0 };
-  private readonly readings = new Map<string, { at: number; reading: Reading }>();
+  private readonly readings = new Map<string, { at: number; reading: Reading; report: EngineReport }>();
   private timer: NodeJS.Timeout | undefined;
   private reading = false;
   /** Redis's clock less this replica's, where the fleet shares readings (they are aged by Redis's time). */
@@ -119,15 +126,22 @@ export class EngineReports {
 
   /** What routing goes by for `endpoint`. */
   report(endpoint: RoutedEndpoint): EngineReport {
-    if (!endpoint.dialect.engineLoad) return OWN_COUNTS_ONLY;
-    if (this.settings.intervalMs === 0) return { source: 'own-counts', reason: 'engine load reading is off (gateway.engineLoad.intervalMs)', external: 0 };
+    if (!endpoint.dialect.engineLoad) return REPORTS_NO_LOAD;
+    if (this.settings.intervalMs === 0) return READING_OFF;
     const last = this.readings.get(endpoint.name);
-    if (!last) return { source: 'own-counts', reason: 'not read yet', external: 0 };
-    const ageMs = Math.max(0, this.now() - last.at);
-    if ('error' in last.reading) return { source: 'own-counts', reason: `last read failed: ${last.reading.error}`, external: 0, ageMs };
-    if (ageMs > STALE_INTERVALS * this.settings.intervalMs + this.settings.timeoutMs) return { source: 'own-counts', reason: 'last reading is stale', external: 0, ageMs };
-    const { running, waiting, kvCacheUse, external, capacity } = last.reading;
-    return { source: 'engine', load: { running, waiting, ...(kvCacheUse === undefined ? {} : { kvCacheUse }) }, external, ...(capacity === undefined ? {} : { capacity }), ageMs };
+    if (!last) return NOT_READ_YET;
+    const fresh = this.now() - last.at <= STALE_INTERVALS * this.settings.intervalMs + this.settings.timeoutMs;
+    return fresh || 'error' in last.reading ? last.report : STALE;
+  }
+
+  /** How old the last reading of `endpoint` (good or failed) is, for operators; undefined where there is none. */
+  ageMs(endpoint: RoutedEndpoint): number | undefined {
+    const last = this.readings.get(endpoint.name);
+    return last && Math.max(0, this.now() - last.at);
+  }
+
+  private keep(name: string, at: number, reading: Reading): void {
+    this.readings.set(name, { at, reading, report: reportOf(reading) });
   }
 
   close(): void {
@@ -147,7 +161,7 @@ export class EngineReports {
       const endpoints = this.endpoints;
       const { redis } = this;
       if (!redis) {
-        await Promise.all(endpoints.map(async (e) => this.readings.set(e.name, { at: Date.now(), reading: await this.read(e, this.readings.get(e.name)?.reading) })));
+        await Promise.all(endpoints.map(async (e) => this.keep(e.name, Date.now(), await this.read(e, this.readings.get(e.name)?.reading))));
         return;
       }
       const [now, claimed, stored] = (await TURN.run(redis, [redisKeys.engineLoads], [this.replica, this.settings.intervalMs, ...endpoints.map((e) => e.name)])) as [number, string[], (string | null)[]];
@@ -156,14 +170,14 @@ export class EngineReports {
         const text = stored[i];
         if (!text) return;
         const space = text.indexOf(' ');
-        this.readings.set(e.name, { at: Number(text.slice(0, space)), reading: JSON.parse(text.slice(space + 1)) as Reading });
+        this.keep(e.name, Number(text.slice(0, space)), JSON.parse(text.slice(space + 1)) as Reading);
       });
       const mine = endpoints.filter((e) => claimed.includes(e.name));
       await Promise.all(
         mine.map(async (e) => {
           const reading = await this.read(e, this.readings.get(e.name)?.reading);
           const at = Number(await WRITE.run(redis, [redisKeys.engineLoads], [e.name, JSON.stringify(reading)]));
-          this.readings.set(e.name, { at, reading });
+          this.keep(e.name, at, reading);
         }),
       );
     } catch {
@@ -173,47 +187,24 @@ export class EngineReports {
     }
   }
 
-  /** Reads one engine's metrics (`last`: the fleet's reading before); never throws. */
+  /** Reads one engine's load (`last`: the fleet's reading before) and what it says beyond the fleet's counts; never throws. */
   private async read(endpoint: RoutedEndpoint, last: Reading | undefined): Promise<Reading> {
-    const source = endpoint.dialect.engineLoad!;
-    const { timeoutMs } = this.settings;
-    try {
-      const headers: Record<string, string> = endpoint.apiKey ? { authorization: `Bearer ${endpoint.apiKey}` } : {};
-      const res = await request(source.url(endpoint.url), { headers, signal: AbortSignal.timeout(timeoutMs), headersTimeout: timeoutMs, bodyTimeout: timeoutMs });
-      if (res.statusCode !== 200) {
-        await res.body.dump();
-        return { error: `HTTP ${res.statusCode}` };
-      }
-      const chunks: Buffer[] = [];
-      let size = 0;
-      for await (const chunk of res.body) {
-        size += (chunk as Buffer).length;
-        if (size > MAX_METRICS_BYTES) {
-          res.body.destroy();
-          return { error: `metrics text over ${MAX_METRICS_BYTES} bytes` };
-        }
-        chunks.push(chunk as Buffer);
-      }
-      const load = readEngineLoad(source, Buffer.concat(chunks).toString('utf8'));
-      if (!load) return { error: `no ${source.running} and ${source.waiting} gauges` };
-      // The fleet's count is this replica's now and the others' of up to FLEET_LOAD_INTERVAL_MS ago, so requests
-      // they have just sent look like work from elsewhere: a steady few, more as the fleet sends more. Only what
-      // is past that lag (EXTERNAL_MARGIN), in two readings in a row, counts (with three replicas on
-      // engine-load-routing.mjs's scenario (b), one reading alone put the KV use of its four engines at 0.22 to
-      // 0.59, against 0.43 to 0.44 going by Parley's counts alone).
-      const fleet = this.fleetLoadAt(endpoint.name);
-      const seen = Math.max(0, Math.floor(load.running + load.waiting - fleet - EXTERNAL_MARGIN.requests - EXTERNAL_MARGIN.share * fleet));
-      const earlier = last && 'seen' in last ? last : undefined;
-      // An engine queues only when it runs all it can (its sequences, or what its KV cache holds): that is its
-      // capacity, the most seen, and more where it runs more. Forgotten CAPACITY_READINGS readings after its last
-      // queue, so that a capacity seen while long prompts filled the KV cache does not keep work away for good.
-      const sinceQueue = load.waiting > 0 ? 0 : (earlier?.sinceQueue ?? CAPACITY_READINGS) + 1;
-      const kept = earlier && earlier.sinceQueue < CAPACITY_READINGS ? earlier.capacity : undefined;
-      const capacity = load.waiting > 0 || kept !== undefined ? Math.max(load.running, kept ?? 0) : undefined;
-      return { ...load, seen, external: Math.min(seen, earlier?.seen ?? seen), sinceQueue, ...(capacity === undefined ? {} : { capacity }) };
-    } catch (err) {
-      const e = err as { name?: string; code?: string; message?: string };
-      return { error: e.name === 'TimeoutError' || e.name === 'AbortError' ? `no answer in ${timeoutMs} ms` : (e.code ?? e.message ?? String(err)) };
-    }
+    const load = await upstreamEngineLoad(endpoint, this.settings.timeoutMs);
+    if ('error' in load) return load;
+    // The fleet's count is this replica's now and the others' of up to FLEET_LOAD_INTERVAL_MS ago, so requests
+    // they have just sent look like work from elsewhere: a steady few, more as the fleet sends more. Only what
+    // is past that lag (EXTERNAL_MARGIN), in two readings in a row, counts (with three replicas on
+    // engine-load-routing.mjs's scenario (b), one reading alone put the KV use of its four engines at 0.22 to
+    // 0.59, against 0.43 to 0.44 going by Parley's counts alone).
+    const fleet = this.fleetLoadAt(endpoint.name);
+    const seen = Math.max(0, Math.floor(load.running + load.waiting - fleet - EXTERNAL_MARGIN.requests - EXTERNAL_MARGIN.share * fleet));
+    const earlier = last && 'seen' in last ? last : undefined;
+    // An engine queues only when it runs all it can (its sequences, or what its KV cache holds): that is its
+    // capacity, the most seen, and more where it runs more. Forgotten CAPACITY_READINGS readings after its last
+    // queue, so that a capacity seen while long prompts filled the KV cache does not keep work away for good.
+    const sinceQueue = load.waiting > 0 ? 0 : (earlier?.sinceQueue ?? CAPACITY_READINGS) + 1;
+    const kept = earlier && earlier.sinceQueue < CAPACITY_READINGS ? earlier.capacity : undefined;
+    const capacity = load.waiting > 0 || kept !== undefined ? Math.max(load.running, kept ?? 0) : undefined;
+    return { ...load, seen, external: Math.min(seen, earlier?.seen ?? seen), sinceQueue, ...(capacity === undefined ? {} : { capacity }) };
   }
 }

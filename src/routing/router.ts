@@ -17,6 +17,7 @@ import { endpointLoad } from './endpoint-score.js';
 import { FleetSlots } from './fleet-slots.js';
 import type { PrefixSharing } from './prefix-sharing.js';
 import type { RoutedEndpoint, RoutedModel, RoutingTable } from './routing-table.js';
+import { keyHeader } from '../upstream/client.js';
 
 export interface RoutePlan {
   /** Endpoints in the order to try them. */
@@ -29,8 +30,8 @@ export interface EndpointView extends EndpointSnapshot {
   fleetLoad: number;
   /** Affinity keys placed there (prefix affinity only). */
   affinityKeys: number;
-  /** The engine's own report of its load, or why routing goes by Parley's counts alone. */
-  engine: EngineReport;
+  /** The engine's own report of its load, or why routing goes by Parley's counts alone, and how old its last reading is. */
+  engine: EngineReport & { ageMs?: number };
   /** What the policy compares: fleetLoad plus the engine's requests from elsewhere (routing/endpoint-score.ts). */
   routingLoad: number;
   url: string;
@@ -129,8 +130,10 @@ export class Router {
       const group = model.endpoints
         .filter((e) => e.priority === priority && this.state(e).breaker.isAvailable())
         .map((e) => {
+          const state = this.state(e);
           const engine = this.engines.report(e);
-          return { endpoint: e, name: e.name, load: endpointLoad(this.state(e).load + (this.fleet?.othersAt(e.name) ?? 0), engine), weight: e.weight, kvCacheUse: engine.load?.kvCacheUse, engineQueue: engine.load?.waiting, capacity: engine.capacity, heldMs: this.state(e).heldMs };
+          const load = endpointLoad(state.load + (this.fleet?.othersAt(e.name) ?? 0), engine);
+          return { endpoint: e, name: e.name, load, weight: e.weight, kvCacheUse: engine.load?.kvCacheUse, engineQueue: engine.load?.waiting, capacity: engine.capacity, heldMs: state.heldMs };
         });
       endpoints.push(...entry.policy.order(group, request).map((c) => c.endpoint));
     }
@@ -165,7 +168,7 @@ export class Router {
           const state = this.state(e).snapshot();
           const fleetLoad = state.inFlight + state.queued + (this.fleet?.othersAt(e.name) ?? 0);
           const engine = this.engines.report(e);
-          return { ...state, fleetLoad, routingLoad: endpointLoad(fleetLoad, engine), engine, affinityKeys: homes?.get(e.name) ?? 0, url: e.url, priority: e.priority, weight: e.weight };
+          return { ...state, fleetLoad, routingLoad: endpointLoad(fleetLoad, engine), engine: { ...engine, ageMs: this.engines.ageMs(e) }, affinityKeys: homes?.get(e.name) ?? 0, url: e.url, priority: e.priority, weight: e.weight };
         }),
       };
     });
@@ -200,9 +203,8 @@ export class Router {
     const state = this.states.get(name);
     if (!endpoint || !state || !this.table) return;
     const { probe } = this.table.settings.health;
-    const headers: Record<string, string> = endpoint.apiKey ? { authorization: `Bearer ${endpoint.apiKey}` } : {};
     try {
-      const res = await httpRequest(`${endpoint.url}${probe.path}`, { headers, headersTimeout: probe.timeoutMs, bodyTimeout: probe.timeoutMs });
+      const res = await httpRequest(`${endpoint.url}${probe.path}`, { headers: keyHeader(endpoint), headersTimeout: probe.timeoutMs, bodyTimeout: probe.timeoutMs });
       await res.body.dump();
       if (res.statusCode < 500) state.breaker.onSuccess(PROBE_CALLER);
       else state.breaker.onFailure(PROBE_CALLER);

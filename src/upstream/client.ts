@@ -6,12 +6,13 @@
 // than the rest of relaying a short reply. The body is read here instead,
 // with the same backpressure: the socket pauses while the reader is behind.
 import { StringDecoder } from 'node:string_decoder';
-import { Agent, errors as undiciErrors, type Dispatcher } from 'undici';
+import { Agent, errors as undiciErrors, request, type Dispatcher } from 'undici';
 import type { ChatMessage } from '../protocol/chat-request.js';
 import type { StreamEvent } from '../protocol/chat-response.js';
 import { ApiError, Cancelled, upstreamFailed, upstreamUnreachable } from '../protocol/errors.js';
 import type { Cancellation } from './cancellation.js';
 import type { Dialect, GenerationMapping } from './dialect.js';
+import { readEngineLoad, type EngineLoad } from './engine-load.js';
 import type { SseParser, SseEvent } from './sse-parser.js';
 import { UpstreamBrokeOff } from './upstream-broke-off.js';
 
@@ -340,6 +341,39 @@ function describeFailure(err: unknown): string {
   return e.cause?.code ?? e.code ?? e.message ?? 'unknown failure';
 }
 
+/** The header that carries the endpoint's key, where it has one, for calls beside the request path. */
+export const keyHeader = (endpoint: UpstreamEndpoint): Record<string, string> => (endpoint.apiKey ? { authorization: `Bearer ${endpoint.apiKey}` } : {});
+
+/** The largest metrics text read: vLLM's runs to a few hundred KiB with its histograms. */
+const MAX_METRICS_BYTES = 8 * 1024 * 1024;
+
+/** The engine's own report of its load (its dialect's gauges), or why there is none; never throws. */
+export async function upstreamEngineLoad(endpoint: UpstreamEndpoint, timeoutMs: number): Promise<EngineLoad | { error: string }> {
+  const source = endpoint.dialect.engineLoad;
+  if (!source) return { error: 'this kind of upstream reports no load' };
+  try {
+    const res = await request(source.url(endpoint.url), { headers: keyHeader(endpoint), signal: AbortSignal.timeout(timeoutMs), headersTimeout: timeoutMs, bodyTimeout: timeoutMs });
+    if (res.statusCode !== 200) {
+      await res.body.dump();
+      return { error: `HTTP ${res.statusCode}` };
+    }
+    const chunks: Buffer[] = [];
+    let size = 0;
+    for await (const chunk of res.body) {
+      size += (chunk as Buffer).length;
+      if (size > MAX_METRICS_BYTES) {
+        res.body.destroy();
+        return { error: `metrics text over ${MAX_METRICS_BYTES} bytes` };
+      }
+      chunks.push(chunk as Buffer);
+    }
+    return readEngineLoad(source, Buffer.concat(chunks).toString('utf8')) ?? { error: `no ${source.running} and ${source.waiting} gauges` };
+  } catch (err) {
+    const { name } = err as Error;
+    return { error: name === 'TimeoutError' || name === 'AbortError' ? `no answer in ${timeoutMs} ms` : describeFailure(err) };
+  }
+}
+
 /** How long a prompt count may take before the gateway estimates instead. */
 const COUNT_TIMEOUT_MS = 2_000;
 
@@ -347,8 +381,7 @@ const COUNT_TIMEOUT_MS = 2_000;
 export async function upstreamPromptCount(endpoint: UpstreamEndpoint & { upstreamModel: string }, messages: ChatMessage[]): Promise<number | undefined> {
   const counting = endpoint.dialect.promptCount;
   if (!counting) return undefined;
-  const headers: Record<string, string> = { 'content-type': 'application/json' };
-  if (endpoint.apiKey) headers.authorization = `Bearer ${endpoint.apiKey}`;
+  const headers = { 'content-type': 'application/json', ...keyHeader(endpoint) };
   try {
     const res = await fetch(counting.url(endpoint.url), { method: 'POST', headers, body: JSON.stringify(counting.body(messages, endpoint.upstreamModel)), signal: AbortSignal.timeout(COUNT_TIMEOUT_MS) });
     if (!res.ok) return undefined;

@@ -11,7 +11,7 @@ import { LeastLoadPolicy } from '../../src/routing/policies/least-load.js';
 import { PrefixAffinityPolicy } from '../../src/routing/policies/prefix-affinity.js';
 import { EndpointState, Slot } from '../../src/routing/endpoint-state.js';
 import { completionBody, replyJson, sleep, type ReceivedRequest } from '../support/fake-upstream.js';
-import { asAdmin, modelEntry, postChat, startGatewayOn, startTestGateway, type GatewayOnUpstreams, type TestGateway } from '../support/gateway.js';
+import { asAdmin, modelEntry, postChat, startFleetOn, startGatewayOn, type FleetOnUpstreams, type TestGateway } from '../support/gateway.js';
 
 const VLLM_TEXT = `# HELP vllm:num_requests_running Number of requests in model execution batches.
 # TYPE vllm:num_requests_running gauge
@@ -137,13 +137,20 @@ describe('flex beside an engine’s own queue', () => {
 });
 
 /** A scripted vLLM: chat replies after `replyMs`, and /metrics with what `load()` says, counting the reads. */
-function scriptedVllm(load: () => { running: number; waiting: number; kv: number }, metrics: 'ok' | 'error' | 'hang' = 'ok', replyMs = 5) {
+function scriptedVllm(load: () => { running: number; waiting: number; kv: number }, metrics: 'ok' | 'error' | 'hang' | 'endless' = 'ok', replyMs = 5) {
   const counts = { metricsReads: 0, chats: 0 };
   const script = async (req: ReceivedRequest, res: ServerResponse) => {
     if (req.path === '/metrics') {
       counts.metricsReads++;
       if (metrics === 'error') return replyJson(res, { error: 'metrics are off' }, 500);
       if (metrics === 'hang') return;
+      if (metrics === 'endless') {
+        // Gauges the gateway never gets to: comment lines, 1 MiB a write, until the gateway stops reading.
+        res.writeHead(200, { 'content-type': 'text/plain' });
+        const line = `# ${'x'.repeat(1023)}\n`.repeat(1024);
+        while (!res.destroyed && res.write(line)) await sleep(0);
+        return;
+      }
       const l = load();
       res.writeHead(200, { 'content-type': 'text/plain' });
       res.end(`vllm:num_requests_running{engine="0",model_name="m"} ${l.running}.0\nvllm:num_requests_waiting{engine="0",model_name="m"} ${l.waiting}.0\nvllm:kv_cache_usage_perc{engine="0",model_name="m"} ${l.kv}\n`);
@@ -166,22 +173,18 @@ describe('three replicas reading two engines', () => {
   const INTERVAL_MS = 200;
   const busy = scriptedVllm(() => ({ running: 8, waiting: 30, kv: 0.8 }));
   const idle = scriptedVllm(() => ({ running: 0, waiting: 0, kv: 0.1 }));
-  let running: GatewayOnUpstreams;
-  const replicas: TestGateway[] = [];
+  let running: FleetOnUpstreams;
+  let replicas: TestGateway[];
   const config = ([a, b]: string[]) => ({
     gateway: { engineLoad: { intervalMs: INTERVAL_MS, timeoutMs: 150 } },
     models: [modelEntry('m', [{ kind: 'vllm', url: a }, { kind: 'vllm', url: b }])],
   });
 
   beforeAll(async () => {
-    running = await startGatewayOn([busy.script, idle.script], config);
-    replicas.push(running.gw);
-    for (let i = 0; i < 2; i++) replicas.push(await startTestGateway(config(running.upstreams.map((u) => u.url)), { redis: running.gw.redis }));
+    running = await startFleetOn([busy.script, idle.script], config, 3);
+    replicas = running.replicas;
   });
-  afterAll(async () => {
-    for (const replica of replicas.slice(1)) await replica.close();
-    await running.close();
-  });
+  afterAll(() => running.close());
 
   it('reads each engine about once per interval for the whole fleet, and every replica sees the same report', async () => {
     const before = busy.counts.metricsReads;
@@ -220,21 +223,24 @@ describe('three replicas reading two engines', () => {
 });
 
 describe('engines whose metrics fail', () => {
-  it('goes by its own counts where a read fails or hangs, says why, and fails no request', async () => {
+  it('goes by its own counts where a read fails, hangs or never ends, says why, and fails no request', async () => {
     const failing = scriptedVllm(() => ({ running: 0, waiting: 0, kv: 0 }), 'error');
     const hanging = scriptedVllm(() => ({ running: 0, waiting: 0, kv: 0 }), 'hang');
-    const { gw, close } = await startGatewayOn([failing.script, hanging.script], ([a, b]) => ({
+    const endless = scriptedVllm(() => ({ running: 0, waiting: 0, kv: 0 }), 'endless');
+    const { gw, close } = await startGatewayOn([failing.script, hanging.script, endless.script], ([a, b, c]) => ({
       gateway: { engineLoad: { intervalMs: 100, timeoutMs: 50 } },
-      models: [modelEntry('m', [{ kind: 'vllm', url: a }, { kind: 'sglang', url: b }])],
+      models: [modelEntry('m', [{ kind: 'vllm', url: a }, { kind: 'sglang', url: b }, { kind: 'vllm', url: c }])],
     }));
     try {
       await sleep(400);
       const results = await Promise.all(Array.from({ length: 12 }, (_, i) => postChat(gw, { model: 'm', messages: [{ role: 'user', content: `q${i}` }] })));
       expect(results.map((r) => r.status)).toEqual(Array(12).fill(200));
-      const [f, h] = (await endpointsView(gw)).data[0].endpoints;
+      const [f, h, e] = (await endpointsView(gw)).data[0].endpoints;
       expect(f.engine).toMatchObject({ source: 'own-counts', reason: 'last read failed: HTTP 500', external: 0 });
       expect(h.engine).toMatchObject({ source: 'own-counts', reason: 'last read failed: no answer in 50 ms', external: 0 });
-      expect(failing.counts.chats + hanging.counts.chats).toBe(12);
+      // Over 8 MiB, or past the timeout, whichever comes first on this machine: never read to its end.
+      expect(e.engine).toMatchObject({ source: 'own-counts', reason: expect.stringMatching(/^last read failed: (metrics text over 8388608 bytes|no answer in 50 ms)$/) });
+      expect(failing.counts.chats + hanging.counts.chats + endless.counts.chats).toBe(12);
       expect(await (await fetch(`${gw.url}/metrics`)).text()).toMatch(/parley_engine_load_reported\{[^}]*\} 0/);
     } finally {
       await close();

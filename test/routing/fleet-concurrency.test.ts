@@ -8,7 +8,7 @@ import type { ServerResponse } from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { POLL_MS } from '../../src/routing/admission-rule.js';
 import { completionBody, replyJson, sleep, type ReceivedRequest } from '../support/fake-upstream.js';
-import { asAdmin, makeAccount, modelEntry, startGatewayOn, startTestGateway, type GatewayOnUpstreams, type TestGateway } from '../support/gateway.js';
+import { asAdmin, makeAccount, modelEntry, startFleetOn, type FleetOnUpstreams, type TestGateway } from '../support/gateway.js';
 
 const MAX_CONCURRENT = 2;
 const messages = (content: string) => [{ role: 'user', content }];
@@ -30,22 +30,18 @@ function countingUpstream(failing: boolean) {
 
 const first = countingUpstream(true);
 const second = countingUpstream(false);
-let running: GatewayOnUpstreams;
-const replicas: TestGateway[] = [];
+let running: FleetOnUpstreams;
+let replicas: TestGateway[];
 const config = ([a, b]: string[]) => ({
   gateway: { failover: { queueTimeoutMs: 5_000 } },
   models: [modelEntry('m', [{ kind: 'vllm', url: a, maxConcurrent: MAX_CONCURRENT }, { kind: 'vllm', url: b, maxConcurrent: MAX_CONCURRENT, priority: 1 }])],
 });
 
 beforeAll(async () => {
-  running = await startGatewayOn([first.script, second.script], config);
-  replicas.push(running.gw);
-  for (let i = 0; i < 2; i++) replicas.push(await startTestGateway(config(running.upstreams.map((u) => u.url)), { redis: running.gw.redis }));
+  running = await startFleetOn([first.script, second.script], config, 3);
+  replicas = running.replicas;
 });
-afterAll(async () => {
-  for (const replica of replicas.slice(1)) await replica.close();
-  await running.close();
-});
+afterAll(() => running.close());
 
 /** One request of the mix: `kind` says how it ends. */
 async function send(replica: TestGateway, key: string, kind: 'served' | 'fails-over' | 'leaves', i: number): Promise<number> {

@@ -115,6 +115,26 @@ export async function startGatewayOn(scripts: Script[], config: (urls: string[])
   };
 }
 
+export interface FleetOnUpstreams extends GatewayOnUpstreams {
+  /** Every replica, the first (`gw`, which owns the Redis) first. */
+  replicas: TestGateway[];
+}
+
+/** Scripted upstreams and `count` gateway replicas on one Redis, each on the routing file `config` makes of their URLs. */
+export async function startFleetOn(scripts: Script[], config: (urls: string[]) => unknown, count: number): Promise<FleetOnUpstreams> {
+  const running = await startGatewayOn(scripts, config);
+  const replicas = [running.gw];
+  while (replicas.length < count) replicas.push(await startTestGateway(config(running.upstreams.map((u) => u.url)), { redis: running.gw.redis }));
+  return {
+    ...running,
+    replicas,
+    close: async () => {
+      for (const replica of replicas.slice(1)) await replica.close();
+      await running.close();
+    },
+  };
+}
+
 /** Runs `run` against startGatewayOn's gateway and upstreams, stopping them after, whatever happens. */
 export async function withGatewayOn<T>(
   scripts: Script[],
