@@ -150,6 +150,20 @@ const gatewaySettings = z
     engineLoad: z
       .strictObject({ intervalMs: z.int().min(0).default(1_000), timeoutMs: z.int().min(10).default(500) })
       .prefault({}),
+    /**
+     * Batch jobs (OpenAI's Batch API, Anthropic's Message Batches), run at the flex tier: at most `concurrency`
+     * lines in flight per replica (0: this replica runs none, but still takes and answers batches), each claimed
+     * for `leaseMs`, renewed while it runs, after which a lost line runs again; `completionWindowS`: the time a
+     * batch's `24h` window gives it; `keepDays`: how long files, ended batches and their results are kept.
+     */
+    batches: z
+      .strictObject({
+        concurrency: z.int().min(0).default(32),
+        leaseMs: z.int().min(1000).default(30_000),
+        completionWindowS: z.int().min(1).default(86_400),
+        keepDays: z.number().positive().default(30),
+      })
+      .prefault({}),
     failover: z
       .strictObject({
         /** Endpoints tried per request before its first byte. */

@@ -78,6 +78,18 @@ export class KeyAuthenticator {
     // A cached key is answered without waiting on anything.
     const known = this.cache.get(hash) ?? (await this.lookup(hash));
     if (known === 'unknown') return { refused: `Incorrect API key provided: ${maskedKey(key.slice(-4))}. Create a key on the platform's API keys page.` };
+    return this.callerOf(hash, known);
+  }
+
+  /** The caller a key id names, as its key would authenticate now: a batch's lines run as the key that made it. */
+  async callerOfKeyId(keyId: string): Promise<Caller | KeyRefusal> {
+    const hash = await this.redis.get(redisKeys.apiKeyById(keyId));
+    const known = hash === null ? 'unknown' : (this.cache.get(hash) ?? (await this.lookup(hash)));
+    if (known === 'unknown') return { refused: 'The API key that made this batch no longer exists.' };
+    return this.callerOf(hash!, known);
+  }
+
+  private callerOf(hash: string, known: KnownKey): Caller | KeyRefusal {
     const { record, limits } = known;
     if (record.revoked) return { refused: `The API key ${maskedKey(record.suffix)} has been revoked. Create a new key on the platform's API keys page.` };
     if (record.expiresAt !== null && Date.now() >= record.expiresAt) {

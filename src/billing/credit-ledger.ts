@@ -224,17 +224,23 @@ return redis.call('ZADD', KEYS[1], 'XX', 'CH', int(now_ms + tonumber(ARGV[2])), 
 /** A settlement's arguments: request_id and reply_id are the ids the client was given. */
 const SETTLE_ARGS = luaArgs([
   'hold_id', 'cost', 'outcome', 'model', 'prompt_tokens', 'cached_tokens', 'completion_tokens',
-  'account', 'key', 'endpoint', 'reason', 'user', 'api', 'request_id', 'reply_id', 'service_tier',
+  'account', 'key', 'endpoint', 'reason', 'user', 'api', 'request_id', 'reply_id', 'service_tier', 'batch_line', 'batch_result',
 ] as const);
 /** REFUSED: amounts that are not whole numbers, with nothing written. */
 const SETTLE_STATUS = { SETTLED: 1, SETTLED_BEFORE: 0, REFUSED: -1 } as const;
 
 // Settles a batch, in order, as if one script ran per settlement: ARGV[1] is
 // how long usage events are kept in ms (0: for good); ARGV[2] the
-// settlements (each_item), each with two more keys, the account's usage
-// stream and daily usage, and SETTLE_ARGS. Replies with a pair each: a
+// settlements (each_item), each with three more keys, the account's usage
+// stream and daily usage and a batch's results (the account's key for a
+// request of no batch), and SETTLE_ARGS. Replies with a pair each: a
 // SETTLE_STATUS and the charge. Daily totals are summed in Lua and added
 // once per batch and model.
+//
+// A batch line's reply is charged and its result written in the same
+// script, so that neither happens without the other: a line run again
+// (its replica was lost with the line in flight) finds its result there and
+// is not charged again; a line of a batch that is gone is not charged.
 const SETTLE = luaScript(`
 ${BATCHED_ACCOUNTS}
 ${SETTLE_ARGS.lua('S')}
@@ -271,6 +277,9 @@ local function settle(K, A)
   if not a then return SETTLED_BEFORE, 0 end
   local open, budget_key, budget_field = close_hold(a, A[S.hold_id])
   if not open then return SETTLED_BEFORE, 0 end
+  local line = A[S.batch_line]
+  local batch_line = line ~= '' and A[S.outcome] == 'complete'
+  if batch_line and (redis.call('HEXISTS', K[8], line) == 1 or redis.call('HEXISTS', K[8], '#total') == 0) then return SETTLED_BEFORE, 0 end
   local charge = 0
   if A[S.outcome] == 'complete' then
     -- Never below zero: a hold that expired (or an upstream that overshot) is charged at most what is left.
@@ -280,6 +289,14 @@ local function settle(K, A)
     add_to_totals(K[7], A[S.model], tonumber(prompt), tonumber(cached), tonumber(completion), charge)
     if budget_key then redis.call('HINCRBY', budget_key, budget_field, int(charge)) end
   end
+  if batch_line then
+    redis.call('HSET', K[8], line, A[S.batch_result])
+    redis.call('HINCRBY', K[8], '#succeeded', 1)
+    redis.call('HINCRBY', K[8], '#cost', int(charge))
+    redis.call('HINCRBY', K[8], '#prompt_tokens', int(prompt))
+    redis.call('HINCRBY', K[8], '#cached_tokens', int(cached))
+    redis.call('HINCRBY', K[8], '#completion_tokens', int(completion))
+  end
   redis.call('XADD', K[6], 'MINID', '=', keep_after, '*', 'request_id', A[S.request_id], 'reply_id', A[S.reply_id], 'account', A[S.account], 'key', A[S.key],
     'model', A[S.model], 'endpoint', A[S.endpoint], 'outcome', A[S.outcome], 'reason', A[S.reason],
     'prompt_tokens', int(prompt), 'cached_tokens', int(cached), 'completion_tokens', int(completion),
@@ -287,7 +304,7 @@ local function settle(K, A)
   return SETTLED, charge
 end
 local reply = {}
-each_item(2, 5, 2, function(K, A)
+each_item(2, 5, 3, function(K, A)
   local done, charge = settle(K, A)
   reply[#reply + 1] = done
   reply[#reply + 1] = charge
@@ -470,6 +487,15 @@ export interface Settlement {
   usage: Usage;
   /** What the reply costs in micro-units (charged only when complete). */
   cost: number;
+  /** For a line of a batch: its result, written with its charge (batches/batch-store.ts). */
+  batchResult?: BatchLineResult;
+}
+
+/** A batch line's result, as its settlement writes it: into the batch's results hash, under the line's number. */
+export interface BatchLineResult {
+  resultsKey: string;
+  line: string;
+  result: string;
 }
 
 /** The UTC day (YYYY-MM-DD) daily usage totals are filed under. */
@@ -499,8 +525,9 @@ export async function settleHolds(redis: Redis, batch: Settlement[], keepEventsM
   const keys = new LedgerKeys();
   const items = batch.map((s) => {
     const u = s.usage;
+    const account = keys.account(s.account);
     return [
-      keys.account(s.account), keys.key(redisKeys.usageEvents(s.account)), keys.key(redisKeys.dailyUsage(s.account, day)),
+      account, keys.key(redisKeys.usageEvents(s.account)), keys.key(redisKeys.dailyUsage(s.account, day)), s.batchResult ? keys.key(s.batchResult.resultsKey) : account,
       ...SETTLE_ARGS.list({
         hold_id: s.requestId,
         cost: s.cost,
@@ -518,6 +545,8 @@ export async function settleHolds(redis: Redis, batch: Settlement[], keepEventsM
         request_id: s.clientIds?.requestId ?? s.requestId,
         reply_id: s.clientIds?.replyId ?? '',
         service_tier: s.tier ?? 'default',
+        batch_line: s.batchResult?.line ?? '',
+        batch_result: s.batchResult?.result ?? '',
       }),
     ];
   });

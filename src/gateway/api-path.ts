@@ -6,9 +6,10 @@
 // first byte) → normalize through the dialect → render (stream or whole) →
 // settle. An API adds its schema, its upstream bodies, its readers and its
 // renderers (ApiDescriptor), not a second pipeline.
-import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from 'node:http';
 import type { Span } from '@opentelemetry/api';
 import type { ApiName, ClientApi, GatewaySettings } from '../config.js';
+import type { BatchLineResult } from '../billing/credit-ledger.js';
 import type { Completion, ReplyIdentity, StreamEvent, Usage, ReplyRenderer } from '../protocol/chat-response.js';
 import { ApiError, checkContextWindow, promptTooLong } from '../protocol/errors.js';
 import { bounded } from '../protocol/bounded-text.js';
@@ -132,17 +133,17 @@ function withPriority(sent: UpstreamRequest, endpoint: RoutedEndpoint, tier: Ser
 const CLAUDE_CODE_SESSION_HEADER = 'x-claude-code-session-id';
 
 /** The session a request header names: the one the routing file's `sessionHeader` names, else Claude Code's. */
-function sessionHeader(req: IncomingMessage, settings: GatewaySettings): string | undefined {
+function sessionHeader(headers: IncomingHttpHeaders, settings: GatewaySettings): string | undefined {
   for (const name of [settings.sessionHeader, CLAUDE_CODE_SESSION_HEADER]) {
-    const value = name ? req.headers[name] : undefined;
+    const value = name ? headers[name] : undefined;
     if (typeof value === 'string' && value !== '') return value;
   }
   return undefined;
 }
 
 /** The request's affinity key: the client's hint (its `prompt_cache_key`, else a session header), else what its prompt says. */
-function affinityKey<R>(api: Pick<ApiDescriptor<R>, 'affinityKey' | 'cacheHint'>, request: R, req: IncomingMessage, settings: GatewaySettings): string {
-  const hint = api.cacheHint?.(request) ?? sessionHeader(req, settings);
+function affinityKey<R>(api: Pick<ApiDescriptor<R>, 'affinityKey' | 'cacheHint'>, request: R, headers: IncomingHttpHeaders, settings: GatewaySettings): string {
+  const hint = api.cacheHint?.(request) ?? sessionHeader(headers, settings);
   return hint ? hintKey(hint) : api.affinityKey(request);
 }
 
@@ -214,11 +215,34 @@ function openRelay<R>(streaming: Streaming<R>, a: Admitted<R>, request: R, res: 
   });
 }
 
+/**
+ * A batch line's reply: sent to no one, but kept as the line's result, which the settlement that charges the
+ * reply writes (batches/batch-runner.ts).
+ */
+export interface LineReply {
+  /** The line's result and where it goes, made from the reply's JSON text. */
+  result(body: string): BatchLineResult;
+  /** Resolves once the charge and the result are in Redis; set when the reply is complete. */
+  landed?: Promise<void>;
+}
+
+/** Where a reply goes: the client's response, or a batch line's result. */
+type ReplyTo = { res: ServerResponse } | { line: LineReply };
+
 /** `record`: what the request comes to, filled in here for its log line, metrics and span (telemetry/request-record.ts). */
 export async function handleApiRequest<R, W extends WholeReply>(api: ApiDescriptor<R, W>, req: IncomingMessage, res: ServerResponse, ctx: GatewayContext, span: Span, record: RequestRecord): Promise<void> {
   const started = performance.now();
   record.api = api.name;
-  const exchange = await openExchange(req, res, ctx);
+  return serve(api, await openExchange(req, res, ctx), { res }, ctx, span, record, started);
+}
+
+/** A batch line, through the same path as a client's request; its body asks for a whole reply. */
+export function serveBatchLine<R, W extends WholeReply>(api: ApiDescriptor<R, W>, exchange: Exchange, line: LineReply, ctx: GatewayContext, span: Span, record: RequestRecord): Promise<void> {
+  record.api = api.name;
+  return serve(api, exchange, { line }, ctx, span, record, performance.now());
+}
+
+async function serve<R, W extends WholeReply>(api: ApiDescriptor<R, W>, exchange: Exchange, to: ReplyTo, ctx: GatewayContext, span: Span, record: RequestRecord, started: number): Promise<void> {
   const { caller, table } = exchange;
   record.settings = table.settings;
   record.account = caller.account;
@@ -234,9 +258,9 @@ export async function handleApiRequest<R, W extends WholeReply>(api: ApiDescript
   try {
     // A window or a balance that leaves room for fewer reply tokens than asked lowers the limit sent upstream.
     const request = meter.maxReplyTokens < (a.asked.maxTokens ?? a.maxReplyTokens) ? api.withMaxTokens(a.request, meter.maxReplyTokens) : a.request;
-    const streaming = a.asked.stream ? api.streaming : undefined;
-    relay = streaming && openRelay(streaming, a, request, res, ctx, exchange, meter, record, started);
-    const plan = await ctx.router.plan(a.model, () => affinityKey(api, a.request, req, table.settings), a.promptTokens);
+    const streaming = a.asked.stream && 'res' in to ? api.streaming : undefined;
+    relay = streaming && 'res' in to ? openRelay(streaming, a, request, to.res, ctx, exchange, meter, record, started) : undefined;
+    const plan = await ctx.router.plan(a.model, () => affinityKey(api, a.request, exchange.headers, table.settings), a.promptTokens);
     call = await callWithFailover(ctx, span, {
       model: a.model, settings: table.settings, plan, account: caller.account, tier: a.tier, cancellation: exchange.upstreamCall, record,
       upstreamRequest: (endpoint) => withPriority(api.upstreamRequest(endpoint, a.model, request, a.passThrough), endpoint, a.tier),
@@ -245,7 +269,7 @@ export async function handleApiRequest<R, W extends WholeReply>(api: ApiDescript
     record.provider = call.endpoint.kind;
     const served = { api, call, request, meter, record, ctx, fanOut: { choicesPerCall: a.replies / call.bodies.length, callsPerPrompt: call.bodies.length / a.prompts.tokens.length } };
     if (relay && streaming) await relayStream(served, streaming, relay);
-    else await sendWhole(served, a.identity, res, meter.rateLimitHeaders, started);
+    else await sendWhole(served, a.identity, to, meter.rateLimitHeaders, started);
   } catch (err) {
     // What is still open upstream (the other calls of a fan-out whose one call failed) is not read: it ends.
     exchange.upstreamCall.cancel('failed');
@@ -268,21 +292,27 @@ interface Served<R, W extends WholeReply> {
   fanOut: FanOut;
 }
 
-/** Charges a reply that completed, and notes its usage where routing and telemetry read it. */
-function settleComplete(s: Pick<Served<unknown, WholeReply>, 'ctx' | 'call' | 'record' | 'meter'>, usage: Usage): void {
+/** Charges a reply that completed (with a batch line's result), and notes its usage where routing and telemetry read it. */
+function settleComplete(s: Pick<Served<unknown, WholeReply>, 'ctx' | 'call' | 'record' | 'meter'>, usage: Usage, batchResult?: BatchLineResult): void {
   s.ctx.router.state(s.call.endpoint).recordUsage(usage.prompt_tokens, usage.cached_tokens);
   Object.assign(s.record, { promptTokens: usage.prompt_tokens, cachedTokens: usage.cached_tokens, completionTokens: usage.completion_tokens });
-  s.record.cost = s.meter.settle('complete', s.call.endpoint.name, usage);
+  s.record.cost = s.meter.settle('complete', s.call.endpoint.name, usage, undefined, batchResult);
 }
 
-async function sendWhole<R, W extends WholeReply>(s: Served<R, W>, identity: ReplyIdentity, res: ServerResponse, headers: Record<string, string>, started: number): Promise<void> {
+async function sendWhole<R, W extends WholeReply>(s: Served<R, W>, identity: ReplyIdentity, to: ReplyTo, headers: Record<string, string>, started: number): Promise<void> {
   const parts = await Promise.all(s.call.bodies.map((b) => s.api.readWhole(s.call.endpoint, b, s.request)));
   const whole = parts.length === 1 ? parts[0] : s.api.mergeWhole(parts, s.fanOut);
   if (whole.choices) s.record.finishReasons = whole.choices.map((c) => c.finish_reason ?? '');
   const reply = s.api.renderWhole(identity, whole, s.request);
   s.record.firstByteMs = performance.now() - started;
-  if (reply instanceof WrittenReply) sendJsonParts(res, reply.parts, headers);
-  else sendJson(res, 200, reply, headers);
+  if ('line' in to) {
+    const text = reply instanceof WrittenReply ? Buffer.concat(reply.parts.map((p) => (typeof p === 'string' ? Buffer.from(p) : p))).toString() : JSON.stringify(reply);
+    settleComplete(s, whole.usage, to.line.result(text));
+    to.line.landed = s.meter.landed;
+    return;
+  }
+  if (reply instanceof WrittenReply) sendJsonParts(to.res, reply.parts, headers);
+  else sendJson(to.res, 200, reply, headers);
   settleComplete(s, whole.usage);
 }
 

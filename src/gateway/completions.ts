@@ -12,7 +12,7 @@ import type { GatewayContext } from './context.js';
 import type { RequestRecord } from '../telemetry/request-record.js';
 import { handleApiRequest, perChoiceBodies, type ApiDescriptor } from './api-path.js';
 
-const completions: ApiDescriptor<CompletionRequest> = {
+export const completions: ApiDescriptor<CompletionRequest> = {
   name: 'completions',
   serves: 'completions',
   idPrefix: 'cmpl-',

@@ -2,6 +2,7 @@
 // shared state behind keys, credit and rate limits.
 import type { Redis } from 'ioredis';
 import type { KeyAuthenticator } from '../accounts/key-authenticator.js';
+import type { BatchRunner } from '../batches/batch-runner.js';
 import type { HoldQueue } from '../billing/hold-queue.js';
 import type { SettlementQueue } from '../billing/settlement-queue.js';
 import type { Router } from '../routing/router.js';
@@ -20,4 +21,6 @@ export interface GatewayContext {
   settlements: SettlementQueue;
   /** The secret API keys are hashed with, for keys made on the platform. */
   keySecret: string;
+  /** This replica's runner of batch lines, once started. */
+  batches?: BatchRunner;
 }

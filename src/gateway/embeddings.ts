@@ -24,7 +24,7 @@ interface EmbeddingsWhole {
   usage: Usage;
 }
 
-const embeddings: ApiDescriptor<EmbeddingsRequest, EmbeddingsWhole> = {
+export const embeddings: ApiDescriptor<EmbeddingsRequest, EmbeddingsWhole> = {
   name: 'embeddings',
   serves: 'embeddings',
   idPrefix: null,

@@ -3,7 +3,7 @@
 // hold is on the way, or when shutdown's grace period is over), the caller's
 // key, the body, and the model, which must serve the API asked for. Also the
 // request's id, which the server gives every reply.
-import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from 'node:http';
 import type { Span } from '@opentelemetry/api';
 import type { Caller } from '../accounts/key-authenticator.js';
 import type { ApiName } from '../config.js';
@@ -20,6 +20,8 @@ export interface Exchange {
   table: RoutingTable;
   /** The body as JSON, not yet checked against the API's schema. */
   body: unknown;
+  /** The request's headers (a batch line has none). */
+  headers: IncomingHttpHeaders;
   upstreamCall: Cancellation;
   clientGone(): boolean;
 }
@@ -55,7 +57,7 @@ export async function openExchange(req: IncomingMessage, res: ServerResponse, ct
   const caller = await authenticate(req, ctx);
   const table = ctx.routing();
   const body = await readJsonBody(req, table.settings.maxBodyBytes);
-  return { caller, table, body, upstreamCall, clientGone: () => clientGone };
+  return { caller, table, body, headers: req.headers, upstreamCall, clientGone: () => clientGone };
 }
 
 /**

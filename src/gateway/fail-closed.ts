@@ -1,6 +1,6 @@
 // Redis work done on a request's behalf fails closed: a Redis that cannot be
 // reached means no answer (503), never a free reply.
-import { ApiError, stateUnavailable } from '../protocol/errors.js';
+import { ApiError, Cancelled, stateUnavailable } from '../protocol/errors.js';
 
 /**
  * Awaits Redis work: any failure to reach Redis becomes the 503 the request is answered with. An ApiError raised
@@ -11,6 +11,6 @@ export async function failClosed<T>(work: Promise<T>): Promise<T> {
   try {
     return await work;
   } catch (err) {
-    throw err instanceof ApiError || err instanceof TypeError || err instanceof RangeError ? err : stateUnavailable();
+    throw err instanceof ApiError || err instanceof Cancelled || err instanceof TypeError || err instanceof RangeError ? err : stateUnavailable();
   }
 }

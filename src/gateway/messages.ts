@@ -19,7 +19,7 @@ import { rateLimitRefusal } from './rate-limit-headers.js';
 import { countRequest, limitsOf, rateCheck } from '../ratelimit/rate-limiter.js';
 import { estimatedTokens, handleApiRequest } from './api-path.js';
 
-const messages = chatMapped({
+export const messages = chatMapped({
   name: 'messages',
   idPrefix: 'msg_',
   parse: parseMessagesRequest,

@@ -4,7 +4,7 @@
 import type { Span } from '@opentelemetry/api';
 import type { Caller } from '../accounts/key-authenticator.js';
 import type { ClientApi } from '../config.js';
-import { extendHold, type SettleOutcome, type Settlement } from '../billing/credit-ledger.js';
+import { extendHold, type BatchLineResult, type SettleOutcome, type Settlement } from '../billing/credit-ledger.js';
 import { formatMicros, replyCost } from '../billing/prices.js';
 import { bounded } from '../protocol/bounded-text.js';
 import type { ServiceTier } from '../protocol/service-tier.js';
@@ -45,8 +45,9 @@ const NO_USAGE: Usage = { prompt_tokens: 0, completion_tokens: 0, cached_tokens:
 const holdMayStand = (err: unknown) => !(err instanceof HoldNotSent);
 
 /** The settlement of a metered request: only a complete reply is charged. */
-function settlementOf(m: MeterRequest, outcome: SettleOutcome, endpoint: string, usage: Usage, reason: string | undefined): Settlement {
+function settlementOf(m: MeterRequest, outcome: SettleOutcome, endpoint: string, usage: Usage, reason: string | undefined, batchResult?: BatchLineResult): Settlement {
   return {
+    batchResult,
     account: m.caller.account,
     keyId: m.caller.keyId,
     requestId: m.settlementId,
@@ -66,6 +67,8 @@ function settlementOf(m: MeterRequest, outcome: SettleOutcome, endpoint: string,
 export class Meter {
   private readonly heartbeat: NodeJS.Timeout;
   private settled = false;
+  /** Resolves once the settlement has landed in Redis. */
+  landed: Promise<void> = Promise.resolve();
 
   private constructor(
     private readonly ctx: GatewayContext,
@@ -133,8 +136,11 @@ export class Meter {
     return this.ctx.lifecycle.stopped && !(err instanceof ApiError) ? shuttingDown() : err;
   }
 
-  /** Settles once; later calls are ignored. Only a complete reply is charged. Returns what the reply costs (micro-units). */
-  settle(outcome: SettleOutcome, endpoint: string, usage: Usage = NO_USAGE, reason?: string): number {
+  /**
+   * Settles once; later calls are ignored. Only a complete reply is charged, and a batch line's result written
+   * with its charge. Returns what the reply costs (micro-units).
+   */
+  settle(outcome: SettleOutcome, endpoint: string, usage: Usage = NO_USAGE, reason?: string, batchResult?: BatchLineResult): number {
     if (this.settled) return 0;
     this.settled = true;
     clearInterval(this.heartbeat);
@@ -145,11 +151,11 @@ export class Meter {
       'parley.cached_tokens': usage.cached_tokens,
       'parley.completion_tokens': usage.completion_tokens,
     });
-    const settlement = settlementOf(this.m, outcome, endpoint, usage, reason);
+    const settlement = settlementOf(this.m, outcome, endpoint, usage, reason, batchResult);
     if (settlement.cost > 0) this.ctx.telemetry.recordCharge(settlement.model, settlement.cost);
-    const landed = this.ctx.settlements.settle(settlement);
+    this.landed = this.ctx.settlements.settle(settlement);
     // The span lasts until the settlement has landed in Redis, retries included.
-    void landed.then(() => settleSpan.end());
+    void this.landed.then(() => settleSpan.end());
     return settlement.cost;
   }
 }

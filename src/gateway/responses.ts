@@ -13,7 +13,7 @@ import type { RequestRecord } from '../telemetry/request-record.js';
 import { authenticate } from './exchange.js';
 import { handleApiRequest } from './api-path.js';
 
-const responses = chatMapped({
+export const responses = chatMapped({
   name: 'responses',
   idPrefix: 'resp_',
   promptField: 'input',

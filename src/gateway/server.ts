@@ -5,6 +5,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import { ApiError, internalError, openAiError, routeNotFound, shuttingDown } from '../protocol/errors.js';
 import { decodePathSegment, sendError, sendJson } from '../protocol/http-io.js';
 import { ADMIN_PREFIX, handleAdmin } from './admin-api.js';
+import { handleBatchApis } from './batch-routes.js';
 import { getBalance } from './balance-route.js';
 import { handleChatCompletion } from './chat-completions.js';
 import { handleCompletion } from './completions.js';
@@ -68,6 +69,7 @@ export function createGatewayServer(ctx: GatewayContext): Server {
     if (method === 'POST' && path === '/v1/responses') return handleResponses(req, res, ctx, span, record);
     if ((method === 'GET' || method === 'DELETE') && path.startsWith('/v1/responses/')) return storedResponse(req, ctx, decodePathSegment(path.slice('/v1/responses/'.length)));
     if (path === '/admin/endpoints' || path.startsWith(ADMIN_PREFIX)) return handleAdmin(req, res, ctx, method, path, search);
+    if (await handleBatchApis(req, res, ctx, method, path, search)) return;
     if (await handlePlatform(req, res, ctx, path, new URLSearchParams(search))) return;
     const authenticated = method === 'GET' && (path === '/v1/models' || path.startsWith('/v1/models/') || path === '/user/balance');
     if (!authenticated) throw routeNotFound(method, path);

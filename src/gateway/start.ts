@@ -25,6 +25,7 @@ import type { GatewayContext } from './context.js';
 import { flushRequestLog } from '../telemetry/request-log.js';
 import { Telemetry } from '../telemetry/telemetry.js';
 import { Lifecycle } from './lifecycle.js';
+import { BatchRunner } from '../batches/batch-runner.js';
 import { createGatewayServer } from './server.js';
 
 export interface GatewayOptions {
@@ -105,6 +106,7 @@ export async function startGateway(opts: GatewayOptions): Promise<RunningGateway
     const server = createGatewayServer(context);
     server.keepAliveTimeout = 65_000;
     await listen(server, opts.port, opts.host);
+    const batches = (context.batches = new BatchRunner(context));
 
     const watcher = applyRoutingFileChanges(opts.configPath, engines, (next) => {
       router.apply(next);
@@ -120,7 +122,7 @@ export async function startGateway(opts: GatewayOptions): Promise<RunningGateway
         watcher.close();
         // Still listening while draining: a request that arrives before Kubernetes has taken this
         // replica out of the Service gets a clear 503 to retry, not a refused connection.
-        await lifecycle.drain(graceMs ?? table.settings.shutdownGraceMs);
+        await Promise.all([lifecycle.drain(graceMs ?? table.settings.shutdownGraceMs), batches.stop(graceMs ?? table.settings.shutdownGraceMs)]);
         const closed = new Promise<void>((resolve) => server.close(() => resolve()));
         server.closeAllConnections();
         await closed;

@@ -75,6 +75,23 @@ export const redisKeys = {
    * the replica reading it this interval and until when (routing/engine-reports.ts).
    */
   engineLoads: `${P}engine-loads`,
+  /**
+   * A batch's keys, in its account's slot (batches/batch-store.ts): its hash (status, times, key, counts); its
+   * lines (number → custom id and body); the numbers still to run, in the order they run; those in flight (score:
+   * when the replica running it lapses); each line's tries; its results (number → result line, and `#` counters).
+   */
+  batch: (account: string, id: string) => {
+    const at = `${accountTag(account)}batch:${id}`;
+    return { meta: at, lines: `${at}:lines`, todo: `${at}:todo`, inFlight: `${at}:in-flight`, tries: `${at}:tries`, results: `${at}:results` };
+  },
+  /** Sorted set of an account's batches of one client API (openai, anthropic), by creation time. */
+  accountBatches: (account: string, api: string) => `${accountTag(account)}batches:${api}`,
+  /** A stored file's hash (name, purpose, size, times; for a batch's output, the batch) and its content. */
+  file: (account: string, id: string) => ({ meta: `${accountTag(account)}file:${id}`, content: `${accountTag(account)}file:${id}:content` }),
+  /** Sorted set of an account's files by creation time. */
+  accountFiles: (account: string) => `${accountTag(account)}files`,
+  /** Sorted set of the batches with lines to run, fleet-wide, as "<account> <batch id>", by creation time. */
+  activeBatches: `${P}batches:active`,
   /** Set when the demo account was made, so it is made once per Redis. */
   demoAccount: `${P}demo-account`,
   /** Stream of every operator action (CLI or admin API): actor, action, target, before, after. */

@@ -1,0 +1,231 @@
+// Runs batch lines on this replica, beside every other replica: it claims
+// lines from the fleet's batches (oldest batch first, a few lines from each
+// in turn), runs each through the same request path as a client's request
+// (gateway/api-path.ts), at the flex tier and as the key that made the batch,
+// and renews the leases of the lines it runs. Flex is admitted only to room
+// the other tiers leave (routing/admission-rule.ts), so a batch fills idle
+// slots and waits while interactive traffic needs them.
+//
+// A line that cannot run now (no flex room before its wait ended, its key's
+// rate window full, a replica stopping, Redis away) goes back to the front
+// of its queue and its batch waits a little; a line the API refuses or the
+// upstream fails gets that error as its result. A reply's result is written
+// by the settlement that charges it; its line ends only once that landed.
+import type { Span } from '@opentelemetry/api';
+import { balanceSummary } from '../billing/credit-ledger.js';
+import type { ClientApi } from '../config.js';
+import { ApiError, Cancelled, internalError } from '../protocol/errors.js';
+import { OPENAI_BATCH_ENDPOINTS } from '../protocol/openai-batches.js';
+import { redisKeys } from '../redis/keys.js';
+import type { RequestRecord } from '../telemetry/request-record.js';
+import { writeRequestLog } from '../telemetry/request-log.js';
+import { Cancellation } from '../upstream/cancellation.js';
+import { serveBatchLine, type ApiDescriptor, type LineReply } from '../gateway/api-path.js';
+import { chat } from '../gateway/chat-completions.js';
+import { completions } from '../gateway/completions.js';
+import type { GatewayContext } from '../gateway/context.js';
+import { embeddings } from '../gateway/embeddings.js';
+import { messages } from '../gateway/messages.js';
+import { randomId } from '../gateway/random-ids.js';
+import { responses } from '../gateway/responses.js';
+import { activeMember, claimLines, endLine, MAX_TRIES, releaseLine, renewLeases, type BatchApi, type ClaimedLine } from './batch-store.js';
+import { finalizeBatch } from './batch-results.js';
+import { LINE_FORMATS } from './line-formats.js';
+
+/** How often the runner looks for lines when it has room and found none. */
+const IDLE_POLL_MS = 250;
+/** Lines claimed from one batch at a time, so that the batches of several teams take turns. */
+const CLAIM_AT_ONCE = 8;
+/** How long a batch waits after a line of it could not run now. */
+const BACKOFF_MS = 1_000;
+
+/** Failures that say "not now" rather than "not this line": the line goes back to its queue. */
+const NOT_NOW = new Set(['resource_unavailable', 'rate_limit_exceeded', 'queue_full', 'upstream_unavailable', 'shutting_down', 'service_unavailable']);
+
+// An API-wide descriptor of any request type: the runner hands each line's body to the API its endpoint names.
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+const API_OF: Record<ClientApi, ApiDescriptor<any, any>> = { chat, completions, embeddings, messages, responses };
+
+/** The API a batch's lines go to: its endpoint's, or Anthropic's Messages. */
+export const lineApi = (api: BatchApi, endpoint: string): ClientApi => (api === 'anthropic' ? 'messages' : OPENAI_BATCH_ENDPOINTS[endpoint as keyof typeof OPENAI_BATCH_ENDPOINTS]);
+
+interface RunningLine {
+  account: string;
+  batch: string;
+  member: string;
+  cancellation: Cancellation;
+}
+
+interface ActiveBatch {
+  account: string;
+  id: string;
+  api: BatchApi;
+  endpoint: string;
+  keyId: string;
+}
+
+export class BatchRunner {
+  private readonly running = new Set<RunningLine>();
+  private readonly waitUntil = new Map<string, number>();
+  private readonly token = randomId();
+  private turn = 0;
+  private stopping = false;
+  private ticking = false;
+  private readonly poll: NodeJS.Timeout;
+  private readonly renewal: NodeJS.Timeout;
+
+  constructor(private readonly ctx: GatewayContext) {
+    this.poll = setInterval(() => this.fill(), IDLE_POLL_MS);
+    this.poll.unref();
+    this.renewal = setInterval(() => void this.renew(), Math.floor(this.settings().leaseMs / 3));
+    this.renewal.unref();
+  }
+
+  private settings() {
+    return this.ctx.routing().settings.batches;
+  }
+
+  /** Lines running on this replica now. */
+  get linesRunning(): number {
+    return this.running.size;
+  }
+
+  /** Claims lines while this replica has room for more. */
+  fill(): void {
+    if (this.ticking || this.stopping || this.running.size >= this.settings().concurrency) return;
+    this.ticking = true;
+    this.claimRound()
+      .catch((err) => console.warn(`parley: batch lines not claimed: ${(err as Error).message}`))
+      .finally(() => (this.ticking = false));
+  }
+
+  private async claimRound(): Promise<void> {
+    const members = await this.ctx.redis.zrange(redisKeys.activeBatches, 0, 99);
+    if (members.length === 0) return;
+    const now = Date.now();
+    const start = this.turn++ % members.length;
+    for (let i = 0; i < members.length; i++) {
+      const room = this.settings().concurrency - this.running.size;
+      if (room <= 0 || this.stopping) return;
+      const member = members[(start + i) % members.length];
+      if ((this.waitUntil.get(member) ?? 0) > now) continue;
+      const [account, id] = member.split(' ');
+      await this.claimFrom(member, account, id, Math.min(room, CLAIM_AT_ONCE));
+    }
+  }
+
+  private async claimFrom(member: string, account: string, id: string, count: number): Promise<void> {
+    const { redis } = this.ctx;
+    const claim = await claimLines(redis, account, id, count, this.settings().leaseMs, this.token);
+    if (claim.kind === 'ended') {
+      await redis.zrem(redisKeys.activeBatches, member);
+      return;
+    }
+    if (claim.kind === 'finalize') {
+      await finalizeBatch(redis, account, id, this.settings().keepDays * 86_400_000);
+      await redis.zrem(redisKeys.activeBatches, activeMember(account, id));
+      return;
+    }
+    if (claim.lines.length === 0) return;
+    const [api, endpoint, keyId] = await redis.hmget(redisKeys.batch(account, id).meta, 'api', 'endpoint', 'key');
+    const batch: ActiveBatch = { account, id, api: api as BatchApi, endpoint: endpoint!, keyId: keyId! };
+    for (const line of claim.lines) void this.run(batch, line);
+  }
+
+  private async run(batch: ActiveBatch, claimed: ClaimedLine): Promise<void> {
+    const { ctx } = this;
+    const running: RunningLine = { account: batch.account, batch: batch.id, member: `${claimed.line}:${this.token}`, cancellation: new Cancellation() };
+    this.running.add(running);
+    const format = LINE_FORMATS[batch.api];
+    const requestId = randomId();
+    const end = (failure = '') => endLine(ctx.redis, batch.account, batch.id, running.member, claimed.line, failure);
+    try {
+      if (!claimed.stored) return void (await end());
+      const { customId } = claimed.stored;
+      if (claimed.tries > MAX_TRIES) return void (await end(format.lost(customId, requestId)));
+      const outcome = await this.serve(batch, claimed, running.cancellation, requestId);
+      if (outcome === 'not now') {
+        this.waitUntil.set(activeMember(batch.account, batch.id), Date.now() + BACKOFF_MS);
+        await releaseLine(ctx.redis, batch.account, batch.id, running.member, claimed.line);
+      } else await end(outcome instanceof ApiError ? format.failed(customId, requestId, outcome) : '');
+    } catch (err) {
+      // Redis away while ending the line: its lease lapses, and the line runs again (its result, if written, stands).
+      console.warn(`parley: batch ${batch.id} line ${claimed.line}: ${(err as Error).message}`);
+    } finally {
+      this.running.delete(running);
+      this.fill();
+    }
+  }
+
+  /** Runs one line: 'done' once its result and charge landed, the error that is its result, or 'not now'. */
+  private async serve(batch: ActiveBatch, claimed: ClaimedLine, cancellation: Cancellation, requestId: string): Promise<'done' | 'not now' | ApiError> {
+    const { ctx } = this;
+    const { customId, body } = claimed.stored!;
+    const format = LINE_FORMATS[batch.api];
+    const record: RequestRecord = { id: requestId, attempts: 0 };
+    const api = API_OF[lineApi(batch.api, batch.endpoint)];
+    const span = ctx.telemetry.tracer.startSpan(`batch ${api.name}`, { attributes: { 'parley.request_id': requestId, 'parley.batch_id': batch.id } });
+    const started = performance.now();
+    let errorType: string | undefined;
+    let status = 200;
+    try {
+      const caller = await ctx.keys.callerOfKeyId(batch.keyId);
+      if ('refused' in caller) throw new ApiError(401, 'authentication_error', caller.refused, 'invalid_api_key');
+      // A batch runs at flex, whatever its lines ask, and reads its replies whole.
+      const { stream: _stream, service_tier: _tier, ...lineBody } = body;
+      const table = ctx.routing();
+      const exchange = { caller: { ...caller, tier: 'flex' as const }, table, body: lineBody, headers: {}, upstreamCall: cancellation, clientGone: () => false };
+      const reply: LineReply = { result: (text) => ({ resultsKey: redisKeys.batch(batch.account, batch.id).results, line: claimed.line, result: format.succeeded(customId, requestId, text) }) };
+      record.settings = table.settings;
+      await serveBatchLine(api, exchange, reply, ctx, span, record);
+      await reply.landed;
+      return 'done';
+    } catch (err) {
+      const failure = err instanceof ApiError ? err : err instanceof Cancelled ? null : internalError();
+      if (!(err instanceof ApiError) && !(err instanceof Cancelled)) console.error(`parley: batch ${batch.id} line ${claimed.line}:`, err);
+      status = failure?.status ?? 503;
+      errorType = failure?.code ?? 'cancelled';
+      if (!failure || NOT_NOW.has(failure.code ?? '') || (await this.creditHeld(failure, batch.account))) return 'not now';
+      return failure;
+    } finally {
+      this.recordLine(span, record, status, errorType, (performance.now() - started) / 1000);
+    }
+  }
+
+  /** A 402 while the account's credit is held by its own requests in flight: the line waits for that credit to come back. */
+  private async creditHeld(failure: ApiError, account: string): Promise<boolean> {
+    if (failure.code !== 'insufficient_balance') return false;
+    const balance = await balanceSummary(this.ctx.redis, account);
+    return balance.held > 0 && balance.total > 0;
+  }
+
+  private recordLine(span: Span, record: RequestRecord, status: number, errorType: string | undefined, seconds: number): void {
+    span.setAttribute('http.response.status_code', status);
+    span.end();
+    if (!record.api || !record.settings) return;
+    this.ctx.telemetry.recordGeneration(record, seconds, errorType, record.settings.metricsTopAccounts);
+    if (record.settings.requestLog) writeRequestLog(record, status, errorType, seconds);
+  }
+
+  private async renew(): Promise<void> {
+    const byBatch = new Map<string, RunningLine[]>();
+    for (const line of this.running) byBatch.set(`${line.account} ${line.batch}`, [...(byBatch.get(`${line.account} ${line.batch}`) ?? []), line]);
+    for (const lines of byBatch.values()) {
+      await renewLeases(this.ctx.redis, lines[0].account, lines[0].batch, this.settings().leaseMs, lines.map((l) => l.member)).catch(() => {});
+    }
+  }
+
+  /**
+   * Stops claiming, lets the lines running here finish for up to `graceMs`, then ends the rest: each goes back
+   * to its queue, unpaid, for another replica.
+   */
+  async stop(graceMs: number): Promise<void> {
+    this.stopping = true;
+    clearInterval(this.poll);
+    const deadline = Date.now() + graceMs;
+    while (this.running.size > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+    for (const line of this.running) line.cancellation.cancel('shutdown');
+    while (this.running.size > 0 && Date.now() < deadline + 2_000) await new Promise((r) => setTimeout(r, 50));
+    clearInterval(this.renewal);
+  }
+}

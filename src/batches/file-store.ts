@@ -1,0 +1,105 @@
+// Files in Redis, in their account's slot: the JSONL a team uploads for a
+// batch, and the output and error files a finished batch makes. An upload's
+// bytes are kept as they came (appended a MiB at a time, so no one command
+// holds Redis long); a batch's files are read from its results when asked
+// for, so no result is stored twice.
+import type { Redis } from 'ioredis';
+import { redisKeys } from '../redis/keys.js';
+import { luaScript } from '../redis/lua-script.js';
+
+export interface FileRecord {
+  id: string;
+  filename: string;
+  purpose: string;
+  bytes: number;
+  createdAt: number;
+  expiresAt: number | null;
+  /** For a batch's output or error file: the batch, and which. */
+  batch: { id: string; part: 'output' | 'error' } | null;
+}
+
+const CHUNK = 1024 * 1024;
+
+export async function createFile(redis: Redis, account: string, f: { id: string; filename: string; purpose: string; content: Buffer }, keepMs: number): Promise<FileRecord> {
+  const keys = redisKeys.file(account, f.id);
+  for (let at = 0; at < f.content.length; at += CHUNK) {
+    await redis.pipeline().append(keys.content, f.content.subarray(at, at + CHUNK)).pexpire(keys.content, keepMs).exec();
+  }
+  const now = Date.now();
+  const record: FileRecord = { id: f.id, filename: f.filename, purpose: f.purpose, bytes: f.content.length, createdAt: now, expiresAt: now + keepMs, batch: null };
+  await redis
+    .multi()
+    .hset(keys.meta, { filename: f.filename, purpose: f.purpose, bytes: f.content.length, created_at: now, expires_at: now + keepMs })
+    .pexpire(keys.meta, keepMs)
+    .zadd(redisKeys.accountFiles(account), now, f.id)
+    .exec();
+  return record;
+}
+
+function recordOf(id: string, m: Record<string, string>): FileRecord {
+  return {
+    id, filename: m.filename, purpose: m.purpose, bytes: Number(m.bytes), createdAt: Number(m.created_at), expiresAt: m.expires_at ? Number(m.expires_at) : null,
+    batch: m.batch ? { id: m.batch, part: m.part as 'output' | 'error' } : null,
+  };
+}
+
+export async function readFile(redis: Redis, account: string, id: string): Promise<FileRecord | null> {
+  const m = await redis.hgetall(redisKeys.file(account, id).meta);
+  return m.purpose ? recordOf(id, m) : null;
+}
+
+/** An uploaded file's bytes, a MiB at a time. */
+export async function* uploadedContent(redis: Redis, account: string, id: string, bytes: number): AsyncGenerator<Buffer> {
+  const key = redisKeys.file(account, id).content;
+  for (let at = 0; at < bytes; at += CHUNK) yield await redis.getrangeBuffer(key, at, Math.min(at + CHUNK, bytes) - 1);
+}
+
+/** An account's files, newest first (or oldest, with `order: 'asc'`), after a file id; those gone (expired) are dropped from the list. */
+export async function listFiles(redis: Redis, account: string, page: { limit: number; after?: string; purpose?: string; order: 'asc' | 'desc' }): Promise<{ files: FileRecord[]; hasMore: boolean }> {
+  const index = redisKeys.accountFiles(account);
+  const files: FileRecord[] = [];
+  const rank = page.after ? (page.order === 'desc' ? await redis.zrevrank(index, page.after) : await redis.zrank(index, page.after)) : -1;
+  let start = (rank ?? -1) + 1;
+  const PAGE = 100;
+  for (;;) {
+    const ids = page.order === 'desc' ? await redis.zrevrange(index, start, start + PAGE - 1) : await redis.zrange(index, start, start + PAGE - 1);
+    if (ids.length === 0) return { files, hasMore: false };
+    const metas = (await Promise.all(ids.map((id) => redis.hgetall(redisKeys.file(account, id).meta)))) as Record<string, string>[];
+    const gone: string[] = [];
+    for (const [i, m] of metas.entries()) {
+      if (!m.purpose) gone.push(ids[i]);
+      else if (!page.purpose || m.purpose === page.purpose) {
+        if (files.length === page.limit) return { files, hasMore: true };
+        files.push(recordOf(ids[i], m));
+      }
+    }
+    if (gone.length > 0) await redis.zrem(index, ...gone);
+    start += ids.length - gone.length;
+  }
+}
+
+// KEYS: a batch's results and lines. Frees every line's result, keeping the batch's counts.
+const FORGET_RESULTS = luaScript(`
+local total = tonumber(redis.call('HGET', KEYS[1], '#total') or '0')
+for i = 0, total - 1, 1000 do
+  local fields = {}
+  for j = i, math.min(i + 999, total - 1) do fields[#fields + 1] = tostring(j) end
+  redis.call('HDEL', KEYS[1], unpack(fields))
+end
+redis.call('DEL', KEYS[2])
+return 0
+`);
+
+/** Deletes a file; a batch's results go once both its files are deleted. Answers whether there was one. */
+export async function deleteFile(redis: Redis, account: string, file: FileRecord): Promise<boolean> {
+  const keys = redisKeys.file(account, file.id);
+  const [[, deleted]] = (await redis.multi().del(keys.meta, keys.content).zrem(redisKeys.accountFiles(account), file.id).exec()) as [unknown, number][];
+  if (file.batch) {
+    const batch = redisKeys.batch(account, file.batch.id);
+    const [output, error] = await redis.hmget(batch.meta, 'output_file_id', 'error_file_id');
+    const left = [output, error].filter((id) => id && id !== file.id);
+    const stillThere = left.length > 0 ? await redis.exists(...left.map((id) => redisKeys.file(account, id!).meta)) : 0;
+    if (stillThere === 0) await FORGET_RESULTS.run(redis, [batch.results, batch.lines], []);
+  }
+  return deleted > 0;
+}

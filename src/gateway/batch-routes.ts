@@ -1,0 +1,222 @@
+// The batch APIs on the gateway: OpenAI's Files (/v1/files) and Batch API
+// (/v1/batches), and Anthropic's Message Batches (/v1/messages/batches), on
+// the same keys, credit and routing as every request. Everything is looked
+// up under the caller's own account, so another account's file or batch is
+// simply not there: 404.
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Caller } from '../accounts/key-authenticator.js';
+import { MAX_BATCH_BYTES, MAX_BATCH_LINES, takeBatch } from '../batches/batch-intake.js';
+import { resultLines, type ResultPart } from '../batches/batch-results.js';
+import { lineApi } from '../batches/batch-runner.js';
+import { cancelBatch, deleteBatch, listBatches, readBatch, type BatchRecord, type InputProblem, type StoredLine } from '../batches/batch-store.js';
+import { createFile, deleteFile, listFiles, readFile, uploadedContent, type FileRecord } from '../batches/file-store.js';
+import { parseAnthropicBatchCreate, renderAnthropicBatch } from '../protocol/anthropic-batches.js';
+import { ApiError, invalidParameter, routeNotFound } from '../protocol/errors.js';
+import { decodePathSegment, readJsonBody, sendJson } from '../protocol/http-io.js';
+import { readMultipart } from '../protocol/multipart.js';
+import { checkInputLine, parseOpenAiBatchCreate, renderOpenAiBatch, type OpenAiBatchEndpoint } from '../protocol/openai-batches.js';
+import type { GatewayContext } from './context.js';
+import { authenticate } from './exchange.js';
+import { failClosed } from './fail-closed.js';
+import { randomId } from './random-ids.js';
+
+const notFound = (what: string, id: string) => new ApiError(404, 'not_found_error', `No ${what} with id '${id}' was found.`, 'not_found', null);
+const conflict = (message: string) => new ApiError(409, 'invalid_request_error', message, 'conflict');
+
+const MULTIPART_OVERHEAD = 64 * 1024;
+
+/** A page size from the query: `fallback` where absent, a 400 outside 1..max. */
+function pageLimit(query: URLSearchParams, fallback: number, max: number): number {
+  const given = query.get('limit');
+  if (given === null) return fallback;
+  const n = Number(given);
+  if (!Number.isInteger(n) || n < 1 || n > max) throw invalidParameter('limit', `limit must be a whole number from 1 to ${max}.`);
+  return n;
+}
+
+const seconds = (ms: number | null) => (ms === null ? null : Math.floor(ms / 1000));
+
+function renderFile(f: FileRecord) {
+  return { id: f.id, object: 'file', bytes: f.bytes, created_at: seconds(f.createdAt), expires_at: seconds(f.expiresAt), filename: f.filename, purpose: f.purpose, status: 'processed', status_details: null };
+}
+
+/** Writes text or bytes as they come, as a download. */
+async function sendDownload(res: ServerResponse, contentType: string, parts: AsyncIterable<string | Buffer>): Promise<void> {
+  res.writeHead(200, { 'content-type': contentType });
+  for await (const part of parts) {
+    if (!res.write(part)) await new Promise((resolve) => res.once('drain', resolve));
+  }
+  res.end();
+}
+
+const keepMs = (ctx: GatewayContext) => ctx.routing().settings.batches.keepDays * 86_400_000;
+
+/** Splits an uploaded JSONL file into its lines (blank lines skipped), checking each; lines count from 1. */
+async function inputLines(content: Buffer, endpoint: OpenAiBatchEndpoint): Promise<{ lines: StoredLine[]; problems: InputProblem[] }> {
+  const lines: StoredLine[] = [];
+  const problems: InputProblem[] = [];
+  const customIds = new Set<string>();
+  const texts = content.toString('utf8').split('\n');
+  for (const [i, raw] of texts.entries()) {
+    // A large file is checked in slices, so that other requests are served meanwhile.
+    if (i % 1000 === 999) await new Promise((r) => setImmediate(r));
+    const text = raw.trim();
+    if (text === '') continue;
+    const checked = checkInputLine(text, i + 1, endpoint);
+    if ('code' in checked) problems.push(checked);
+    else if (customIds.has(checked.customId)) problems.push({ code: 'duplicate_custom_id', message: `Line ${i + 1}: the custom_id '${checked.customId}' is used by an earlier line.`, param: 'custom_id', line: i + 1 });
+    else {
+      customIds.add(checked.customId);
+      lines.push(checked);
+    }
+    if (problems.length >= 100) break;
+  }
+  if (lines.length === 0 && problems.length === 0) problems.push({ code: 'empty_file', message: 'The input file holds no requests.', param: null, line: null });
+  return { lines, problems };
+}
+
+async function files(req: IncomingMessage, res: ServerResponse, ctx: GatewayContext, caller: Caller, method: string, rest: string[], query: URLSearchParams): Promise<void> {
+  const { redis } = ctx;
+  const account = caller.account;
+  if (rest.length === 0 && method === 'POST') {
+    const parts = await readMultipart(req, MAX_BATCH_BYTES + MULTIPART_OVERHEAD);
+    const purpose = parts.find((p) => p.name === 'purpose')?.data.toString('utf8');
+    const file = parts.find((p) => p.name === 'file' && p.filename !== null);
+    if (purpose !== 'batch') throw invalidParameter('purpose', "Parley keeps files for batches: purpose must be 'batch'.");
+    if (!file) throw invalidParameter('file', 'Missing the file part: send the JSONL file as the form field `file`.');
+    if (file.data.length > MAX_BATCH_BYTES) throw invalidParameter('file', `A batch file may be at most ${MAX_BATCH_BYTES} bytes; this one is ${file.data.length}.`);
+    let lines = 0;
+    for (let at = file.data.indexOf(10); at >= 0; at = file.data.indexOf(10, at + 1)) lines++;
+    if (lines > MAX_BATCH_LINES) throw invalidParameter('file', `A batch file may hold at most ${MAX_BATCH_LINES} lines.`);
+    const stored = await createFile(redis, account, { id: `file-${randomId()}`, filename: (file.filename ?? 'input.jsonl').slice(0, 256), purpose, content: file.data }, keepMs(ctx));
+    return sendJson(res, 200, renderFile(stored));
+  }
+  if (rest.length === 0 && method === 'GET') {
+    const order = query.get('order') ?? 'desc';
+    if (order !== 'asc' && order !== 'desc') throw invalidParameter('order', "order must be 'asc' or 'desc'.");
+    const page = await listFiles(redis, account, { limit: pageLimit(query, 10_000, 10_000), after: query.get('after') ?? undefined, purpose: query.get('purpose') ?? undefined, order });
+    const data = page.files.map(renderFile);
+    return sendJson(res, 200, { object: 'list', data, first_id: data[0]?.id ?? null, last_id: data.at(-1)?.id ?? null, has_more: page.hasMore });
+  }
+  const id = rest[0];
+  const file = await readFile(redis, account, id);
+  if (!file) throw notFound('file', id);
+  if (rest.length === 1 && method === 'GET') return sendJson(res, 200, renderFile(file));
+  if (rest.length === 1 && method === 'DELETE') {
+    await deleteFile(redis, account, file);
+    return sendJson(res, 200, { id, object: 'file', deleted: true });
+  }
+  if (rest.length === 2 && rest[1] === 'content' && method === 'GET') {
+    if (!file.batch) return sendDownload(res, 'application/octet-stream', uploadedContent(redis, account, id, file.bytes));
+    const batch = await readBatch(redis, account, file.batch.id);
+    if (!batch) throw notFound('file', id);
+    return sendDownload(res, 'application/jsonl', resultLines(redis, batch, file.batch.part));
+  }
+  throw routeNotFound(method, `/v1/files/${rest.join('/')}`);
+}
+
+async function openAiBatches(req: IncomingMessage, res: ServerResponse, ctx: GatewayContext, caller: Caller, method: string, rest: string[], query: URLSearchParams): Promise<void> {
+  const { redis } = ctx;
+  if (rest.length === 0 && method === 'POST') {
+    const request = parseOpenAiBatchCreate(await readJsonBody(req, ctx.routing().settings.maxBodyBytes));
+    if (request instanceof ApiError) throw request;
+    const file = await readFile(redis, caller.account, request.input_file_id);
+    if (!file) throw invalidParameter('input_file_id', `No file with id '${request.input_file_id}' was found.`);
+    if (file.purpose !== 'batch') throw invalidParameter('input_file_id', "The input file must be one uploaded with purpose 'batch'.");
+    const chunks: Buffer[] = [];
+    for await (const chunk of uploadedContent(redis, caller.account, file.id, file.bytes)) chunks.push(chunk);
+    const { lines, problems } = await inputLines(Buffer.concat(chunks), request.endpoint);
+    const batch = await takeBatch({
+      redis, table: ctx.routing(), caller, id: `batch_${randomId()}`, api: 'openai', lineApi: lineApi('openai', request.endpoint), endpoint: request.endpoint,
+      inputFileId: file.id, metadata: request.metadata ?? null, lines, problems,
+    });
+    ctx.batches?.fill();
+    return sendJson(res, 200, renderOpenAiBatch(batch));
+  }
+  if (rest.length === 0 && method === 'GET') {
+    const page = await listBatches(redis, caller.account, 'openai', { limit: pageLimit(query, 20, 100), after: query.get('after') ?? undefined });
+    const data = page.batches.map(renderOpenAiBatch);
+    return sendJson(res, 200, { object: 'list', data, first_id: data[0]?.id ?? null, last_id: data.at(-1)?.id ?? null, has_more: page.hasMore });
+  }
+  const batch = await ownBatch(ctx, caller, rest[0], 'batch');
+  if (rest.length === 1 && method === 'GET') return sendJson(res, 200, renderOpenAiBatch(batch));
+  if (rest.length === 2 && rest[1] === 'cancel' && method === 'POST') {
+    const status = await cancelBatch(redis, caller.account, batch.id);
+    if (status !== 'cancelling') throw conflict(`The batch cannot be cancelled: its status is '${status}'.`);
+    ctx.batches?.fill();
+    return sendJson(res, 200, renderOpenAiBatch((await readBatch(redis, caller.account, batch.id))!));
+  }
+  throw routeNotFound(method, `/v1/batches/${rest.join('/')}`);
+}
+
+/** The caller's batch by id, of the API whose ids start with `prefix`. */
+async function ownBatch(ctx: GatewayContext, caller: Caller, id: string, prefix: 'batch' | 'msgbatch'): Promise<BatchRecord> {
+  const batch = id.startsWith(`${prefix}_`) ? await readBatch(ctx.redis, caller.account, id) : null;
+  if (!batch) throw notFound(prefix === 'batch' ? 'batch' : 'message batch', id);
+  return batch;
+}
+
+/** Where a client reads a message batch's results: on the host and scheme it called (behind a proxy, the ones it forwarded). */
+function resultsUrl(req: IncomingMessage, id: string): string {
+  const forwarded = (name: string) => String(req.headers[name] ?? '').split(',')[0].trim();
+  const proto = forwarded('x-forwarded-proto') || 'http';
+  const host = forwarded('x-forwarded-host') || req.headers.host || 'localhost';
+  return `${proto}://${host}/v1/messages/batches/${encodeURIComponent(id)}/results`;
+}
+
+async function messageBatches(req: IncomingMessage, res: ServerResponse, ctx: GatewayContext, caller: Caller, method: string, rest: string[], query: URLSearchParams): Promise<void> {
+  const { redis } = ctx;
+  const render = (b: BatchRecord) => renderAnthropicBatch(b, resultsUrl(req, b.id));
+  if (rest.length === 0 && method === 'POST') {
+    const request = parseAnthropicBatchCreate(await readJsonBody(req, MAX_BATCH_BYTES), MAX_BATCH_LINES);
+    if (request instanceof ApiError) throw request;
+    const lines = request.requests.map((r) => ({ customId: r.custom_id, body: r.params as Record<string, unknown> }));
+    const batch = await takeBatch({ redis, table: ctx.routing(), caller, id: `msgbatch_${randomId()}`, api: 'anthropic', lineApi: 'messages', endpoint: '/v1/messages', inputFileId: null, metadata: null, lines, problems: [] });
+    // Anthropic refuses a create whose requests name models it does not serve; nothing is kept.
+    if (batch.problems) {
+      await deleteBatch(redis, caller.account, batch.id, 'anthropic');
+      throw invalidParameter(`requests[${(batch.problems[0].line ?? 1) - 1}].params.model`, batch.problems[0].message);
+    }
+    ctx.batches?.fill();
+    return sendJson(res, 200, render(batch));
+  }
+  if (rest.length === 0 && method === 'GET') {
+    const page = await listBatches(redis, caller.account, 'anthropic', { limit: pageLimit(query, 20, 1000), after: query.get('after_id') ?? undefined, before: query.get('before_id') ?? undefined });
+    const data = page.batches.map(render);
+    return sendJson(res, 200, { data, has_more: page.hasMore, first_id: data[0]?.id ?? null, last_id: data.at(-1)?.id ?? null });
+  }
+  const batch = await ownBatch(ctx, caller, rest[0], 'msgbatch');
+  const ended = batch.status === 'completed' || batch.status === 'expired' || batch.status === 'cancelled';
+  if (rest.length === 1 && method === 'GET') return sendJson(res, 200, render(batch));
+  if (rest.length === 1 && method === 'DELETE') {
+    if (!ended) throw invalidParameter(null, `Message batch ${batch.id} has not ended yet; cancel it first, then delete it once it has ended.`);
+    await deleteBatch(redis, caller.account, batch.id, 'anthropic');
+    return sendJson(res, 200, { id: batch.id, type: 'message_batch_deleted' });
+  }
+  if (rest.length === 2 && rest[1] === 'cancel' && method === 'POST') {
+    await cancelBatch(redis, caller.account, batch.id);
+    ctx.batches?.fill();
+    return sendJson(res, 200, render((await readBatch(redis, caller.account, batch.id))!));
+  }
+  if (rest.length === 2 && rest[1] === 'results' && method === 'GET') {
+    if (!ended) throw invalidParameter(null, `Message batch ${batch.id} has not ended yet: its results can be read once its processing_status is 'ended'.`);
+    return sendDownload(res, 'application/x-jsonl', resultLines(redis, batch, 'all' satisfies ResultPart));
+  }
+  throw routeNotFound(method, `/v1/messages/batches/${rest.join('/')}`);
+}
+
+const ROOTS = [
+  ['/v1/files', files],
+  ['/v1/batches', openAiBatches],
+  ['/v1/messages/batches', messageBatches],
+] as const;
+
+/** Serves a batch API path; false for any other path. */
+export async function handleBatchApis(req: IncomingMessage, res: ServerResponse, ctx: GatewayContext, method: string, path: string, search: string): Promise<boolean> {
+  const root = ROOTS.find(([prefix]) => path === prefix || path.startsWith(`${prefix}/`));
+  if (!root) return false;
+  const rest = path.slice(root[0].length).split('/').filter((s) => s !== '').map(decodePathSegment);
+  const caller = await authenticate(req, ctx);
+  await failClosed(root[1](req, res, ctx, caller, method, rest, new URLSearchParams(search)));
+  return true;
+}
