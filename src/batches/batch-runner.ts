@@ -95,7 +95,7 @@ export class BatchRunner {
     if (this.ticking || this.stopping || this.running.size >= this.settings().concurrency) return;
     this.ticking = true;
     this.claimRound()
-      .catch((err) => console.warn(`parley: batch lines not claimed: ${(err as Error).message}`))
+      .catch((err) => this.stopping || console.warn(`parley: batch lines not claimed: ${(err as Error).message}`))
       .finally(() => (this.ticking = false));
   }
 
