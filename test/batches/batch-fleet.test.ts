@@ -1,0 +1,120 @@
+// A batch is the fleet's job: three replicas on one Redis share its lines; a
+// replica killed with -9 mid-batch loses none and has none charged twice;
+// every replica stopped and one started again finds every batch, file and
+// result. And the settlement that charges a line writes its result, so a line
+// run a second time is never charged a second time.
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import OpenAI, { toFile } from 'openai';
+import { stringify } from 'yaml';
+import { describe, expect, it } from 'vitest';
+import { holdCredits, readBalance } from '../../src/billing/credit-ledger.js';
+import { readUsageEvents } from '../../src/billing/usage-events.js';
+import { redisKeys } from '../../src/redis/keys.js';
+import { settleHold } from '../support/ledger.js';
+import { completionBody, replyJson, sleep, startFakeUpstream, until } from '../support/fake-upstream.js';
+import { makeAccount, modelEntry, startTestGateway, TEST_KEY_SECRET } from '../support/gateway.js';
+import { startParleyServe, type ParleyProcess } from '../support/parley-process.js';
+import { startTestRedis } from '../support/redis.js';
+
+const LINES = 300;
+
+describe('a batch on a fleet', () => {
+  it('is shared by three replicas; one killed with -9 mid-batch loses no line and charges none twice; the batch outlives every replica', async () => {
+    // Each reply takes 40 ms, and says which line it answers, so the output can be checked line by line.
+    const upstream = await startFakeUpstream(async (req, res) => {
+      await sleep(40);
+      const content = String(req.body.messages?.[0]?.content ?? '');
+      replyJson(res, completionBody(`answer to ${content}`, { prompt_tokens: 20, completion_tokens: 5, total_tokens: 25 }));
+    });
+    const dir = mkdtempSync(join(tmpdir(), 'parley-batch-fleet-'));
+    const redis = await startTestRedis();
+    const config = { gateway: { requestLog: false, engineLoad: { intervalMs: 0 }, batches: { concurrency: 8, leaseMs: 1500 } }, billing: { holdTtlMs: 1000 }, models: [modelEntry('m', [{ kind: 'vllm', url: upstream.url, maxConcurrent: 24 }])] };
+    writeFileSync(join(dir, 'routing.yaml'), stringify(config));
+    const env = { REDIS_URL: redis.url, PARLEY_KEY_SECRET: TEST_KEY_SECRET };
+    const serve = (name: string) => startParleyServe(['--config', join(dir, 'routing.yaml'), '--data-dir', join(dir, name)], env);
+    let gw = await startTestGateway(config, { redis });
+    const processes: ParleyProcess[] = [await serve('a'), await serve('b')];
+    try {
+      const { account, key } = await makeAccount(redis, 10);
+      const client = new OpenAI({ baseURL: `${gw.url}/v1`, apiKey: key, maxRetries: 0 });
+      const before = (await readBalance(redis.client, account))!;
+      const lines = Array.from({ length: LINES }, (_, i) => JSON.stringify({ custom_id: `line-${i}`, method: 'POST', url: '/v1/chat/completions', body: { model: 'm', max_tokens: 5, messages: [{ role: 'user', content: `line-${i}` }] } }));
+      const file = await client.files.create({ file: await toFile(Buffer.from(lines.join('\n')), 'fleet.jsonl'), purpose: 'batch' });
+      const { id } = await client.batches.create({ input_file_id: file.id, endpoint: '/v1/chat/completions', completion_window: '24h' });
+
+      // Once the lines are well under way on every replica, one replica dies with lines in flight.
+      // Every replica runs lines: each claims under a token of its own (the in-flight set's "<line>:<token>").
+      const replicasRunning = async () => new Set((await redis.client.zrange(redisKeys.batch(account, id).inFlight, 0, -1)).map((m) => m.split(':')[1])).size;
+      await until(async () => (await replicasRunning()) === 3, 20_000);
+      await until(async () => (await client.batches.retrieve(id)).request_counts!.completed >= LINES / 4, 20_000);
+      expect(await redis.client.zcard(redisKeys.batch(account, id).inFlight)).toBeGreaterThan(8);
+      await processes[0].stop('SIGKILL');
+
+      let batch = await client.batches.retrieve(id);
+      await until(async () => (batch = await client.batches.retrieve(id)).status === 'completed', 30_000);
+      expect(batch.request_counts).toEqual({ total: LINES, completed: LINES, failed: 0 });
+      const output = (await (await client.files.content(batch.output_file_id!)).text()).trim().split('\n').map((l) => JSON.parse(l));
+      expect(output.map((l) => l.custom_id)).toEqual(lines.map((_, i) => `line-${i}`));
+      for (const line of output) expect(line.response.body.choices[0].message.content).toBe(`answer to ${line.custom_id}`);
+
+      // Each line charged once: one complete usage event per line, the books equal to the events.
+      await until(async () => (await readBalance(redis.client, account))!.held === 0, 5_000);
+      const complete = [];
+      let charged = 0;
+      for await (const e of readUsageEvents(redis.client, account)) {
+        charged += e.charged;
+        if (e.outcome === 'complete') complete.push(e.requestId);
+      }
+      expect(new Set(complete).size).toBe(complete.length);
+      expect(complete.sort()).toEqual(output.map((l) => l.response.request_id).sort());
+      expect(before.granted - (await readBalance(redis.client, account))!.granted).toBe(charged);
+      // The lines in flight on the dead replica ran again: the upstream saw more requests than there are lines.
+      expect(upstream.received.length).toBeGreaterThan(LINES);
+
+      // Every replica stops; one starts again, on the same Redis, and finds everything.
+      await processes[1].stop('SIGTERM');
+      await gw.close();
+      gw = await startTestGateway(config, { redis });
+      const again = new OpenAI({ baseURL: `${gw.url}/v1`, apiKey: key, maxRetries: 0 });
+      expect((await again.batches.retrieve(id)).status).toBe('completed');
+      expect((await again.files.list()).data.map((f) => f.id).sort()).toEqual([file.id, batch.output_file_id].sort());
+      expect((await (await again.files.content(batch.output_file_id!)).text()).trim().split('\n')).toHaveLength(LINES);
+      expect(await (await again.files.content(file.id)).text()).toBe(lines.join('\n'));
+    } finally {
+      for (const p of processes) await p.stop('SIGKILL');
+      await gw.close();
+      await redis.stop();
+      await upstream.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 90_000);
+
+  it("charges a line's reply once, however many of its runs complete: the second finds the result and is released", async () => {
+    const redis = await startTestRedis();
+    try {
+      const { account, keyId } = await makeAccount(redis, 1);
+      const results = redisKeys.batch(account, 'batch_x').results;
+      await redis.client.hset(results, '#total', 1);
+      const prices = { missPico: 1_000_000, hitPico: 100_000, outputPico: 2_000_000 };
+      const settlement = (hold: string, text: string) => ({
+        account, keyId, requestId: hold, model: 'm', endpoint: 'e', outcome: 'complete' as const, usage: { prompt_tokens: 10, completion_tokens: 5, cached_tokens: 0 }, cost: 20,
+        batchResult: { resultsKey: results, line: '0', result: text },
+      });
+      for (const hold of ['run-1', 'run-2']) await holdCredits(redis.client, [{ hold: { account, requestId: hold, ttlMs: 60_000, prices, promptTokens: 10, n: 1, maxReplyTokens: 5 } }]);
+      expect(await settleHold(redis.client, settlement('run-1', 'sfirst'))).toBe(20);
+      expect(await settleHold(redis.client, settlement('run-2', 'ssecond'))).toBeUndefined();
+      expect(await redis.client.hmget(results, '0', '#succeeded', '#cost')).toEqual(['sfirst', '1', '20']);
+      expect(await readBalance(redis.client, account)).toMatchObject({ granted: 1_000_000 - 20, held: 0 });
+      // A batch that is gone (deleted, or kept past its time) charges nothing.
+      await redis.client.del(results);
+      await holdCredits(redis.client, [{ hold: { account, requestId: 'run-3', ttlMs: 60_000, prices, promptTokens: 10, n: 1, maxReplyTokens: 5 } }]);
+      expect(await settleHold(redis.client, { ...settlement('run-3', 'sthird'), batchResult: { resultsKey: results, line: '1', result: 'sthird' } })).toBeUndefined();
+      expect(await redis.client.exists(results)).toBe(0);
+      expect(await readBalance(redis.client, account)).toMatchObject({ granted: 1_000_000 - 20, held: 0 });
+    } finally {
+      await redis.stop();
+    }
+  });
+});
