@@ -185,18 +185,25 @@ export class BatchRunner {
       if (!(err instanceof ApiError) && !(err instanceof Cancelled)) console.error(`parley: batch ${batch.id} line ${claimed.line}:`, err);
       status = failure?.status ?? 503;
       errorType = failure?.code ?? 'cancelled';
-      if (!failure || NOT_NOW.has(failure.code ?? '') || (await this.creditHeld(failure, batch.account))) return 'not now';
+      if (!failure || NOT_NOW.has(failure.code ?? '') || (await this.heldInFlight(failure, batch))) return 'not now';
       return failure;
     } finally {
       this.recordLine(span, record, status, errorType, (performance.now() - started) / 1000);
     }
   }
 
-  /** A 402 while the account's credit is held by its own requests in flight: the line waits for that credit to come back. */
-  private async creditHeld(failure: ApiError, account: string): Promise<boolean> {
-    if (failure.code !== 'insufficient_balance') return false;
-    const balance = await balanceSummary(this.ctx.redis, account);
-    return balance.held > 0 && balance.total > 0;
+  /**
+   * Refused for credit, or the key's budget, that requests of the account's own still in flight hold (its other
+   * lines, here or on other replicas): the line waits for what they do not spend to come back.
+   */
+  private async heldInFlight(failure: ApiError, batch: ActiveBatch): Promise<boolean> {
+    const { redis } = this.ctx;
+    if (failure.code === 'insufficient_balance') {
+      const balance = await balanceSummary(redis, batch.account);
+      return balance.held > 0 && balance.total > 0;
+    }
+    if (failure.code === 'insufficient_quota') return Number((await redis.hget(redisKeys.keyBudget(batch.account, batch.keyId), 'held')) ?? 0) > 0;
+    return false;
   }
 
   private recordLine(span: Span, record: RequestRecord, status: number, errorType: string | undefined, seconds: number): void {

@@ -1,0 +1,103 @@
+// A batch runs in the capacity the interactive teams leave: alone it keeps
+// an endpoint's flex share of slots busy; beside it, an interactive stream's
+// time to first token stays near what it is with the endpoint idle. And the
+// key that made a batch limits every line: its models, its budget, its rate.
+import OpenAI, { toFile } from 'openai';
+import { describe, expect, it } from 'vitest';
+import { setAccountLimits } from '../../src/accounts/accounts.js';
+import { setKeyLimits } from '../../src/accounts/api-keys.js';
+import { completionBody, replyJson, sleep, until, writeEvents, chunk, type Script } from '../support/fake-upstream.js';
+import { makeAccount, modelEntry, postChat, withGatewayOn, type TestGateway } from '../support/gateway.js';
+
+/** An engine of 4 slots: a batch line takes 300 ms; an interactive stream's first token comes after 20 ms. Counts requests at once. */
+function engine() {
+  const seen = { now: 0, most: 0 };
+  const script: Script = async (req, res) => {
+    if (!req.path.endsWith('/chat/completions')) return replyJson(res, { data: [] });
+    seen.most = Math.max(seen.most, ++seen.now);
+    res.on('close', () => seen.now--);
+    if (req.body.stream) {
+      await sleep(20);
+      return writeEvents(res, [chunk({ role: 'assistant', content: 'hi' }), chunk({}, 'stop'), { ...chunk({}), choices: [], usage: { prompt_tokens: 5, completion_tokens: 1, total_tokens: 6 } }]);
+    }
+    await sleep(300);
+    replyJson(res, completionBody('done', { prompt_tokens: 5, completion_tokens: 1, total_tokens: 6 }));
+  };
+  return { seen, script };
+}
+
+const lines = (n: number, model = 'm', content = 'x') =>
+  Array.from({ length: n }, (_, i) => JSON.stringify({ custom_id: `c${i}`, method: 'POST', url: '/v1/chat/completions', body: { model, max_tokens: 4, messages: [{ role: 'user', content: `${content}${i}` }] } })).join('\n');
+
+async function startBatch(client: OpenAI, n: number, model = 'm', content = 'x') {
+  const file = await client.files.create({ file: await toFile(Buffer.from(lines(n, model, content)), 'b.jsonl'), purpose: 'batch' });
+  return client.batches.create({ input_file_id: file.id, endpoint: '/v1/chat/completions', completion_window: '24h' });
+}
+
+/** Time to the first byte of each of `count` streamed interactive requests, one after another (ms). */
+async function firstTokenTimes(gw: TestGateway, count: number): Promise<number[]> {
+  const times: number[] = [];
+  for (let i = 0; i < count; i++) {
+    const started = performance.now();
+    const res = await postChat(gw, { model: 'm', stream: true, messages: [{ role: 'user', content: 'interactive' }] });
+    const reader = res.body!.getReader();
+    await reader.read();
+    times.push(performance.now() - started);
+    while (!(await reader.read()).done);
+    await sleep(30);
+  }
+  return times.sort((a, b) => a - b);
+}
+
+const p99 = (sorted: number[]) => sorted[Math.min(sorted.length - 1, Math.ceil(sorted.length * 0.99) - 1)];
+
+describe('a batch in idle capacity', () => {
+  it("alone keeps the endpoint's flex share of slots busy; an interactive stream beside it keeps its time to first token", async () => {
+    const { seen, script } = engine();
+    await withGatewayOn([script], ([url]) => ({ models: [modelEntry('m', [{ kind: 'vllm', url, maxConcurrent: 4 }])] }), async (gw) => {
+      const alone = await firstTokenTimes(gw, 15);
+      seen.most = 0;
+      const batch = await startBatch(gw.client, 40);
+      await until(async () => seen.most >= 3, 5_000);
+      // Flex leaves one of the four slots to the other tiers, and takes the rest.
+      expect(seen.most).toBe(3);
+      const beside = await firstTokenTimes(gw, 15);
+      expect((await gw.client.batches.retrieve(batch.id)).status).toBe('in_progress');
+      expect(p99(beside)).toBeLessThanOrEqual(1.5 * p99(alone) + 50);
+      await until(async () => (await gw.client.batches.retrieve(batch.id)).status === 'completed', 20_000);
+    });
+  });
+
+  it("applies the key's model limits, budget and rate limit to every line", async () => {
+    const quick: Script = (req, res) => (req.path.endsWith('/chat/completions') ? replyJson(res, completionBody('ok', { prompt_tokens: 1000, completion_tokens: 10, total_tokens: 1010 })) : replyJson(res, { data: [] }));
+    const models = ([url]: string[]) => ({ models: [modelEntry('m', [{ kind: 'vllm', url }]), modelEntry('other', [{ kind: 'vllm', url }])] });
+    await withGatewayOn([quick], models, async (gw) => {
+      const clientOf = (key: string) => new OpenAI({ baseURL: `${gw.url}/v1`, apiKey: key, maxRetries: 0 });
+      // Models: a key limited to `m` may not batch `other`.
+      const limited = await makeAccount(gw.redis, 1);
+      await setKeyLimits(gw.redis.client, limited.keyId, { models: ['m'] });
+      expect(await startBatch(clientOf(limited.key), 2, 'other')).toMatchObject({ status: 'failed', errors: { data: [{ code: 'model_not_found' }] } });
+
+      // Rate: 3 requests a minute runs 3 lines now; the rest wait for the window rather than fail.
+      const slow = await makeAccount(gw.redis, 1);
+      await setAccountLimits(gw.redis.client, slow.account, { requestsPerMinute: 3, tokensPerMinute: null });
+      const rated = clientOf(slow.key);
+      const waiting = await startBatch(rated, 5);
+      await until(async () => (await rated.batches.retrieve(waiting.id)).request_counts!.completed === 3, 5_000);
+      await sleep(1_500);
+      expect((await rated.batches.retrieve(waiting.id))).toMatchObject({ status: 'in_progress', request_counts: { completed: 3, failed: 0 } });
+
+      // Budget: a key whose budget pays for two lines fails the rest with its budget's error. Each line's prompt
+      // of about 1,000 bytes is held for as about 1,000 tokens, and costs 510 micro-units at flex.
+      const budgeted = await makeAccount(gw.redis, 1);
+      await setKeyLimits(gw.redis.client, budgeted.keyId, { budget: { limit: 1100, period: 'total' } });
+      const client = clientOf(budgeted.key);
+      const spent = await startBatch(client, 6, 'm', 'a'.repeat(990));
+      let b = await client.batches.retrieve(spent.id);
+      await until(async () => (b = await client.batches.retrieve(spent.id)).status === 'completed', 20_000);
+      expect(b.request_counts).toMatchObject({ completed: 2, failed: 4 });
+      const errors = (await (await client.files.content(b.error_file_id!)).text()).trim().split('\n').map((l) => JSON.parse(l));
+      expect(new Set(errors.map((e) => `${e.response.status_code} ${e.response.body.error.code}`))).toEqual(new Set(['429 insufficient_quota']));
+    });
+  });
+});
