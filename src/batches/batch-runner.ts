@@ -29,6 +29,7 @@ import { messages } from '../gateway/messages.js';
 import { randomId } from '../gateway/random-ids.js';
 import { responses } from '../gateway/responses.js';
 import { activeMember, claimLines, endLine, MAX_TRIES, releaseLine, renewLeases, type BatchApi, type ClaimedLine } from './batch-store.js';
+import { activeBatches, lineTotals, type BatchLineTotals } from './batch-progress.js';
 import { finalizeBatch } from './batch-results.js';
 import { LINE_FORMATS } from './line-formats.js';
 
@@ -38,6 +39,8 @@ const IDLE_POLL_MS = 250;
 const CLAIM_AT_ONCE = 8;
 /** How long a batch waits after a line of it could not run now. */
 const BACKOFF_MS = 1_000;
+/** How often the fleet's batch totals are read for /metrics. */
+const TOTALS_EVERY_MS = 2_000;
 
 /** Failures that say "not now" rather than "not this line": the line goes back to its queue. */
 const NOT_NOW = new Set(['resource_unavailable', 'rate_limit_exceeded', 'queue_full', 'upstream_unavailable', 'shutting_down', 'service_unavailable']);
@@ -73,12 +76,19 @@ export class BatchRunner {
   private ticking = false;
   private readonly poll: NodeJS.Timeout;
   private readonly renewal: NodeJS.Timeout;
+  private readonly totalsReading: NodeJS.Timeout;
+  /** The fleet's batch lines by state, as last read. */
+  fleetTotals: BatchLineTotals = lineTotals([]);
 
   constructor(private readonly ctx: GatewayContext) {
     this.poll = setInterval(() => this.fill(), IDLE_POLL_MS);
     this.poll.unref();
     this.renewal = setInterval(() => void this.renew(), Math.floor(this.settings().leaseMs / 3));
     this.renewal.unref();
+    this.totalsReading = setInterval(() => {
+      activeBatches(ctx.redis).then((batches) => (this.fleetTotals = lineTotals(batches)), () => {});
+    }, TOTALS_EVERY_MS);
+    this.totalsReading.unref();
   }
 
   private settings() {
@@ -229,6 +239,7 @@ export class BatchRunner {
   async stop(graceMs: number): Promise<void> {
     this.stopping = true;
     clearInterval(this.poll);
+    clearInterval(this.totalsReading);
     const deadline = Date.now() + graceMs;
     while (this.running.size > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
     for (const line of this.running) line.cancellation.cancel('shutdown');

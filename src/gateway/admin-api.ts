@@ -8,6 +8,7 @@
 import { timingSafeEqual } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { z } from 'zod';
+import { activeBatches, batchSummary } from '../batches/batch-progress.js';
 import { usageCsv } from '../billing/usage-events.js';
 import { inputs, OperationRefused, operations, type Operator } from '../operator/operations.js';
 import { ApiError, routeNotFound } from '../protocol/errors.js';
@@ -67,6 +68,7 @@ const ROUTES: Route[] = [
     },
   },
   { method: 'GET', path: '/audit', summary: 'The newest operator actions first: who, what, before and after', query: ['count'], handle: ({ op, query }) => operations.listAudit(op, Number(query.get('count') ?? 100) || 100) },
+  { method: 'GET', path: '/batches', summary: 'The batches with lines still to run, fleet-wide, oldest first: account, status, lines by state, cost so far', handle: async ({ ctx }) => ({ object: 'list', data: (await activeBatches(ctx.redis)).map(batchSummary) }) },
   { method: 'GET', path: '/endpoints', summary: "Each model's endpoints: health, circuit, load, latency", handle: async ({ ctx }) => ({ object: 'list', data: ctx.router.snapshot() }) },
 ];
 

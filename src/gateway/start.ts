@@ -75,10 +75,9 @@ async function openState(opts: GatewayOptions, secret: string, demoCredit: numbe
 }
 
 /** Settlements, journaled on disk until Redis has them; and those an earlier process (this one's, or a dead replica's) owed. */
-function openSettlements(redis: Redis, dataDir: string, table: () => RoutingTable, telemetry: Telemetry, parts: StartedParts): SettlementQueue {
+function openSettlements(redis: Redis, dataDir: string, table: () => RoutingTable, parts: StartedParts): SettlementQueue {
   const journal = parts.add(SettlementJournal.open(join(dataDir, 'settlements')), (j) => j.close());
   const settlements = new SettlementQueue(redis, () => (table().billing.usageRetentionDays ?? 0) * 86_400_000, journal);
-  telemetry.watch({ settlementsJournaled: () => settlements.journaled, redisReady: () => redis.status === 'ready' });
   const replayed = settlements.adoptOrphans(table().billing.holdTtlMs);
   if (replayed > 0) console.log(`parley: settling ${replayed} replies an earlier process owed (from its settlement journal)`);
   // A replica that died owing settlements on a volume others share: adopted once no one has written its journal for a hold's life.
@@ -100,13 +99,14 @@ export async function startGateway(opts: GatewayOptions): Promise<RunningGateway
     const router = parts.add(new Router(sharing, redis), (r) => r.close());
     router.apply(table);
     const telemetry = parts.add(new Telemetry(router), (t) => t.shutdown());
-    const settlements = openSettlements(redis, opts.dataDir, () => table, telemetry, parts);
+    const settlements = openSettlements(redis, opts.dataDir, () => table, parts);
     const lifecycle = new Lifecycle();
     const context: GatewayContext = { routing: () => table, router, lifecycle, telemetry, redis, keys, holds: new HoldQueue(redis), settlements, keySecret: secret };
     const server = createGatewayServer(context);
     server.keepAliveTimeout = 65_000;
     await listen(server, opts.port, opts.host);
     const batches = (context.batches = new BatchRunner(context));
+    telemetry.watch({ settlementsJournaled: () => settlements.journaled, redisReady: () => redis.status === 'ready', batches: () => ({ totals: batches.fleetTotals, runningHere: batches.linesRunning }) });
 
     const watcher = applyRoutingFileChanges(opts.configPath, engines, (next) => {
       router.apply(next);

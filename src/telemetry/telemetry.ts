@@ -18,6 +18,7 @@ import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-http';
 import { resourceFromAttributes } from '@opentelemetry/resources';
 import { MeterProvider, PeriodicExportingMetricReader, type MetricReader } from '@opentelemetry/sdk-metrics';
 import { BasicTracerProvider, BatchSpanProcessor } from '@opentelemetry/sdk-trace-base';
+import type { BatchLineTotals } from '../batches/batch-progress.js';
 import type { Router } from '../routing/router.js';
 import { GEN_AI_OPERATIONS, type RequestRecord } from './request-record.js';
 import { HistogramTally, histogramProducer, Tally, type Attributes } from './tallies.js';
@@ -47,6 +48,14 @@ function genAiAttributes(r: RequestRecord, errorType?: string): Attributes {
 const generationKey = (r: RequestRecord, errorType = '') =>
   `${GEN_AI_OPERATIONS[r.api!]}\t${r.modelLabel ?? '(unknown)'}\t${r.provider ?? 'parley'}\t${r.servedModel ?? ''}\t${r.endpoint ?? ''}\t${errorType}`;
 
+/** What the rest of the gateway tells its gauges. */
+interface GatewayGauges {
+  settlementsJournaled(): number;
+  redisReady(): boolean;
+  /** The fleet's batch lines by state (as this replica last read them), and this replica's lines running. */
+  batches?(): { totals: BatchLineTotals; runningHere: number };
+}
+
 export class Telemetry {
   readonly tracer: Tracer;
   private readonly prometheus: PrometheusExporter;
@@ -66,7 +75,7 @@ export class Telemetry {
   private readonly accountTokens = new Map<string, number>();
   private topAccounts = 0;
   /** What the gauges of the rest of the gateway read, once it is started. */
-  private gateway: { settlementsJournaled(): number; redisReady(): boolean } | undefined;
+  private gateway: GatewayGauges | undefined;
 
   constructor(router: Router) {
     const resource = resourceFromAttributes({ 'service.name': process.env.OTEL_SERVICE_NAME ?? 'parley' });
@@ -96,6 +105,16 @@ export class Telemetry {
       r.observe(ranked.slice(this.topAccounts).reduce((sum, [, tokens]) => sum + tokens, 0), { account: 'other' });
     });
     meter.createObservableGauge('parley_settlements_journaled', { description: 'Settlements kept on disk while Redis was away, not landed yet' }).addCallback((r) => r.observe(this.gateway?.settlementsJournaled() ?? 0));
+    meter.createObservableGauge('parley_batches_active', { description: 'Batches with lines still to run, fleet-wide (every replica reports the same figure; read with max)' }).addCallback((r) => {
+      const batches = this.gateway?.batches?.();
+      if (batches) r.observe(batches.totals.batches);
+    });
+    meter.createObservableGauge('parley_batch_lines', { description: "The lines of the fleet's active batches, by state: queued, running, succeeded, errored (fleet-wide; read with max)" }).addCallback((r) => {
+      const batches = this.gateway?.batches?.();
+      if (!batches) return;
+      for (const state of ['queued', 'running', 'succeeded', 'errored'] as const) r.observe(batches.totals[state], { state });
+    });
+    meter.createObservableGauge('parley_batch_lines_running_here', { description: 'Batch lines this replica is running now' }).addCallback((r) => r.observe(this.gateway?.batches?.().runningHere ?? 0));
     meter.createObservableGauge('parley_redis_up', { description: "1 when this replica's Redis connection is ready" }).addCallback((r) => r.observe(this.gateway?.redisReady() ? 1 : 0));
     meter.createObservableGauge('parley_upstream_healthy', { description: '1 when the endpoint\'s circuit is closed' }).addCallback((result) => {
       for (const model of router.snapshot()) {
@@ -173,7 +192,7 @@ export class Telemetry {
   }
 
   /** Reads the settlement journal and the Redis connection for their gauges. */
-  watch(gateway: { settlementsJournaled(): number; redisReady(): boolean }): void {
+  watch(gateway: GatewayGauges): void {
     this.gateway = gateway;
   }
 

@@ -7,7 +7,7 @@ import { describe, expect, it } from 'vitest';
 import { setAccountLimits } from '../../src/accounts/accounts.js';
 import { setKeyLimits } from '../../src/accounts/api-keys.js';
 import { completionBody, replyJson, sleep, until, writeEvents, chunk, type Script } from '../support/fake-upstream.js';
-import { makeAccount, modelEntry, postChat, withGatewayOn, type TestGateway } from '../support/gateway.js';
+import { asAdmin, makeAccount, modelEntry, postChat, withGatewayOn, type TestGateway } from '../support/gateway.js';
 
 /** An engine of 4 slots: a batch line takes 300 ms; an interactive stream's first token comes after 20 ms. Counts requests at once. */
 function engine() {
@@ -57,12 +57,20 @@ describe('a batch in idle capacity', () => {
     await withGatewayOn([script], ([url]) => ({ models: [modelEntry('m', [{ kind: 'vllm', url, maxConcurrent: 4 }])] }), async (gw) => {
       const alone = await firstTokenTimes(gw, 15);
       seen.most = 0;
-      const batch = await startBatch(gw.client, 40);
+      const batch = await startBatch(gw.client, 60);
       await until(async () => seen.most >= 3, 5_000);
       // Flex leaves one of the four slots to the other tiers, and takes the rest.
       expect(seen.most).toBe(3);
       const beside = await firstTokenTimes(gw, 15);
       expect((await gw.client.batches.retrieve(batch.id)).status).toBe('in_progress');
+      // Operators see it: the admin API lists it with its lines by state, /metrics counts the fleet's lines.
+      const listed = (await (await fetch(`${gw.url}/admin/v1/batches`, { headers: asAdmin })).json()).data;
+      expect(listed).toMatchObject([{ id: batch.id, account: gw.account, status: 'in_progress', lines: { total: 60 } }]);
+      const { queued, running, succeeded, errored } = listed[0].lines;
+      expect(running).toBeGreaterThanOrEqual(3);
+      expect(queued + running + succeeded + errored).toBe(60);
+      await until(async () => /parley_batch_lines\{state="queued"[^}]*\} [1-9]/.test(await (await fetch(`${gw.url}/metrics`)).text()), 7_000);
+      expect(await (await fetch(`${gw.url}/metrics`)).text()).toMatch(/parley_batch_lines_running_here\{[^}]*\} [1-9]/);
       expect(p99(beside)).toBeLessThanOrEqual(1.5 * p99(alone) + 50);
       await until(async () => (await gw.client.batches.retrieve(batch.id)).status === 'completed', 20_000);
     });
