@@ -16,6 +16,7 @@ const NAV = [
   ['overview', '/platform', 'Overview'],
   ['keys', '/platform/api-keys', 'API keys'],
   ['usage', '/platform/usage', 'Usage'],
+  ['batches', '/platform/batches', 'Batches'],
   ['models', '/platform/models', 'Models'],
   ['top-up', '/platform/top-up', 'Top up'],
 ] as const;
@@ -96,6 +97,7 @@ fieldset.limits{border:1px solid var(--line);border-radius:6px;padding:.25rem .7
 .legend .hit{background:#2f5bea}.legend .miss{background:#93a8f4}.legend .output{background:#f59e0b}.legend .cost{background:#b45309;height:3px;vertical-align:3px}
 .auth{max-width:26rem;margin:3rem auto}.tag{display:inline-block;padding:.1rem .5rem;border-radius:99px;background:#eef2ff;color:var(--accent);font-size:.8rem;margin-right:.3rem}
 .tag.off{background:#f1f2f4;color:var(--muted)}
+.bar{display:block;width:100%;min-width:8rem;height:.6rem;background:#eef0f3;border-radius:99px;margin-bottom:.2rem}.bar .done{fill:var(--ok)}.bar .failed{fill:#b42318}
 @media (max-width:640px){main{padding:1rem}th,td{padding:.45rem}.card .value{font-size:1.35rem}}
 `;
 

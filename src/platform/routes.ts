@@ -9,6 +9,7 @@ import { logIn, logOut, showAuth, signUp } from './auth-pages.js';
 import { decodePathSegment } from '../protocol/http-io.js';
 import { html } from './html.js';
 import { FAVICON_SVG, page, PLATFORM_JS, redirect, sendPage, STYLE_CSS } from './layout.js';
+import { downloadBatchResults, showBatches } from './batches-page.js';
 import { showModel, showModels } from './model-pages.js';
 import { csrfToken, csrfValid, currentSession } from './sessions.js';
 import { downloadUsageCsv, showUsage } from './usage-page.js';
@@ -94,6 +95,7 @@ async function servePlatform(req: IncomingMessage, res: ServerResponse, ctx: Pla
   if (!session) return redirect(res, '/platform/login');
   const keyRevoke = /^\/platform\/api-keys\/(key_[0-9a-f]+)\/revoke$/.exec(path);
   const keyLimits = /^\/platform\/api-keys\/(key_[0-9a-f]+)\/limits$/.exec(path);
+  const batchDownload = /^\/platform\/batches\/((?:msg)?batch_[\w-]+)\/(output|error|results)$/.exec(path);
   if (form && path === '/platform/logout') await logOut(req, res, ctx, session);
   else if (form && path === '/platform/api-keys') await createKey(req, res, ctx, session, form);
   else if (form && keyRevoke) await revokeKey(res, ctx, session, keyRevoke[1]);
@@ -105,6 +107,8 @@ async function servePlatform(req: IncomingMessage, res: ServerResponse, ctx: Pla
   else if (path === '/platform/usage') await showUsage(req, res, ctx, session, query);
   else if (path === '/platform/usage.csv') await downloadUsageCsv(res, ctx, session, query);
   else if (path === '/platform/models') showModels(req, res, ctx, session);
+  else if (path === '/platform/batches') await showBatches(req, res, ctx, session);
+  else if (batchDownload) await downloadBatchResults(res, ctx, session, batchDownload[1], batchDownload[2] === 'results' ? 'all' : (batchDownload[2] as 'output' | 'error'));
   else if (path === '/platform/top-up') await showTopUp(req, res, ctx, session);
   else if (!(path.startsWith('/platform/models/') && showModel(req, res, ctx, session, decodePathSegment(path.slice('/platform/models/'.length))))) {
     throw routeNotFound(method, path);

@@ -4,6 +4,7 @@
 import { basename, join } from 'node:path';
 import Anthropic from '@anthropic-ai/sdk';
 import { readGgufFileInfo } from 'node-llama-cpp';
+import { toFile } from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readBalance } from '../../src/billing/credit-ledger.js';
 import { DEFAULT_MODEL_FILE } from '../../src/engine/model-maker.js';
@@ -262,6 +263,27 @@ describe.each(MODELS)('local engine: $name', ({ local }) => {
     await gw.client.chat.completions.create({ model, messages: tenant('beta', 'one'), max_tokens: 1 });
     const again = await gw.client.chat.completions.create({ model, messages: tenant('alpha', 'two'), max_tokens: 1 });
     expect(again.usage!.prompt_tokens_details!.cached_tokens).toBeGreaterThan(again.usage!.prompt_tokens / 2);
+  });
+
+  it('runs an OpenAI batch and an Anthropic message batch on the engine, lines sharing the system prompt reading it from cache', async () => {
+    const lines = Array.from({ length: 6 }, (_, i) =>
+      JSON.stringify({ custom_id: `eval-${i}`, method: 'POST', url: '/v1/chat/completions', body: { model, messages: user(`question ${i}`), max_tokens: 4 } }),
+    );
+    const file = await gw.client.files.create({ file: await toFile(Buffer.from(lines.join('\n')), 'eval.jsonl'), purpose: 'batch' });
+    let batch = await gw.client.batches.create({ input_file_id: file.id, endpoint: '/v1/chat/completions', completion_window: '24h' });
+    await expect.poll(async () => (batch = await gw.client.batches.retrieve(batch.id)).status, { timeout: 60_000 }).toBe('completed');
+    expect(batch.request_counts).toEqual({ total: 6, completed: 6, failed: 0 });
+    const output = (await (await gw.client.files.content(batch.output_file_id!)).text()).trim().split('\n').map((l) => JSON.parse(l));
+    expect(output.map((l) => l.custom_id)).toEqual(lines.map((_, i) => `eval-${i}`));
+    expect(output.every((l) => typeof l.response.body.choices[0].message.content === 'string')).toBe(true);
+    expect(batch.usage!.input_tokens_details.cached_tokens).toBeGreaterThan(0);
+
+    const anthropic = new Anthropic({ baseURL: gw.url, apiKey: gw.apiKey, maxRetries: 0 });
+    const created = await anthropic.messages.batches.create({ requests: [0, 1].map((i) => ({ custom_id: `m-${i}`, params: { model, max_tokens: 4, system: SYSTEM, messages: [{ role: 'user' as const, content: `q ${i}` }] } })) });
+    await expect.poll(async () => (await anthropic.messages.batches.retrieve(created.id)).processing_status, { timeout: 60_000 }).toBe('ended');
+    const results = [];
+    for await (const r of await anthropic.messages.batches.results(created.id)) results.push(r.result.type);
+    expect(results).toEqual(['succeeded', 'succeeded']);
   });
 
   it('charges the cached part of the prompt at the hit price, and all n replies', async () => {

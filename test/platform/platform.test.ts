@@ -4,9 +4,10 @@
 import { existsSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import OpenAI from 'openai';
+import OpenAI, { toFile } from 'openai';
 import { chromium, type Browser, type Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { findAccountByEmail } from '../../src/accounts/accounts.js';
 import { createCreditCode } from '../../src/billing/credit-codes.js';
 import { redisKeys } from '../../src/redis/keys.js';
 import { completionBody, replyJson, startFakeUpstream, type FakeUpstream } from '../support/fake-upstream.js';
@@ -142,6 +143,46 @@ describe('the platform in a browser', () => {
     expect(lastAudit.slice(0, 4)).toEqual(['actor', 'member:journey@team.example', 'action', 'key.revoke']);
     await expect(client.chat.completions.create({ model: 'team-model', messages: [{ role: 'user', content: 'hi' }] })).rejects.toMatchObject({ status: 401 });
     await context.close();
+  });
+
+  it('shows each batch on the Batches page: status, a bar of lines done and failed, cost so far, and its files to download', async () => {
+    const page = await browser.newPage();
+    await signUp(page, 'batches@team.example');
+    await page.click('nav >> text=API keys');
+    await page.fill('#name', 'nightly');
+    await page.click('button:has-text("Create key")');
+    const key = (await page.textContent('[data-testid=new-key]'))!.trim();
+    await gw.redis.client.hset(redisKeys.account((await findAccountByEmail(gw.redis.client, 'batches@team.example'))!.id), 'granted', 5_000_000);
+    const client = new OpenAI({ baseURL: `${gw.url}/v1`, apiKey: key, maxRetries: 0 });
+    const line = (i: number, messages: unknown) => JSON.stringify({ custom_id: `doc-${i}`, method: 'POST', url: '/v1/chat/completions', body: { model: 'team-model', messages } });
+    const file = await client.files.create({ file: await toFile(Buffer.from([line(0, [{ role: 'user', content: 'a' }]), line(1, [{ role: 'user', content: 'b' }]), line(2, 'not a list')].join('\n')), 'docs.jsonl'), purpose: 'batch' });
+    const batch = await client.batches.create({ input_file_id: file.id, endpoint: '/v1/chat/completions', completion_window: '24h' });
+    await expect.poll(async () => (await client.batches.retrieve(batch.id)).status).toBe('completed');
+
+    await page.click('nav >> text=Batches');
+    const row = page.locator(`[data-batch="${batch.id}"]`);
+    expect(await row.textContent()).toContain('completed');
+    expect(await row.locator('.bar').getAttribute('aria-label')).toBe('2 done, 1 failed of 3');
+    // Two replies of 176 uncached, 1,024 cached and 300 output tokens at half of 0.5/0.05/1.5: 295 micro-units each.
+    expect(await row.textContent()).toContain('0.00059 USD');
+    const width = async (part: string) => (await row.locator(`.bar .${part}`).boundingBox())!.width;
+    const whole = (await row.locator('.bar').boundingBox())!.width;
+    expect(await width('done')).toBeCloseTo((2 / 3) * whole, 0);
+    expect(await width('failed')).toBeCloseTo((1 / 3) * whole, 0);
+    await shot(page, '11-batches');
+    const output = await (await page.request.get(`${gw.url}/platform/batches/${batch.id}/output`)).text();
+    expect(output.trim().split('\n').map((l) => JSON.parse(l).custom_id)).toEqual(['doc-0', 'doc-1']);
+    const errors = await (await page.request.get(`${gw.url}/platform/batches/${batch.id}/error`)).text();
+    expect(JSON.parse(errors).response.status_code).toBe(400);
+    await page.close();
+
+    // Another member sees neither the batch nor its files.
+    const other = await browser.newPage();
+    await signUp(other, 'other-batches@team.example');
+    await other.goto(`${gw.url}/platform/batches`);
+    expect(await other.textContent('main')).toContain('No batches yet');
+    expect((await other.request.get(`${gw.url}/platform/batches/${batch.id}/output`)).status()).toBe(404);
+    await other.close();
   });
 
   it('refuses a taken email, a weak password and a wrong password with clear messages', async () => {
