@@ -14,7 +14,8 @@
 // vllm:kv_cache_usage_perc, each with engine and model_name labels, and the
 // vllm:num_preemptions_total counter); GET /sim the preemptions, requests
 // served and the KV use sampled every 100 ms. Streamed chat replies carry
-// usage with cached_tokens; the text says the engine's port.
+// usage with cached_tokens, as do whole ones (a batch's lines); the text
+// says the engine's port.
 //
 //   node bench/vllm-sim-engine.mjs PORT [MAX_SEQS 8] [KV_BLOCKS 2048] [PREFILL_MS_PER_TOKEN 0.05] [STEP_MS 20]
 import { createServer } from 'node:http';
@@ -143,15 +144,22 @@ const server = createServer((req, res) => {
     const request = JSON.parse(body);
     const prompt = promptTokens(request.messages);
     const port = server.address().port;
-    res.writeHead(200, { 'content-type': 'text/event-stream' });
+    const streamed = request.stream === true;
+    if (streamed) res.writeHead(200, { 'content-type': 'text/event-stream' });
     const seq = {
       prompt, keys: blockKeys(prompt), generated: 0, maxTokens: Math.max(1, request.max_tokens ?? 16), gone: false,
       emit(last) {
         if (seq.gone) return;
-        res.write(chunk(seq.generated === 1 ? { role: 'assistant', content: `${port} ` } : { content: 'tok ' }));
+        if (streamed) res.write(chunk(seq.generated === 1 ? { role: 'assistant', content: `${port} ` } : { content: 'tok ' }));
         if (!last) return;
-        res.write(chunk({}, 'length'));
         const usage = { prompt_tokens: prompt.length, completion_tokens: seq.generated, total_tokens: prompt.length + seq.generated, prompt_tokens_details: { cached_tokens: seq.cachedTokens } };
+        // A whole reply (a batch's line) comes at once, when the sequence ends.
+        if (!streamed) {
+          const content = `${port} ${'tok '.repeat(seq.generated - 1)}`;
+          res.writeHead(200, { 'content-type': 'application/json' });
+          return res.end(JSON.stringify({ id: 'sim', object: 'chat.completion', created: 1, model: 'sim', choices: [{ index: 0, message: { role: 'assistant', content }, finish_reason: 'length' }], usage }));
+        }
+        res.write(chunk({}, 'length'));
         res.write(chunk(undefined, null, { choices: [], usage }));
         res.end('data: [DONE]\n\n');
       },
