@@ -1,6 +1,6 @@
 // Runs batch lines on this replica, beside every other replica: it claims
-// lines from the fleet's batches (oldest batch first, a few lines from each
-// in turn), runs each through the same request path as a client's request
+// lines from the fleet's batches (a few lines at a time, each account in
+// turn), runs each through the same request path as a client's request
 // (gateway/api-path.ts), at the flex tier and as the key that made the batch,
 // and renews the leases of the lines it runs. Flex is admitted only to room
 // the other tiers leave (routing/admission-rule.ts), so a batch fills idle
@@ -35,6 +35,8 @@ import { LINE_FORMATS } from './line-formats.js';
 
 /** How often the runner looks for lines when it has room and found none. */
 const IDLE_POLL_MS = 250;
+/** How long a reading of the fleet's active batches is used for. */
+const ACTIVE_READ_EVERY_MS = 1_000;
 /** Lines claimed from one batch at a time, so that the batches of several teams take turns. */
 const CLAIM_AT_ONCE = 8;
 /** How long a batch waits after a line of it could not run now. */
@@ -72,6 +74,7 @@ export class BatchRunner {
   private readonly waitUntil = new Map<string, number>();
   private readonly token = randomId();
   private turn = 0;
+  private active: { readAt: number; byAccount: Map<string, string[]> } | undefined;
   private stopping = false;
   private ticking = false;
   private readonly poll: NodeJS.Timeout;
@@ -100,6 +103,12 @@ export class BatchRunner {
     return this.running.size;
   }
 
+  /** A batch was made or cancelled here: look at the fleet's batches again now. */
+  wake(): void {
+    this.active = undefined;
+    this.fill();
+  }
+
   /** Claims lines while this replica has room for more. */
   fill(): void {
     if (this.ticking || this.stopping || this.running.size >= this.settings().concurrency) return;
@@ -109,32 +118,54 @@ export class BatchRunner {
       .finally(() => (this.ticking = false));
   }
 
+  /**
+   * One round: each account with active batches in turn (so a team with many batches gets no more turns than a
+   * team with one), from one of its batches, a different one each round.
+   */
   private async claimRound(): Promise<void> {
-    const members = await this.ctx.redis.zrange(redisKeys.activeBatches, 0, 99);
-    if (members.length === 0) return;
+    const byAccount = await this.activeByAccount();
+    const accounts = [...byAccount.keys()];
     const now = Date.now();
-    const start = this.turn++ % members.length;
-    for (let i = 0; i < members.length; i++) {
-      const room = this.settings().concurrency - this.running.size;
-      if (room <= 0 || this.stopping) return;
-      const member = members[(start + i) % members.length];
-      if ((this.waitUntil.get(member) ?? 0) > now) continue;
-      const [account, id] = member.split(' ');
-      await this.claimFrom(member, account, id, Math.min(room, CLAIM_AT_ONCE));
+    const turn = this.turn++;
+    for (let i = 0; i < accounts.length; i++) {
+      const batches = byAccount.get(accounts[(turn + i) % accounts.length])!;
+      for (let j = 0; j < batches.length; j++) {
+        const room = this.settings().concurrency - this.running.size;
+        if (room <= 0 || this.stopping) return;
+        const member = batches[(turn + j) % batches.length];
+        if ((this.waitUntil.get(member) ?? 0) > now) continue;
+        const [account, id] = member.split(' ');
+        await this.claimFrom(member, account, id, Math.min(room, CLAIM_AT_ONCE));
+        break;
+      }
     }
+  }
+
+  /** The fleet's active batches by account, read at most once a second. */
+  private async activeByAccount(): Promise<Map<string, string[]>> {
+    if (this.active && Date.now() - this.active.readAt < ACTIVE_READ_EVERY_MS) return this.active.byAccount;
+    const byAccount = new Map<string, string[]>();
+    for (const member of await this.ctx.redis.zrange(redisKeys.activeBatches, 0, -1)) {
+      const account = member.slice(0, member.indexOf(' '));
+      byAccount.set(account, [...(byAccount.get(account) ?? []), member]);
+    }
+    this.active = { readAt: Date.now(), byAccount };
+    return byAccount;
+  }
+
+  /** A batch has nothing left to run: out of the fleet's active set, and out of this replica's last reading of it. */
+  private async retire(member: string): Promise<void> {
+    await this.ctx.redis.zrem(redisKeys.activeBatches, member);
+    this.active = undefined;
   }
 
   private async claimFrom(member: string, account: string, id: string, count: number): Promise<void> {
     const { redis } = this.ctx;
     const claim = await claimLines(redis, account, id, count, this.settings().leaseMs, this.token);
-    if (claim.kind === 'ended') {
-      await redis.zrem(redisKeys.activeBatches, member);
-      return;
-    }
+    if (claim.kind === 'ended') return this.retire(member);
     if (claim.kind === 'finalize') {
       await finalizeBatch(redis, account, id, this.settings().keepDays * 86_400_000);
-      await redis.zrem(redisKeys.activeBatches, activeMember(account, id));
-      return;
+      return this.retire(member);
     }
     if (claim.lines.length === 0) return;
     const [api, endpoint, keyId] = await redis.hmget(redisKeys.batch(account, id).meta, 'api', 'endpoint', 'key');

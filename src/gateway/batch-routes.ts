@@ -88,6 +88,11 @@ async function files(req: IncomingMessage, res: ServerResponse, ctx: GatewayCont
     let lines = 0;
     for (let at = file.data.indexOf(10); at >= 0; at = file.data.indexOf(10, at + 1)) lines++;
     if (lines > MAX_BATCH_LINES) throw invalidParameter('file', `A batch file may hold at most ${MAX_BATCH_LINES} lines.`);
+    const { storedBytesPerAccount } = ctx.routing().settings.batches;
+    const kept = (await listFiles(redis, account, { limit: 10_000, order: 'desc' })).files.reduce((sum, f) => sum + f.bytes, 0);
+    if (kept + file.data.length > storedBytesPerAccount) {
+      throw new ApiError(400, 'invalid_request_error', `This account keeps ${kept} bytes of files, and may keep at most ${storedBytesPerAccount}: delete files it no longer needs, then upload again.`, 'storage_limit_reached', 'file');
+    }
     const stored = await createFile(redis, account, { id: `file-${randomId()}`, filename: (file.filename ?? 'input.jsonl').slice(0, 256), purpose, content: file.data }, keepMs(ctx));
     return sendJson(res, 200, renderFile(stored));
   }
@@ -130,7 +135,7 @@ async function openAiBatches(req: IncomingMessage, res: ServerResponse, ctx: Gat
       redis, table: ctx.routing(), caller, id: `batch_${randomId()}`, api: 'openai', lineApi: lineApi('openai', request.endpoint), endpoint: request.endpoint,
       inputFileId: file.id, metadata: request.metadata ?? null, lines, problems,
     });
-    ctx.batches?.fill();
+    ctx.batches?.wake();
     return sendJson(res, 200, renderOpenAiBatch(batch));
   }
   if (rest.length === 0 && method === 'GET') {
@@ -143,7 +148,7 @@ async function openAiBatches(req: IncomingMessage, res: ServerResponse, ctx: Gat
   if (rest.length === 2 && rest[1] === 'cancel' && method === 'POST') {
     const status = await cancelBatch(redis, caller.account, batch.id);
     if (status !== 'cancelling') throw conflict(`The batch cannot be cancelled: its status is '${status}'.`);
-    ctx.batches?.fill();
+    ctx.batches?.wake();
     return sendJson(res, 200, renderOpenAiBatch((await readBatch(redis, caller.account, batch.id))!));
   }
   throw routeNotFound(method, `/v1/batches/${rest.join('/')}`);
@@ -177,7 +182,7 @@ async function messageBatches(req: IncomingMessage, res: ServerResponse, ctx: Ga
       await deleteBatch(redis, caller.account, batch.id, 'anthropic');
       throw invalidParameter(`requests[${(batch.problems[0].line ?? 1) - 1}].params.model`, batch.problems[0].message);
     }
-    ctx.batches?.fill();
+    ctx.batches?.wake();
     return sendJson(res, 200, render(batch));
   }
   if (rest.length === 0 && method === 'GET') {
@@ -195,7 +200,7 @@ async function messageBatches(req: IncomingMessage, res: ServerResponse, ctx: Ga
   }
   if (rest.length === 2 && rest[1] === 'cancel' && method === 'POST') {
     await cancelBatch(redis, caller.account, batch.id);
-    ctx.batches?.fill();
+    ctx.batches?.wake();
     return sendJson(res, 200, render((await readBatch(redis, caller.account, batch.id))!));
   }
   if (rest.length === 2 && rest[1] === 'results' && method === 'GET') {
