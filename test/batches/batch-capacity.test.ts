@@ -6,6 +6,7 @@ import OpenAI, { toFile } from 'openai';
 import { describe, expect, it } from 'vitest';
 import { setAccountLimits } from '../../src/accounts/accounts.js';
 import { setKeyLimits } from '../../src/accounts/api-keys.js';
+import { readBatch } from '../../src/batches/batch-store.js';
 import { completionBody, replyJson, sleep, until, writeEvents, chunk, type Script } from '../support/fake-upstream.js';
 import { asAdmin, makeAccount, modelEntry, postChat, withGatewayOn, type TestGateway } from '../support/gateway.js';
 
@@ -86,14 +87,17 @@ describe('a batch in idle capacity', () => {
       await setKeyLimits(gw.redis.client, limited.keyId, { models: ['m'] });
       expect(await startBatch(clientOf(limited.key), 2, 'other')).toMatchObject({ status: 'failed', errors: { data: [{ code: 'model_not_found' }] } });
 
-      // Rate: 3 requests a minute runs 3 lines now; the rest wait for the window rather than fail.
+      // Rate: 5 requests a minute: the upload and the create are two, 3 lines run now, and the rest wait for the
+      // window rather than fail. (Read from Redis: the key's own calls would find its window full.)
       const slow = await makeAccount(gw.redis, 1);
-      await setAccountLimits(gw.redis.client, slow.account, { requestsPerMinute: 3, tokensPerMinute: null });
+      await setAccountLimits(gw.redis.client, slow.account, { requestsPerMinute: 5, tokensPerMinute: null });
       const rated = clientOf(slow.key);
       const waiting = await startBatch(rated, 5);
-      await until(async () => (await rated.batches.retrieve(waiting.id)).request_counts!.completed === 3, 5_000);
+      const counts = async () => (await readBatch(gw.redis.client, slow.account, waiting.id))!;
+      await until(async () => (await counts()).counts.succeeded === 3, 5_000);
       await sleep(1_500);
-      expect((await rated.batches.retrieve(waiting.id))).toMatchObject({ status: 'in_progress', request_counts: { completed: 3, failed: 0 } });
+      expect(await counts()).toMatchObject({ status: 'in_progress', counts: { succeeded: 3, errored: 0 } });
+      await expect(rated.files.list()).rejects.toMatchObject({ status: 429, error: { code: 'rate_limit_exceeded' } });
 
       // Budget: a key whose budget pays for two lines fails the rest with its budget's error. Each line's prompt
       // of about 1,000 bytes is held for as about 1,000 tokens, and costs 510 micro-units at flex.

@@ -91,6 +91,37 @@ describe('a batch on a fleet', () => {
     }
   }, 90_000);
 
+  it('hands the lines a stopping replica runs back to the queue at once, unpaid, for the others', async () => {
+    const upstream = await startFakeUpstream(async (req, res) => {
+      await sleep(200);
+      replyJson(res, completionBody('ok', { prompt_tokens: 20, completion_tokens: 5, total_tokens: 25 }));
+    });
+    const config = { gateway: { batches: { concurrency: 4 } }, models: [modelEntry('m', [{ kind: 'vllm', url: upstream.url, maxConcurrent: 16 }])] };
+    const redis = await startTestRedis();
+    const first = await startTestGateway(config, { redis });
+    const second = await startTestGateway(config, { redis });
+    try {
+      const { account, key } = await makeAccount(redis, 1);
+      const client = new OpenAI({ baseURL: `${second.url}/v1`, apiKey: key, maxRetries: 0 });
+      const lines = Array.from({ length: 40 }, (_, i) => JSON.stringify({ custom_id: `l${i}`, method: 'POST', url: '/v1/chat/completions', body: { model: 'm', messages: [{ role: 'user', content: `x${i}` }] } }));
+      const file = await client.files.create({ file: await toFile(Buffer.from(lines.join('\n')), 'x.jsonl'), purpose: 'batch' });
+      const { id } = await client.batches.create({ input_file_id: file.id, endpoint: '/v1/chat/completions', completion_window: '24h' });
+      await until(async () => (await first.context.batches!.linesRunning) === 4);
+      await first.close();
+      // Handed back, not left to their leases (30 s): the other replica finishes the batch in a few seconds.
+      let batch = await client.batches.retrieve(id);
+      await until(async () => (batch = await client.batches.retrieve(id)).status === 'completed', 10_000);
+      expect(batch.request_counts).toEqual({ total: 40, completed: 40, failed: 0 });
+      const complete = [];
+      for await (const e of readUsageEvents(redis.client, account)) if (e.outcome === 'complete') complete.push(e.requestId);
+      expect(complete).toHaveLength(40);
+    } finally {
+      await second.close();
+      await redis.stop();
+      await upstream.close();
+    }
+  });
+
   it("charges a line's reply once, however many of its runs complete: the second finds the result and is released", async () => {
     const redis = await startTestRedis();
     try {
