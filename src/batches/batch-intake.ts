@@ -97,9 +97,10 @@ export async function takeBatch(b: BatchIntake): Promise<BatchRecord> {
   const settings = b.table.settings.batches;
   const keepMs = settings.keepDays * 86_400_000;
   const windowMs = settings.completionWindowS * 1000;
-  const base = { id: b.id, api: b.api, account: b.caller.account, keyId: b.caller.keyId, endpoint: b.endpoint, inputFileId: b.inputFileId, metadata: b.metadata, windowMs };
+  const model = String(b.lines[0]?.body.model ?? '');
+  const base = { id: b.id, api: b.api, account: b.caller.account, keyId: b.caller.keyId, endpoint: b.endpoint, inputFileId: b.inputFileId, metadata: b.metadata, model, windowMs };
   const problems = b.problems.length > 0 ? b.problems : modelProblems(b.table, b.caller, b.lineApi, b.lines);
   if (problems.length > 0) await createFailedBatch(b.redis, base, problems.slice(0, PROBLEMS_LISTED), keepMs);
-  else await createBatch(b.redis, { ...base, model: String(b.lines[0].body.model), lines: b.lines, order: cacheAwareOrder(b.lines) }, keepMs);
+  else await createBatch(b.redis, { ...base, lines: b.lines, order: cacheAwareOrder(b.lines) }, keepMs);
   return (await readBatch(b.redis, b.caller.account, b.id))!;
 }

@@ -62,20 +62,18 @@ export const activeMember = (account: string, id: string) => `${account} ${id}`;
 
 const allKeys = (account: string, id: string) => Object.values(redisKeys.batch(account, id));
 
-export interface NewBatch {
-  id: string;
-  api: BatchApi;
-  account: string;
-  keyId: string;
-  endpoint: string;
-  inputFileId: string | null;
-  metadata: Record<string, string> | null;
-  model: string;
+export interface NewBatch extends Pick<BatchRecord, 'id' | 'api' | 'account' | 'keyId' | 'endpoint' | 'inputFileId' | 'metadata' | 'model'> {
   windowMs: number;
   /** Lines in input order, and the order to run them in (indices into `lines`). */
   lines: StoredLine[];
   order: number[];
 }
+
+/** A new batch's hash: what it is, whose, and when it started and must end. */
+const metaFields = (b: Omit<NewBatch, 'lines' | 'order'>, status: BatchStatus, now: number) => ({
+  api: b.api, account: b.account, key: b.keyId, endpoint: b.endpoint, input_file_id: b.inputFileId ?? '', metadata: b.metadata ? JSON.stringify(b.metadata) : '',
+  model: b.model, status, created_at: now, expires_at: now + b.windowMs,
+});
 
 /**
  * Stores a batch and puts it in the fleet's queue. Lines go first, in chunks (a file of 50,000 lines would
@@ -95,10 +93,7 @@ export async function createBatch(redis: Redis, b: NewBatch, keepMs: number): Pr
   const now = Date.now();
   await redis
     .multi()
-    .hset(keys.meta, {
-      api: b.api, account: b.account, key: b.keyId, endpoint: b.endpoint, input_file_id: b.inputFileId ?? '', metadata: b.metadata ? JSON.stringify(b.metadata) : '',
-      model: b.model, status: 'in_progress', created_at: now, in_progress_at: now, expires_at: now + b.windowMs,
-    })
+    .hset(keys.meta, { ...metaFields(b, 'in_progress', now), in_progress_at: now })
     .hset(keys.results, '#total', b.lines.length)
     .zadd(redisKeys.accountBatches(b.account, b.api), now, b.id)
     .exec();
@@ -106,15 +101,12 @@ export async function createBatch(redis: Redis, b: NewBatch, keepMs: number): Pr
 }
 
 /** Stores a batch whose input was refused: `failed` at once, with its problems, and nothing to run. */
-export async function createFailedBatch(redis: Redis, b: Omit<NewBatch, 'lines' | 'order' | 'model'>, problems: InputProblem[], keepMs: number): Promise<void> {
+export async function createFailedBatch(redis: Redis, b: Omit<NewBatch, 'lines' | 'order'>, problems: InputProblem[], keepMs: number): Promise<void> {
   const keys = redisKeys.batch(b.account, b.id);
   const now = Date.now();
   await redis
     .multi()
-    .hset(keys.meta, {
-      api: b.api, account: b.account, key: b.keyId, endpoint: b.endpoint, input_file_id: b.inputFileId ?? '', metadata: b.metadata ? JSON.stringify(b.metadata) : '',
-      model: '', status: 'failed', created_at: now, expires_at: now + b.windowMs, failed_at: now, errors: JSON.stringify(problems),
-    })
+    .hset(keys.meta, { ...metaFields(b, 'failed', now), failed_at: now, errors: JSON.stringify(problems) })
     .hset(keys.results, '#total', 0)
     .pexpire(keys.meta, keepMs)
     .pexpire(keys.results, keepMs)

@@ -92,7 +92,7 @@ describe('a batch on a fleet', () => {
   }, 90_000);
 
   it('hands the lines a stopping replica runs back to the queue at once, unpaid, for the others', async () => {
-    const upstream = await startFakeUpstream(async (req, res) => {
+    const upstream = await startFakeUpstream(async (_req, res) => {
       await sleep(200);
       replyJson(res, completionBody('ok', { prompt_tokens: 20, completion_tokens: 5, total_tokens: 25 }));
     });

@@ -5,7 +5,7 @@
 import OpenAI, { toFile } from 'openai';
 import { describe, expect, it } from 'vitest';
 import { readBalance } from '../../src/billing/credit-ledger.js';
-import { readUsageEvents, type UsageEvent } from '../../src/billing/usage-events.js';
+import { usageEventsOf } from '../support/ledger.js';
 import { completionBody, greeting, replyJson, sleep, until, type Script } from '../support/fake-upstream.js';
 import { makeAccount, modelEntry, withGatewayOn, type TestGateway } from '../support/gateway.js';
 
@@ -35,11 +35,7 @@ async function ended(client: OpenAI, id: string, timeoutMs = 10_000) {
 const jsonl = async (client: OpenAI, fileId: string | null | undefined) =>
   fileId ? (await (await client.files.content(fileId)).text()).trim().split('\n').map((l) => JSON.parse(l)) : [];
 
-async function events(gw: TestGateway, account = gw.account): Promise<UsageEvent[]> {
-  const all: UsageEvent[] = [];
-  for await (const e of readUsageEvents(gw.redis.client, account)) all.push(e);
-  return all;
-}
+const events = (gw: TestGateway, account = gw.account) => usageEventsOf(gw.redis.client, account);
 
 describe("OpenAI's Batch API", () => {
   it('runs every line at flex through its endpoint, and hands back the output file in input order, each line charged once at flex prices', async () => {

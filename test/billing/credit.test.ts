@@ -5,7 +5,7 @@
 import { redisKeys } from '../../src/redis/keys.js';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { readBalance } from '../../src/billing/credit-ledger.js';
-import { readUsageEvents, type UsageEvent } from '../../src/billing/usage-events.js';
+import { usageEventsOf } from '../support/ledger.js';
 import { answering, chunk, completionBody, replyJson, sleep, startFakeUpstream, until, writeEvents, type FakeUpstream, type Script } from '../support/fake-upstream.js';
 import { makeAccount, modelEntry, postChat, startGatewaysOn, startTestGateway, withGatewayOn, type TestGateway } from '../support/gateway.js';
 import { startTestRedis, type TestRedis } from '../support/redis.js';
@@ -20,11 +20,7 @@ async function balance(redis: TestRedis, account: string) {
   return { total: b.granted + b.toppedUp, held: b.held };
 }
 
-async function events(redis: TestRedis, account: string): Promise<UsageEvent[]> {
-  const out: UsageEvent[] = [];
-  for await (const e of readUsageEvents(redis.client, account)) out.push(e);
-  return out;
-}
+const events = (redis: TestRedis, account: string) => usageEventsOf(redis.client, account);
 
 const TOPOLOGIES = [
   { topology: 'one redis-server', oneServer: true, start: startTestRedis },

@@ -12,7 +12,8 @@ import { readBalance } from '../../src/billing/credit-ledger.js';
 import { handleApiRequest, type ApiDescriptor } from '../../src/gateway/api-path.js';
 import { chat } from '../../src/gateway/chat-completions.js';
 import type { ChatCompletionRequest } from '../../src/protocol/chat-request.js';
-import { readUsageEvents, usageCsv, type UsageEvent } from '../../src/billing/usage-events.js';
+import { readUsageEvents, usageCsv } from '../../src/billing/usage-events.js';
+import { usageEventsOf } from '../support/ledger.js';
 import { completionBody, greeting, replyJson, sleep, until, type Script } from '../support/fake-upstream.js';
 import { asAdmin, makeAccount, modelEntry, postChat, startTestGateway, withGatewayOn, type TestGateway } from '../support/gateway.js';
 
@@ -21,11 +22,7 @@ const messages = [{ role: 'user' as const, content: 'hi' }];
 const metered: Script = (req, res) => (req.path.endsWith('/chat/completions') ? replyJson(res, completionBody('ok', { prompt_tokens: 1000, completion_tokens: 500, prompt_tokens_details: { cached_tokens: 200 } })) : replyJson(res, { data: [] }));
 const oneModel = (extra: Record<string, unknown> = {}) => ([url]: string[]) => ({ models: [modelEntry('m', [{ kind: 'vllm', url }], extra)] });
 
-async function events(gw: TestGateway, account = gw.account): Promise<UsageEvent[]> {
-  const all: UsageEvent[] = [];
-  for await (const e of readUsageEvents(gw.redis.client, account)) all.push(e);
-  return all;
-}
+const events = (gw: TestGateway, account = gw.account) => usageEventsOf(gw.redis.client, account);
 
 describe('the service tier', () => {
   it("is the key's unless the request asks for another it may use, and every reply says which served it", async () => {

@@ -2,6 +2,7 @@
 // gateway only ever sends batches (billing/hold-queue.ts, settlement-queue.ts).
 import type { Redis } from 'ioredis';
 import { holdCredits, settleHolds, type HoldRequest, type HoldResult, type Settlement } from '../../src/billing/credit-ledger.js';
+import { readUsageEvents, type UsageEvent } from '../../src/billing/usage-events.js';
 import type { RateCheck } from '../../src/ratelimit/rate-limiter.js';
 
 /** One hold alone (see holdCredits). */
@@ -15,4 +16,11 @@ export async function settleHold(redis: Redis, s: Settlement, keepEventsMs = 0):
   const [result] = await settleHolds(redis, [s], keepEventsMs);
   if (result === 'refused') throw new Error(`settlement ${s.requestId} refused: its amounts are not whole numbers`);
   return result === 'already settled' ? undefined : result.charged;
+}
+
+/** Every usage event of an account, oldest first. */
+export async function usageEventsOf(redis: Redis, account: string): Promise<UsageEvent[]> {
+  const all: UsageEvent[] = [];
+  for await (const e of readUsageEvents(redis, account)) all.push(e);
+  return all;
 }
