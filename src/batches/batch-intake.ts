@@ -7,7 +7,7 @@ import { createHash } from 'node:crypto';
 import type { Caller } from '../accounts/key-authenticator.js';
 import type { ClientApi } from '../config.js';
 import { findModel, type RoutingTable } from '../routing/routing-table.js';
-import { createBatch, createFailedBatch, readBatch, type BatchApi, type BatchRecord, type InputProblem, type StoredLine } from './batch-store.js';
+import { createBatch, createFailedBatch, keepMsOf, readBatch, type BatchApi, type BatchRecord, type InputProblem, type StoredLine } from './batch-store.js';
 import type { Redis } from 'ioredis';
 import { ApiError } from '../protocol/errors.js';
 import { redisKeys } from '../redis/keys.js';
@@ -95,7 +95,7 @@ export async function takeBatch(b: BatchIntake): Promise<BatchRecord> {
   const active = (await b.redis.zrange(redisKeys.activeBatches, 0, -1)).filter((m) => m.startsWith(prefix)).length;
   if (active >= MAX_ACTIVE_BATCHES) throw new ApiError(429, 'rate_limit_error', `This account has ${active} batches running, the most it may have at once; wait for one to end, or cancel one.`, 'too_many_batches');
   const settings = b.table.settings.batches;
-  const keepMs = settings.keepDays * 86_400_000;
+  const keepMs = keepMsOf(settings);
   const windowMs = settings.completionWindowS * 1000;
   const model = String(b.lines[0]?.body.model ?? '');
   const base = { id: b.id, api: b.api, account: b.caller.account, keyId: b.caller.keyId, endpoint: b.endpoint, inputFileId: b.inputFileId, metadata: b.metadata, model, windowMs };

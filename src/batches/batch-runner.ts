@@ -28,7 +28,7 @@ import { embeddings } from '../gateway/embeddings.js';
 import { messages } from '../gateway/messages.js';
 import { randomId } from '../gateway/random-ids.js';
 import { responses } from '../gateway/responses.js';
-import { activeMember, claimLines, endLine, MAX_TRIES, releaseLine, renewLeases, type BatchApi, type ClaimedLine } from './batch-store.js';
+import { activeMember, claimLines, endLine, keepMsOf, MAX_TRIES, releaseLine, renewLeases, type BatchApi, type ClaimedLine } from './batch-store.js';
 import { activeBatches, lineTotals, type BatchLineTotals } from './batch-progress.js';
 import { finalizeBatch } from './batch-results.js';
 import { LINE_FORMATS } from './line-formats.js';
@@ -111,7 +111,8 @@ export class BatchRunner {
 
   /** Claims lines while this replica has room for more. */
   fill(): void {
-    if (this.ticking || this.stopping || this.running.size >= this.settings().concurrency) return;
+    // With Redis away there is nothing to claim, and nothing to say about it each time.
+    if (this.ticking || this.stopping || this.running.size >= this.settings().concurrency || this.ctx.redis.status !== 'ready') return;
     this.ticking = true;
     this.claimRound()
       .catch((err) => this.stopping || console.warn(`parley: batch lines not claimed: ${(err as Error).message}`))
@@ -164,7 +165,7 @@ export class BatchRunner {
     const claim = await claimLines(redis, account, id, count, this.settings().leaseMs, this.token);
     if (claim.kind === 'ended') return this.retire(member);
     if (claim.kind === 'finalize') {
-      await finalizeBatch(redis, account, id, this.settings().keepDays * 86_400_000);
+      await finalizeBatch(redis, account, id, keepMsOf(this.settings()));
       return this.retire(member);
     }
     if (claim.lines.length === 0) return;

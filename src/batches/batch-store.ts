@@ -57,6 +57,9 @@ const COUNTERS = ['#total', '#succeeded', '#errored', '#cost', '#prompt_tokens',
 const TIME_FIELDS = { created: 'created_at', inProgress: 'in_progress_at', expires: 'expires_at', finalizing: 'finalizing_at', completed: 'completed_at', failed: 'failed_at', expired: 'expired_at', cancelling: 'cancelling_at', cancelled: 'cancelled_at' } as const;
 const WRITE_CHUNK = 1000;
 
+/** How long files and ended batches are kept, in whole ms (Redis takes no other). */
+export const keepMsOf = (settings: { keepDays: number }) => Math.round(settings.keepDays * 86_400_000);
+
 /** The member of the fleet's active set for a batch. */
 export const activeMember = (account: string, id: string) => `${account} ${id}`;
 
@@ -149,15 +152,18 @@ export async function listBatches(redis: Redis, account: string, api: BatchApi, 
     ids = end < 0 ? [] : await redis.zrevrange(index, Math.max(0, end - page.limit), end);
     const hasMore = end - page.limit >= 0;
     ids = hasMore ? ids.slice(1) : ids;
-    return { batches: await readAll(redis, account, ids), hasMore };
+    return { batches: await readAll(redis, account, api, ids), hasMore };
   }
   const start = page.after ? ((await redis.zrevrank(index, page.after)) ?? -1) + 1 : 0;
   ids = page.after && start === 0 ? [] : await redis.zrevrange(index, start, start + page.limit);
-  return { batches: await readAll(redis, account, ids.slice(0, page.limit)), hasMore: ids.length > page.limit };
+  return { batches: await readAll(redis, account, api, ids.slice(0, page.limit)), hasMore: ids.length > page.limit };
 }
 
-async function readAll(redis: Redis, account: string, ids: string[]): Promise<BatchRecord[]> {
+/** The batches by id; those gone (kept past their time) leave the account's list. */
+async function readAll(redis: Redis, account: string, api: BatchApi, ids: string[]): Promise<BatchRecord[]> {
   const read = await Promise.all(ids.map((id) => readBatch(redis, account, id)));
+  const gone = ids.filter((_, i) => read[i] === null);
+  if (gone.length > 0) await redis.zrem(redisKeys.accountBatches(account, api), ...gone);
   return read.filter((b): b is BatchRecord => b !== null);
 }
 

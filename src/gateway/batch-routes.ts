@@ -8,7 +8,7 @@ import type { Caller } from '../accounts/key-authenticator.js';
 import { MAX_BATCH_BYTES, MAX_BATCH_LINES, takeBatch } from '../batches/batch-intake.js';
 import { resultLines, type ResultPart } from '../batches/batch-results.js';
 import { lineApi } from '../batches/batch-runner.js';
-import { cancelBatch, deleteBatch, listBatches, readBatch, type BatchRecord, type InputProblem, type StoredLine } from '../batches/batch-store.js';
+import { cancelBatch, deleteBatch, keepMsOf, listBatches, readBatch, type BatchRecord, type InputProblem, type StoredLine } from '../batches/batch-store.js';
 import { createFile, deleteFile, listFiles, readFile, uploadedContent, type FileRecord } from '../batches/file-store.js';
 import { parseAnthropicBatchCreate, renderAnthropicBatch } from '../protocol/anthropic-batches.js';
 import { ApiError, invalidParameter, routeNotFound } from '../protocol/errors.js';
@@ -51,7 +51,7 @@ async function sendDownload(res: ServerResponse, contentType: string, parts: Asy
   res.end();
 }
 
-const keepMs = (ctx: GatewayContext) => ctx.routing().settings.batches.keepDays * 86_400_000;
+const keepMs = (ctx: GatewayContext) => keepMsOf(ctx.routing().settings.batches);
 
 /** Splits an uploaded JSONL file into its lines (blank lines skipped), checking each; lines count from 1. */
 async function inputLines(content: Buffer, endpoint: OpenAiBatchEndpoint): Promise<{ lines: StoredLine[]; problems: InputProblem[] }> {

@@ -76,6 +76,25 @@ describe("Anthropic's Message Batches", () => {
     });
   });
 
+  it('expires the requests its window leaves unrun, uncharged', async () => {
+    const slow: Script = async (req, res) => {
+      await sleep(300);
+      greeting()(req, res);
+    };
+    await withGatewayOn([slow], oneModel({ batches: { concurrency: 1, completionWindowS: 1 } }), async (gw) => {
+      const client = anthropicFor(gw);
+      const batch = await ended(client, (await client.messages.batches.create({ requests: Array.from({ length: 8 }, (_, i) => request(i)) })).id);
+      const { succeeded, expired } = batch.request_counts;
+      expect(succeeded).toBeGreaterThan(0);
+      expect(expired).toBe(8 - succeeded);
+      const lines = await results(client, batch.id);
+      expect(lines.filter((l) => l.result.type === 'expired')).toHaveLength(expired);
+      let charged = 0;
+      for await (const e of readUsageEvents(gw.redis.client, gw.account)) if (e.charged > 0) charged++;
+      expect(charged).toBe(succeeded);
+    });
+  });
+
   it("refuses duplicate custom ids and models the key may not call, and keeps each account's batches its own", async () => {
     await withGatewayOn([greeting()], oneModel(), async (gw) => {
       const client = anthropicFor(gw);

@@ -207,6 +207,20 @@ describe("OpenAI's Batch API", () => {
     });
   });
 
+  it('keeps files, ended batches and their results for keepDays, then forgets them', async () => {
+    // 0.00002 days: 1.7 s.
+    await withGatewayOn([greeting()], oneModel({}, { batches: { keepDays: 0.00002 } }), async (gw) => {
+      const batch = await ended(gw.client, (await runBatch(gw.client, [chatLine(0)])).id);
+      expect((await gw.client.files.list()).data).toHaveLength(2);
+      await sleep(2_000);
+      await expect(gw.client.batches.retrieve(batch.id)).rejects.toMatchObject({ status: 404 });
+      await expect(gw.client.files.content(batch.output_file_id!)).rejects.toMatchObject({ status: 404 });
+      expect((await gw.client.batches.list()).data).toEqual([]);
+      expect((await gw.client.files.list()).data).toEqual([]);
+      expect(await gw.redis.client.keys(`*${batch.id}*`)).toEqual([]);
+    });
+  });
+
   it('lists batches newest first, a page at a time', async () => {
     await withGatewayOn([greeting()], oneModel(), async (gw) => {
       const ids: string[] = [];
