@@ -124,7 +124,7 @@ class PlanWalk {
       if (call) return call;
     }
     for (const endpoint of full) {
-      if (!this.attemptsLeft() || !this.ctx.router.state(endpoint).hasQueueRoom(this.forwarding.account)) continue;
+      if (!this.attemptsLeft() || !this.ctx.router.state(endpoint).hasQueueRoom(this.forwarding.account, this.forwarding.tier)) continue;
       const wait = Math.min(this.queueTimeoutMs, this.deadline - Date.now());
       if (wait <= 0) break;
       const call = await this.attempt(endpoint, await this.waitInQueue(endpoint, wait));

@@ -133,12 +133,21 @@ export class EndpointState {
     return this.waiters;
   }
 
-  /** Whether `account` may wait for a slot: the queue has room, and the account has not taken its share of it. */
-  hasQueueRoom(account: string): boolean {
+  /**
+   * Whether `account` may wait for a slot at `tier`: the queue has room, and the account has not taken its share
+   * of it. Flex waiters count only against flex: a batch waiting for idle slots never fills the queue an
+   * interactive request needs.
+   */
+  hasQueueRoom(account: string, tier: ServiceTier): boolean {
     const { maxQueue, accountQueueShare } = this.limits;
+    const counted = tier === 'flex' ? ADMISSION_ORDER : ADMISSION_ORDER.filter((t) => t !== 'flex');
     let own = 0;
-    for (const byAccount of Object.values(this.waiting)) own += byAccount.get(account)?.length ?? 0;
-    return this.waiters < maxQueue && own < Math.max(1, Math.floor(maxQueue * accountQueueShare));
+    let all = 0;
+    for (const t of counted) {
+      own += this.waiting[t].get(account)?.length ?? 0;
+      all += this.waitersByTier[t];
+    }
+    return all < maxQueue && own < Math.max(1, Math.floor(maxQueue * accountQueueShare));
   }
 
   /** Takes a slot now if one is free for `tier` and no request of its tier or a higher one waits here. */

@@ -77,6 +77,26 @@ describe('a batch in idle capacity', () => {
     });
   });
 
+  it("never fills the queue an interactive request needs: a full queue of batch lines still lets it wait, and it is served first", async () => {
+    const slow: Script = async (req, res) => {
+      if (!req.path.endsWith('/chat/completions')) return replyJson(res, { data: [] });
+      await sleep(200);
+      replyJson(res, completionBody(String(req.body.messages[0].content), { prompt_tokens: 5, completion_tokens: 1, total_tokens: 6 }));
+    };
+    await withGatewayOn([slow], ([url]) => ({ models: [modelEntry('m', [{ kind: 'vllm', url, maxConcurrent: 1, maxQueue: 4 }])] }), async (gw) => {
+      // Two teams' batches: each may take half the queue (accountQueueShare), so together they fill it.
+      await startBatch(gw.client, 30);
+      await startBatch(new OpenAI({ baseURL: `${gw.url}/v1`, apiKey: (await makeAccount(gw.redis, 1)).key, maxRetries: 0 }), 30);
+      const queuedFlex = async () => (await (await fetch(`${gw.url}/admin/v1/endpoints`, { headers: asAdmin })).json()).data[0].endpoints[0].queuedByTier.flex;
+      await until(async () => (await queuedFlex()) === 4, 5_000);
+      const started = performance.now();
+      const reply = await gw.client.chat.completions.create({ model: 'm', messages: [{ role: 'user', content: 'interactive' }] });
+      expect(reply.choices[0].message.content).toBe('interactive');
+      // It waited for the one slot's current line only, not for the four lines queued before it.
+      expect(performance.now() - started).toBeLessThan(700);
+    });
+  });
+
   it("applies the key's model limits, budget and rate limit to every line", async () => {
     const quick: Script = (req, res) => (req.path.endsWith('/chat/completions') ? replyJson(res, completionBody('ok', { prompt_tokens: 1000, completion_tokens: 10, total_tokens: 1010 })) : replyJson(res, { data: [] }));
     const models = ([url]: string[]) => ({ models: [modelEntry('m', [{ kind: 'vllm', url }]), modelEntry('other', [{ kind: 'vllm', url }])] });

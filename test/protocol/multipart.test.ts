@@ -8,7 +8,7 @@ import { readMultipart } from '../../src/protocol/multipart.js';
 import { ApiError } from '../../src/protocol/errors.js';
 
 /** Posts `body` with `contentType` to a server that reads it as multipart; resolves to the parts or the error. */
-async function read(contentType: string, body: string | Buffer, limit = 1024 * 1024) {
+async function read(contentType: string, body: string, limit = 1024 * 1024) {
   let handle: (req: IncomingMessage) => void = () => {};
   const outcome = new Promise<unknown>((resolve) => (handle = (req) => readMultipart(req, limit).then(resolve, resolve)));
   const server = createServer((req, res) => {

@@ -327,7 +327,7 @@ describe('endpoint concurrency', () => {
     const a = state.acquireQueued('team', 'default', 1000, new Cancellation()).then((slot) => (order.push('a'), slot));
     const b = state.acquireQueued('team', 'default', 1000, new Cancellation()).then((slot) => (order.push('b'), slot));
     expect(state.load).toBe(3);
-    expect(state.hasQueueRoom('team')).toBe(false);
+    expect(state.hasQueueRoom('team', 'default')).toBe(false);
     first!.release();
     (await a).release();
     await b;
@@ -384,8 +384,8 @@ describe('endpoint concurrency', () => {
     const state = new EndpointState('e', { maxConcurrent: 1, maxQueue: 4, accountQueueShare: 0.5, flexFillsAll: false }, BREAKER);
     const held = await state.tryAcquire('default');
     const waits = [state.acquireQueued('burst', 'default', 1000, new Cancellation()), state.acquireQueued('burst', 'default', 1000, new Cancellation())];
-    expect(state.hasQueueRoom('burst')).toBe(false);
-    expect(state.hasQueueRoom('other')).toBe(true);
+    expect(state.hasQueueRoom('burst', 'default')).toBe(false);
+    expect(state.hasQueueRoom('other', 'default')).toBe(true);
     held!.release();
     (await waits[0]).release();
     await waits[1];
@@ -486,5 +486,20 @@ describe('the router across reloads', () => {
     } finally {
       router.close();
     }
+  });
+});
+
+describe('queue room by tier', () => {
+  it('counts flex waiters against flex only: a queue full of flex work still takes an interactive request', async () => {
+    const state = new EndpointState('e', { maxConcurrent: 1, maxQueue: 2, accountQueueShare: 1, flexFillsAll: false }, BREAKER);
+    const held = await state.tryAcquire('flex');
+    const waits = [0, 1].map(() => state.acquireQueued('batch-team', 'flex', 1000, new Cancellation()));
+    expect(state.hasQueueRoom('batch-team', 'flex')).toBe(false);
+    expect(state.hasQueueRoom('other', 'flex')).toBe(false);
+    expect(state.hasQueueRoom('batch-team', 'default')).toBe(true);
+    expect(state.hasQueueRoom('other', 'priority')).toBe(true);
+    held!.release();
+    (await waits[0]).release();
+    (await waits[1]).release();
   });
 });
