@@ -152,14 +152,15 @@ const gatewaySettings = z
       .prefault({}),
     /**
      * Batch jobs (OpenAI's Batch API, Anthropic's Message Batches), run at the flex tier: at most `concurrency`
-     * lines in flight per replica (0: this replica runs none, but still takes and answers batches), each claimed
-     * for `leaseMs`, renewed while it runs, after which a lost line runs again; `completionWindowS`: the time a
+     * lines in flight per replica (0: this replica runs none, but still takes and answers batches; it claims more
+     * only while few of its lines wait for a slot), each claimed for `leaseMs`, renewed while it runs, after which
+     * a lost line runs again; `completionWindowS`: the time a
      * batch's `24h` window gives it; `keepDays`: how long files, ended batches and their results are kept;
      * `storedBytesPerAccount`: the most bytes of files one account may keep (they live in Redis).
      */
     batches: z
       .strictObject({
-        concurrency: z.int().min(0).default(32),
+        concurrency: z.int().min(0).default(256),
         leaseMs: z.int().min(1000).default(30_000),
         completionWindowS: z.int().min(1).default(86_400),
         keepDays: z.number().positive().default(30),

@@ -37,6 +37,12 @@ import { LINE_FORMATS } from './line-formats.js';
 const IDLE_POLL_MS = 250;
 /** How long a reading of the fleet's active batches is used for. */
 const ACTIVE_READ_EVERY_MS = 1_000;
+/**
+ * Lines of this replica's that may wait for an endpoint's slot at once: more are claimed as these are admitted,
+ * so the batches keep every slot flex may take busy, on engines of any size, while each line waiting holds its
+ * credit and its lease for nothing.
+ */
+const WAITING_LINES = 8;
 /** Lines claimed from one batch at a time, so that the batches of several teams take turns. */
 const CLAIM_AT_ONCE = 8;
 /** How long a batch waits after a line of it could not run now. */
@@ -59,6 +65,8 @@ interface RunningLine {
   batch: string;
   member: string;
   cancellation: Cancellation;
+  /** The line's request: its attempts say whether it has had an endpoint's slot yet. */
+  record: RequestRecord;
 }
 
 interface ActiveBatch {
@@ -103,6 +111,18 @@ export class BatchRunner {
     return this.running.size;
   }
 
+  /** Lines of this replica's not yet given an endpoint's slot. */
+  private get linesWaiting(): number {
+    let waiting = 0;
+    for (const line of this.running) if (line.record.attempts === 0) waiting++;
+    return waiting;
+  }
+
+  /** How many more lines this replica may claim now. */
+  private room(): number {
+    return Math.min(this.settings().concurrency - this.running.size, WAITING_LINES - this.linesWaiting);
+  }
+
   /** A batch was made or cancelled here: look at the fleet's batches again now. */
   wake(): void {
     this.active = undefined;
@@ -112,7 +132,7 @@ export class BatchRunner {
   /** Claims lines while this replica has room for more. */
   fill(): void {
     // With Redis away there is nothing to claim, and nothing to say about it each time.
-    if (this.ticking || this.stopping || this.running.size >= this.settings().concurrency || this.ctx.redis.status !== 'ready') return;
+    if (this.ticking || this.stopping || this.room() <= 0 || this.ctx.redis.status !== 'ready') return;
     this.ticking = true;
     this.claimRound()
       .catch((err) => this.stopping || console.warn(`parley: batch lines not claimed: ${(err as Error).message}`))
@@ -131,7 +151,7 @@ export class BatchRunner {
     for (let i = 0; i < accounts.length; i++) {
       const batches = byAccount.get(accounts[(turn + i) % accounts.length])!;
       for (let j = 0; j < batches.length; j++) {
-        const room = this.settings().concurrency - this.running.size;
+        const room = this.room();
         if (room <= 0 || this.stopping) return;
         const member = batches[(turn + j) % batches.length];
         if ((this.waitUntil.get(member) ?? 0) > now) continue;
@@ -176,16 +196,16 @@ export class BatchRunner {
 
   private async run(batch: ActiveBatch, claimed: ClaimedLine): Promise<void> {
     const { ctx } = this;
-    const running: RunningLine = { account: batch.account, batch: batch.id, member: `${claimed.line}:${this.token}`, cancellation: new Cancellation() };
+    const requestId = randomId();
+    const running: RunningLine = { account: batch.account, batch: batch.id, member: `${claimed.line}:${this.token}`, cancellation: new Cancellation(), record: { id: requestId, attempts: 0 } };
     this.running.add(running);
     const format = LINE_FORMATS[batch.api];
-    const requestId = randomId();
     const end = (failure = '') => endLine(ctx.redis, batch.account, batch.id, running.member, claimed.line, failure);
     try {
       if (!claimed.stored) return void (await end());
       const { customId } = claimed.stored;
       if (claimed.tries > MAX_TRIES) return void (await end(format.lost(customId, requestId)));
-      const outcome = await this.serve(batch, claimed, running.cancellation, requestId);
+      const outcome = await this.serve(batch, claimed, running);
       if (outcome === 'not now') {
         this.waitUntil.set(activeMember(batch.account, batch.id), Date.now() + BACKOFF_MS);
         await releaseLine(ctx.redis, batch.account, batch.id, running.member, claimed.line);
@@ -200,11 +220,11 @@ export class BatchRunner {
   }
 
   /** Runs one line: 'done' once its result and charge landed, the error that is its result, or 'not now'. */
-  private async serve(batch: ActiveBatch, claimed: ClaimedLine, cancellation: Cancellation, requestId: string): Promise<'done' | 'not now' | ApiError> {
+  private async serve(batch: ActiveBatch, claimed: ClaimedLine, { cancellation, record }: RunningLine): Promise<'done' | 'not now' | ApiError> {
     const { ctx } = this;
     const { customId, body } = claimed.stored!;
     const format = LINE_FORMATS[batch.api];
-    const record: RequestRecord = { id: requestId, attempts: 0 };
+    const requestId = record.id;
     const api = API_OF[lineApi(batch.api, batch.endpoint)];
     const span = ctx.telemetry.tracer.startSpan(`batch ${api.name}`, { attributes: { 'parley.request_id': requestId, 'parley.batch_id': batch.id } });
     const started = performance.now();

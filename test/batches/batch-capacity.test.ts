@@ -68,7 +68,9 @@ describe('a batch in idle capacity', () => {
       const listed = (await (await fetch(`${gw.url}/admin/v1/batches`, { headers: asAdmin })).json()).data;
       expect(listed).toMatchObject([{ id: batch.id, account: gw.account, status: 'in_progress', lines: { total: 60 } }]);
       const { queued, running, succeeded, errored } = listed[0].lines;
+      // Claimed: the 3 lines served, and at most 8 waiting for a slot; the rest stay queued in Redis.
       expect(running).toBeGreaterThanOrEqual(3);
+      expect(running).toBeLessThanOrEqual(3 + 8);
       expect(queued + running + succeeded + errored).toBe(60);
       await until(async () => /parley_batch_lines\{state="queued"[^}]*\} [1-9]/.test(await (await fetch(`${gw.url}/metrics`)).text()), 7_000);
       expect(await (await fetch(`${gw.url}/metrics`)).text()).toMatch(/parley_batch_lines_running_here\{[^}]*\} [1-9]/);
