@@ -253,6 +253,8 @@ const batchKeyList = (account: string, id: string) => {
 export async function claimLines(redis: Redis, account: string, id: string, count: number, leaseMs: number, token: string): Promise<Claim> {
   const reply = (await CLAIM.run(redis, batchKeyList(account, id), [count, leaseMs, token])) as (string | number)[];
   if (reply[0] === 'finalize') return { kind: 'finalize' };
+  // Another replica is finalizing it: nothing to run, but it stays in the queue until that is done (or stalls).
+  if (reply[0] === 'finalizing') return { kind: 'run', lines: [] };
   if (reply[0] !== 'run') return { kind: 'ended', status: String(reply[0]) };
   const lines: ClaimedLine[] = [];
   for (let i = 1; i < reply.length; i += 3) {

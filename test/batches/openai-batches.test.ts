@@ -5,6 +5,7 @@
 import OpenAI, { toFile } from 'openai';
 import { describe, expect, it } from 'vitest';
 import { readBalance } from '../../src/billing/credit-ledger.js';
+import { redisKeys } from '../../src/redis/keys.js';
 import { usageEventsOf } from '../support/ledger.js';
 import { completionBody, greeting, replyJson, sleep, until, type Script } from '../support/fake-upstream.js';
 import { makeAccount, modelEntry, withGatewayOn, type TestGateway } from '../support/gateway.js';
@@ -218,6 +219,21 @@ describe("OpenAI's Batch API", () => {
       expect((await gw.client.batches.list()).data).toEqual([]);
       expect((await gw.client.files.list()).data).toEqual([]);
       expect(await gw.redis.client.keys(`*${batch.id}*`)).toEqual([]);
+    });
+  });
+
+  it('finishes a batch whose finalizing replica stalled, once a lease has passed', async () => {
+    await withGatewayOn([greeting()], oneModel({}, { batches: { leaseMs: 1000 } }), async (gw) => {
+      const batch = await ended(gw.client, (await runBatch(gw.client, [chatLine(0), chatLine(1)])).id);
+      // As a replica leaves it when it dies mid-finalize: finalizing, still in the fleet's queue, its files not made.
+      const keys = redisKeys.batch(gw.account, batch.id);
+      await gw.redis.client.hset(keys.meta, 'status', 'finalizing', 'finalizing_at', Date.now(), 'output_file_id', '');
+      await gw.redis.client.zadd(redisKeys.activeBatches, Date.now(), `${gw.account} ${batch.id}`);
+      await sleep(500);
+      expect((await gw.client.batches.retrieve(batch.id)).status).toBe('finalizing');
+      const again = await ended(gw.client, batch.id);
+      expect(again).toMatchObject({ status: 'completed', request_counts: { completed: 2 } });
+      expect(await jsonl(gw.client, again.output_file_id)).toHaveLength(2);
     });
   });
 
