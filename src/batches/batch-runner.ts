@@ -39,8 +39,8 @@ const IDLE_POLL_MS = 250;
 const ACTIVE_READ_EVERY_MS = 1_000;
 /**
  * Lines of this replica's that may wait for an endpoint's slot at once: more are claimed as these are admitted,
- * so the batches keep every slot flex may take busy, on engines of any size, while each line waiting holds its
- * credit and its lease for nothing.
+ * so the batches keep every slot flex may take busy, on engines of any size; and no more wait, since a line
+ * waiting holds its credit and its lease without using them.
  */
 const WAITING_LINES = 8;
 /** Lines claimed from one batch at a time, so that the batches of several teams take turns. */
@@ -53,8 +53,7 @@ const TOTALS_EVERY_MS = 2_000;
 /** Failures that say "not now" rather than "not this line": the line goes back to its queue. */
 const NOT_NOW = new Set(['resource_unavailable', 'rate_limit_exceeded', 'queue_full', 'upstream_unavailable', 'shutting_down', 'service_unavailable']);
 
-// An API-wide descriptor of any request type: the runner hands each line's body to the API its endpoint names.
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
+// Each API's descriptor, whatever its request type: the runner hands a line's body to the API its endpoint names.
 const API_OF: Record<ClientApi, ApiDescriptor<any, any>> = { chat, completions, embeddings, messages, responses };
 
 /** The API a batch's lines go to: its endpoint's, or Anthropic's Messages. */
