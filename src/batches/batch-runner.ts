@@ -45,6 +45,8 @@ const ACTIVE_READ_EVERY_MS = 1_000;
 const WAITING_LINES = 8;
 /** Lines claimed from one batch at a time, so that the batches of several teams take turns. */
 const CLAIM_AT_ONCE = 8;
+/** How long the fleet's queue keeps an entry whose batch is not stored: one being stored now has its hash by then. */
+const UNSTORED_KEPT_MS = 60_000;
 /** How long a batch waits after a line of it could not run now. */
 const BACKOFF_MS = 1_000;
 /** How often the fleet's batch totals are read for /metrics. */
@@ -68,6 +70,12 @@ interface RunningLine {
   record: RequestRecord;
 }
 
+/** A batch in the fleet's queue: its member there, and when it was queued. */
+interface QueuedBatch {
+  member: string;
+  queuedAt: number;
+}
+
 interface ActiveBatch {
   account: string;
   id: string;
@@ -81,7 +89,7 @@ export class BatchRunner {
   private readonly waitUntil = new Map<string, number>();
   private readonly token = randomId();
   private turn = 0;
-  private active: { readAt: number; byAccount: Map<string, string[]> } | undefined;
+  private active: { readAt: number; byAccount: Map<string, QueuedBatch[]> } | undefined;
   private stopping = false;
   private ticking = false;
   private readonly poll: NodeJS.Timeout;
@@ -152,22 +160,23 @@ export class BatchRunner {
       for (let j = 0; j < batches.length; j++) {
         const room = this.room();
         if (room <= 0 || this.stopping) return;
-        const member = batches[(turn + j) % batches.length];
-        if ((this.waitUntil.get(member) ?? 0) > now) continue;
-        const [account, id] = member.split(' ');
-        await this.claimFrom(member, account, id, Math.min(room, CLAIM_AT_ONCE));
+        const queued = batches[(turn + j) % batches.length];
+        if ((this.waitUntil.get(queued.member) ?? 0) > now) continue;
+        await this.claimFrom(queued, Math.min(room, CLAIM_AT_ONCE));
         break;
       }
     }
   }
 
   /** The fleet's active batches by account, read at most once a second. */
-  private async activeByAccount(): Promise<Map<string, string[]>> {
+  private async activeByAccount(): Promise<Map<string, QueuedBatch[]>> {
     if (this.active && Date.now() - this.active.readAt < ACTIVE_READ_EVERY_MS) return this.active.byAccount;
-    const byAccount = new Map<string, string[]>();
-    for (const member of await this.ctx.redis.zrange(redisKeys.activeBatches, 0, -1)) {
+    const byAccount = new Map<string, QueuedBatch[]>();
+    const read = await this.ctx.redis.zrange(redisKeys.activeBatches, 0, -1, 'WITHSCORES');
+    for (let i = 0; i < read.length; i += 2) {
+      const member = read[i];
       const account = member.slice(0, member.indexOf(' '));
-      byAccount.set(account, [...(byAccount.get(account) ?? []), member]);
+      byAccount.set(account, [...(byAccount.get(account) ?? []), { member, queuedAt: Number(read[i + 1]) }]);
     }
     this.active = { readAt: Date.now(), byAccount };
     return byAccount;
@@ -179,15 +188,16 @@ export class BatchRunner {
     this.active = undefined;
   }
 
-  private async claimFrom(member: string, account: string, id: string, count: number): Promise<void> {
+  private async claimFrom({ member, queuedAt }: QueuedBatch, count: number): Promise<void> {
     const { redis } = this.ctx;
+    const [account, id] = member.split(' ');
     const claim = await claimLines(redis, account, id, count, this.settings().leaseMs, this.token);
-    if (claim.kind === 'ended') return this.retire(member);
+    if (claim.kind === 'ended' || (claim.kind === 'gone' && Date.now() - queuedAt > UNSTORED_KEPT_MS)) return this.retire(member);
     if (claim.kind === 'finalize') {
       await finalizeBatch(redis, account, id, keepMsOf(this.settings()));
       return this.retire(member);
     }
-    if (claim.lines.length === 0) return;
+    if (claim.kind === 'gone' || claim.lines.length === 0) return;
     const [api, endpoint, keyId] = await redis.hmget(redisKeys.batch(account, id).meta, 'api', 'endpoint', 'key');
     const batch: ActiveBatch = { account, id, api: api as BatchApi, endpoint: endpoint!, keyId: keyId! };
     for (const line of claim.lines) void this.run(batch, line);

@@ -79,12 +79,15 @@ const metaFields = (b: Omit<NewBatch, 'lines' | 'order'>, status: BatchStatus, n
 });
 
 /**
- * Stores a batch and puts it in the fleet's queue. Lines go first, in chunks (a file of 50,000 lines would
- * otherwise hold Redis in one command); the batch's hash, which makes it visible, goes last, in one transaction
- * with its counters and its place in the account's list. Lines a replica lost part-way expire with it.
+ * Stores a batch and puts it in the fleet's queue. The queue's entry goes first (it is in another slot, so it
+ * cannot join the transaction below; a runner leaves an entry whose batch is not there yet for a minute, and so
+ * one whose replica died part-way through storing it goes then). Lines go next, in chunks (a file of 50,000
+ * lines would otherwise hold Redis in one command); the batch's hash, which makes it visible, goes last, in one
+ * transaction with its counters and its place in the account's list. Lines a replica lost part-way expire.
  */
 export async function createBatch(redis: Redis, b: NewBatch, keepMs: number): Promise<void> {
   const keys = redisKeys.batch(b.account, b.id);
+  await redis.zadd(redisKeys.activeBatches, Date.now(), activeMember(b.account, b.id));
   for (let i = 0; i < b.lines.length; i += WRITE_CHUNK) {
     const fields: string[] = [];
     b.lines.slice(i, i + WRITE_CHUNK).forEach((l, j) => fields.push(String(i + j), JSON.stringify([l.customId, l.body])));
@@ -100,7 +103,6 @@ export async function createBatch(redis: Redis, b: NewBatch, keepMs: number): Pr
     .hset(keys.results, '#total', b.lines.length)
     .zadd(redisKeys.accountBatches(b.account, b.api), now, b.id)
     .exec();
-  await redis.zadd(redisKeys.activeBatches, now, activeMember(b.account, b.id));
 }
 
 /** Stores a batch whose input was refused: `failed` at once, with its problems, and nothing to run. */
@@ -243,7 +245,7 @@ export interface ClaimedLine {
   stored: StoredLine | null;
 }
 
-export type Claim = { kind: 'run'; lines: ClaimedLine[] } | { kind: 'finalize' } | { kind: 'ended'; status: string };
+export type Claim = { kind: 'run'; lines: ClaimedLine[] } | { kind: 'finalize' } | { kind: 'ended'; status: string } | { kind: 'gone' };
 
 const batchKeyList = (account: string, id: string) => {
   const k = redisKeys.batch(account, id);
@@ -253,6 +255,8 @@ const batchKeyList = (account: string, id: string) => {
 export async function claimLines(redis: Redis, account: string, id: string, count: number, leaseMs: number, token: string): Promise<Claim> {
   const reply = (await CLAIM.run(redis, batchKeyList(account, id), [count, leaseMs, token])) as (string | number)[];
   if (reply[0] === 'finalize') return { kind: 'finalize' };
+  // No hash: a batch not stored yet, or one whose storing never finished.
+  if (reply[0] === 'gone') return { kind: 'gone' };
   // Another replica is finalizing it: nothing to run, but it stays in the queue until that is done (or stalls).
   if (reply[0] === 'finalizing') return { kind: 'run', lines: [] };
   if (reply[0] !== 'run') return { kind: 'ended', status: String(reply[0]) };

@@ -237,6 +237,16 @@ describe("OpenAI's Batch API", () => {
     });
   });
 
+  it("keeps a queued batch whose hash is not written yet, and drops one whose storing never finished, a minute on", async () => {
+    await withGatewayOn([greeting()], oneModel(), async (gw) => {
+      const queued = async () => gw.redis.client.zrange(redisKeys.activeBatches, 0, -1);
+      await gw.redis.client.zadd(redisKeys.activeBatches, Date.now() - 120_000, `${gw.account} batch_abandoned`, Date.now(), `${gw.account} batch_being_stored`);
+      await until(async () => !(await queued()).includes(`${gw.account} batch_abandoned`));
+      await sleep(600);
+      expect(await queued()).toEqual([`${gw.account} batch_being_stored`]);
+    });
+  });
+
   it('lists batches newest first, a page at a time', async () => {
     await withGatewayOn([greeting()], oneModel(), async (gw) => {
       const ids: string[] = [];
