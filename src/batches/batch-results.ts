@@ -3,7 +3,6 @@
 // line in input order, read from the batch's results when asked for. A line
 // that never ran is written as its batch's end makes it: cancelled or expired.
 import type { Redis } from 'ioredis';
-import { randomId } from '../gateway/random-ids.js';
 import { finalStatus, finishBatch, readBatch, resultPages, type BatchRecord, type FinishedFile } from './batch-store.js';
 import { ERRORED, LINE_FORMATS, SUCCEEDED } from './line-formats.js';
 
@@ -27,7 +26,11 @@ export async function* resultLines(redis: Redis, batch: BatchRecord, part: Resul
   }
 }
 
-/** Ends a drained batch: its status, and for OpenAI's API its output and error files, sized now so that listing them reads no results. */
+/**
+ * Ends a drained batch: its status, and for OpenAI's API its output and error files (named after the batch, so
+ * that a finalize taken over from a stalled replica names them the same), sized now so that listing them reads
+ * no results.
+ */
 export async function finalizeBatch(redis: Redis, account: string, id: string, keepMs: number): Promise<void> {
   const status = await finalStatus(redis, account, id);
   const batch = await readBatch(redis, account, id);
@@ -38,7 +41,7 @@ export async function finalizeBatch(redis: Redis, account: string, id: string, k
     for (const part of ['output', 'error'] as const) {
       let bytes = 0;
       for await (const text of resultLines(redis, ended, part)) bytes += Buffer.byteLength(text);
-      if (bytes > 0) files[part] = { id: `file-${randomId()}`, bytes, filename: `${id}_${part}.jsonl` };
+      if (bytes > 0) files[part] = { id: `file-${id}-${part}`, bytes, filename: `${id}_${part}.jsonl` };
     }
   }
   await finishBatch(redis, account, id, status, files, keepMs);

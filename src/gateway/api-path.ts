@@ -217,7 +217,7 @@ function openRelay<R>(streaming: Streaming<R>, a: Admitted<R>, request: R, res: 
 
 /**
  * A batch line's reply: sent to no one, but kept as the line's result, which the settlement that charges the
- * reply writes (batches/batch-runner.ts).
+ * reply writes (gateway/batch-runner.ts).
  */
 export interface LineReply {
   /** The line's result and where it goes, made from the reply's JSON text. */

@@ -7,7 +7,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Caller } from '../accounts/key-authenticator.js';
 import { MAX_BATCH_BYTES, MAX_BATCH_LINES, takeBatch } from '../batches/batch-intake.js';
 import { resultLines, type ResultPart } from '../batches/batch-results.js';
-import { lineApi } from '../batches/batch-runner.js';
+import { lineApi } from './batch-runner.js';
 import { cancelBatch, deleteBatch, keepMsOf, listBatches, readBatch, type BatchRecord, type InputProblem, type StoredLine } from '../batches/batch-store.js';
 import { createFile, deleteFile, listFiles, readFile, uploadedContent, type FileRecord } from '../batches/file-store.js';
 import { parseAnthropicBatchCreate, renderAnthropicBatch } from '../protocol/anthropic-batches.js';

@@ -2,7 +2,7 @@
 // shared state behind keys, credit and rate limits.
 import type { Redis } from 'ioredis';
 import type { KeyAuthenticator } from '../accounts/key-authenticator.js';
-import type { BatchRunner } from '../batches/batch-runner.js';
+import type { BatchRunner } from './batch-runner.js';
 import type { HoldQueue } from '../billing/hold-queue.js';
 import type { SettlementQueue } from '../billing/settlement-queue.js';
 import type { Router } from '../routing/router.js';

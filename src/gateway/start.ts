@@ -25,7 +25,7 @@ import type { GatewayContext } from './context.js';
 import { flushRequestLog } from '../telemetry/request-log.js';
 import { Telemetry } from '../telemetry/telemetry.js';
 import { Lifecycle } from './lifecycle.js';
-import { BatchRunner } from '../batches/batch-runner.js';
+import { BatchRunner } from './batch-runner.js';
 import { createGatewayServer } from './server.js';
 
 export interface GatewayOptions {

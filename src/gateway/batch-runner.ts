@@ -1,7 +1,7 @@
 // Runs batch lines on this replica, beside every other replica: it claims
 // lines from the fleet's batches (a few lines at a time, each account in
 // turn), runs each through the same request path as a client's request
-// (gateway/api-path.ts), at the flex tier and as the key that made the batch,
+// (api-path.ts), at the flex tier and as the key that made the batch,
 // and renews the leases of the lines it runs. Flex is admitted only to room
 // the other tiers leave (routing/admission-rule.ts), so a batch fills idle
 // slots and waits while interactive traffic needs them.
@@ -20,18 +20,18 @@ import { redisKeys } from '../redis/keys.js';
 import type { RequestRecord } from '../telemetry/request-record.js';
 import { writeRequestLog } from '../telemetry/request-log.js';
 import { Cancellation } from '../upstream/cancellation.js';
-import { serveBatchLine, type ApiDescriptor, type LineReply } from '../gateway/api-path.js';
-import { chat } from '../gateway/chat-completions.js';
-import { completions } from '../gateway/completions.js';
-import type { GatewayContext } from '../gateway/context.js';
-import { embeddings } from '../gateway/embeddings.js';
-import { messages } from '../gateway/messages.js';
-import { randomId } from '../gateway/random-ids.js';
-import { responses } from '../gateway/responses.js';
-import { activeMember, claimLines, endLine, keepMsOf, MAX_TRIES, releaseLine, renewLeases, type BatchApi, type ClaimedLine } from './batch-store.js';
-import { activeBatches, lineTotals, type BatchLineTotals } from './batch-progress.js';
-import { finalizeBatch } from './batch-results.js';
-import { LINE_FORMATS } from './line-formats.js';
+import { serveBatchLine, type ApiDescriptor, type LineReply } from './api-path.js';
+import { chat } from './chat-completions.js';
+import { completions } from './completions.js';
+import type { GatewayContext } from './context.js';
+import { embeddings } from './embeddings.js';
+import { messages } from './messages.js';
+import { randomId } from './random-ids.js';
+import { responses } from './responses.js';
+import { activeMember, claimLines, endLine, keepMsOf, MAX_TRIES, releaseLine, renewLeases, type BatchApi, type ClaimedLine } from '../batches/batch-store.js';
+import { activeBatches, lineTotals, type BatchLineTotals } from '../batches/batch-progress.js';
+import { finalizeBatch } from '../batches/batch-results.js';
+import { LINE_FORMATS } from '../batches/line-formats.js';
 
 /** How often the runner looks for lines when it has room and found none. */
 const IDLE_POLL_MS = 250;
