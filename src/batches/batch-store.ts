@@ -47,6 +47,9 @@ export interface BatchRecord {
   usage: { promptTokens: number; cachedTokens: number; completionTokens: number };
 }
 
+/** Whether a batch has run all it will: its results can be read, and it may be deleted. */
+export const hasEnded = (status: BatchStatus) => status === 'completed' || status === 'expired' || status === 'cancelled';
+
 /** A line as stored: the client's id for it and the body to send. */
 export interface StoredLine {
   customId: string;

@@ -8,13 +8,13 @@ import type { Caller } from '../accounts/key-authenticator.js';
 import { MAX_BATCH_BYTES, MAX_BATCH_LINES, takeBatch } from '../batches/batch-intake.js';
 import { resultLines, type ResultPart } from '../batches/batch-results.js';
 import { lineApi } from './batch-runner.js';
-import { cancelBatch, deleteBatch, keepMsOf, listBatches, readBatch, type BatchRecord, type InputProblem, type StoredLine } from '../batches/batch-store.js';
-import { createFile, deleteFile, listFiles, readFile, uploadedContent, type FileRecord } from '../batches/file-store.js';
+import { cancelBatch, deleteBatch, hasEnded, keepMsOf, listBatches, readBatch, type BatchRecord, type InputProblem, type StoredLine } from '../batches/batch-store.js';
+import { createFile, deleteFile, listFiles, readFile, uploadedContent } from '../batches/file-store.js';
 import { parseAnthropicBatchCreate, renderAnthropicBatch } from '../protocol/anthropic-batches.js';
 import { ApiError, invalidParameter, routeNotFound } from '../protocol/errors.js';
-import { decodePathSegment, readJsonBody, sendJson } from '../protocol/http-io.js';
+import { decodePathSegment, readJsonBody, sendDownload, sendJson } from '../protocol/http-io.js';
 import { readMultipart } from '../protocol/multipart.js';
-import { checkInputLine, parseOpenAiBatchCreate, renderOpenAiBatch, type OpenAiBatchEndpoint } from '../protocol/openai-batches.js';
+import { checkInputLine, parseOpenAiBatchCreate, renderOpenAiBatch, renderOpenAiFile, type OpenAiBatchEndpoint } from '../protocol/openai-batches.js';
 import type { GatewayContext } from './context.js';
 import { authenticate } from './exchange.js';
 import { failClosed } from './fail-closed.js';
@@ -36,20 +36,6 @@ function pageLimit(query: URLSearchParams, fallback: number, max: number): numbe
   return n;
 }
 
-const seconds = (ms: number | null) => (ms === null ? null : Math.floor(ms / 1000));
-
-function renderFile(f: FileRecord) {
-  return { id: f.id, object: 'file', bytes: f.bytes, created_at: seconds(f.createdAt), expires_at: seconds(f.expiresAt), filename: f.filename, purpose: f.purpose, status: 'processed', status_details: null };
-}
-
-/** Writes text or bytes as they come, as a download. */
-async function sendDownload(res: ServerResponse, contentType: string, parts: AsyncIterable<string | Buffer>): Promise<void> {
-  res.writeHead(200, { 'content-type': contentType });
-  for await (const part of parts) {
-    if (!res.write(part)) await new Promise((resolve) => res.once('drain', resolve));
-  }
-  res.end();
-}
 
 const keepMs = (ctx: GatewayContext) => keepMsOf(ctx.routing().settings.batches);
 
@@ -96,28 +82,28 @@ async function files(req: IncomingMessage, res: ServerResponse, ctx: GatewayCont
       throw new ApiError(400, 'invalid_request_error', `This account keeps ${kept} bytes of files, and may keep at most ${storedBytesPerAccount}: delete files it no longer needs, then upload again.`, 'storage_limit_reached', 'file');
     }
     const stored = await createFile(redis, account, { id: `file-${randomId()}`, filename: (file.filename ?? 'input.jsonl').slice(0, 256), purpose, content: file.data }, keepMs(ctx));
-    return sendJson(res, 200, renderFile(stored));
+    return sendJson(res, 200, renderOpenAiFile(stored));
   }
   if (rest.length === 0 && method === 'GET') {
     const order = query.get('order') ?? 'desc';
     if (order !== 'asc' && order !== 'desc') throw invalidParameter('order', "order must be 'asc' or 'desc'.");
     const page = await listFiles(redis, account, { limit: pageLimit(query, 10_000, 10_000), after: query.get('after') ?? undefined, purpose: query.get('purpose') ?? undefined, order });
-    const data = page.files.map(renderFile);
+    const data = page.files.map(renderOpenAiFile);
     return sendJson(res, 200, { object: 'list', data, first_id: data[0]?.id ?? null, last_id: data.at(-1)?.id ?? null, has_more: page.hasMore });
   }
   const id = rest[0];
   const file = await readFile(redis, account, id);
   if (!file) throw notFound('file', id);
-  if (rest.length === 1 && method === 'GET') return sendJson(res, 200, renderFile(file));
+  if (rest.length === 1 && method === 'GET') return sendJson(res, 200, renderOpenAiFile(file));
   if (rest.length === 1 && method === 'DELETE') {
     await deleteFile(redis, account, file);
     return sendJson(res, 200, { id, object: 'file', deleted: true });
   }
   if (rest.length === 2 && rest[1] === 'content' && method === 'GET') {
-    if (!file.batch) return sendDownload(res, 'application/octet-stream', uploadedContent(redis, account, id, file.bytes));
+    if (!file.batch) return sendDownload(res, { 'content-type': 'application/octet-stream' }, uploadedContent(redis, account, id, file.bytes));
     const batch = await readBatch(redis, account, file.batch.id);
     if (!batch) throw notFound('file', id);
-    return sendDownload(res, 'application/jsonl', resultLines(redis, batch, file.batch.part));
+    return sendDownload(res, { 'content-type': 'application/jsonl' }, resultLines(redis, batch, file.batch.part));
   }
   throw routeNotFound(method, `/v1/files/${rest.join('/')}`);
 }
@@ -193,7 +179,7 @@ async function messageBatches(req: IncomingMessage, res: ServerResponse, ctx: Ga
     return sendJson(res, 200, { data, has_more: page.hasMore, first_id: data[0]?.id ?? null, last_id: data.at(-1)?.id ?? null });
   }
   const batch = await ownBatch(ctx, caller, rest[0], 'msgbatch');
-  const ended = batch.status === 'completed' || batch.status === 'expired' || batch.status === 'cancelled';
+  const ended = hasEnded(batch.status);
   if (rest.length === 1 && method === 'GET') return sendJson(res, 200, render(batch));
   if (rest.length === 1 && method === 'DELETE') {
     if (!ended) throw invalidParameter(null, `Message batch ${batch.id} has not ended yet; cancel it first, then delete it once it has ended.`);
@@ -207,7 +193,7 @@ async function messageBatches(req: IncomingMessage, res: ServerResponse, ctx: Ga
   }
   if (rest.length === 2 && rest[1] === 'results' && method === 'GET') {
     if (!ended) throw invalidParameter(null, `Message batch ${batch.id} has not ended yet: its results can be read once its processing_status is 'ended'.`);
-    return sendDownload(res, 'application/x-jsonl', resultLines(redis, batch, 'all' satisfies ResultPart));
+    return sendDownload(res, { 'content-type': 'application/x-jsonl' }, resultLines(redis, batch, 'all' satisfies ResultPart));
   }
   throw routeNotFound(method, `/v1/messages/batches/${rest.join('/')}`);
 }

@@ -4,9 +4,10 @@
 // and its results to download, through the member's session.
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { resultLines, type ResultPart } from '../batches/batch-results.js';
-import { listBatches, readBatch, type BatchRecord } from '../batches/batch-store.js';
+import { hasEnded, listBatches, readBatch, type BatchRecord } from '../batches/batch-store.js';
 import { formatMicros } from '../billing/prices.js';
 import { ApiError } from '../protocol/errors.js';
+import { sendDownload } from '../protocol/http-io.js';
 import type { PlatformServices } from './services.js';
 import { html } from './html.js';
 import { page, sendPage } from './layout.js';
@@ -17,10 +18,9 @@ const SHOWN = 50;
 
 const percent = (part: number, whole: number) => (whole === 0 ? 0 : Math.round((part / whole) * 1000) / 10);
 const when = (ms: number | null) => (ms === null ? '' : new Date(ms).toISOString().replace('T', ' ').slice(0, 16) + ' UTC');
-const ENDED = new Set(['completed', 'expired', 'cancelled', 'failed']);
 
 function downloads(b: BatchRecord) {
-  if (!ENDED.has(b.status) || b.status === 'failed') return html`<span class="muted">when it ends</span>`;
+  if (!hasEnded(b.status)) return html`<span class="muted">when it ends</span>`;
   const link = (part: string, label: string) => html`<a href="/platform/batches/${b.id}/${part}" download>${label}</a>`;
   if (b.api === 'anthropic') return link('results', 'Results');
   return html`${b.outputFileId ? link('output', 'Output') : ''} ${b.errorFileId ? link('error', 'Errors') : ''}`;
@@ -52,8 +52,7 @@ export async function showBatches(req: IncomingMessage, res: ServerResponse, ctx
 /** An ended batch's output, error or results file, as a download. */
 export async function downloadBatchResults(res: ServerResponse, ctx: PlatformServices, session: Session, id: string, part: ResultPart): Promise<void> {
   const batch = await readBatch(ctx.redis, session.account, id);
-  if (!batch || !ENDED.has(batch.status)) throw new ApiError(404, 'not_found_error', `No ended batch with id '${id}'.`, 'not_found');
-  res.writeHead(200, { 'content-type': 'application/jsonl', 'content-disposition': `attachment; filename="${id}_${part === 'all' ? 'results' : part}.jsonl"`, 'cache-control': 'no-store' });
-  for await (const text of resultLines(ctx.redis, batch, part)) res.write(text);
-  res.end();
+  if (!batch || !hasEnded(batch.status)) throw new ApiError(404, 'not_found_error', `No ended batch with id '${id}'.`, 'not_found');
+  const headers = { 'content-type': 'application/jsonl', 'content-disposition': `attachment; filename="${id}_${part === 'all' ? 'results' : part}.jsonl"`, 'cache-control': 'no-store' };
+  await sendDownload(res, headers, resultLines(ctx.redis, batch, part));
 }

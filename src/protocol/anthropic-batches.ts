@@ -3,7 +3,7 @@
 // (`{custom_id, result: {type: succeeded | errored | canceled | expired}}`),
 // as @anthropic-ai/sdk and the Python client read them.
 import { z } from 'zod';
-import type { BatchRecord } from '../batches/batch-store.js';
+import { hasEnded, type BatchRecord } from '../batches/batch-store.js';
 import { parseRequest } from './request-parsing.js';
 import { invalidParameter, type ApiError } from './errors.js';
 
@@ -32,7 +32,7 @@ const rfc3339 = (ms: number | null) => (ms === null ? null : new Date(ms).toISOS
 /** The `message_batch` object; `resultsUrl`: where its results are read, once it has ended. */
 export function renderAnthropicBatch(b: BatchRecord, resultsUrl: string) {
   const t = b.times;
-  const ended = b.status === 'completed' || b.status === 'expired' || b.status === 'cancelled';
+  const ended = hasEnded(b.status);
   const unrun = b.counts.total - b.counts.succeeded - b.counts.errored;
   return {
     id: b.id,

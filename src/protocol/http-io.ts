@@ -12,11 +12,31 @@ export function decodePathSegment(segment: string): string {
   }
 }
 
+/** A body's chunks as JSON; a 400 for no text or text that is not JSON. */
+function parseJson(chunks: Buffer[], size: number): unknown {
+  const text = chunks.length === 1 ? chunks[0].toString('utf8') : Buffer.concat(chunks, size).toString('utf8');
+  if (text.trim() === '') throw invalidJson('the body is empty');
+  try {
+    return JSON.parse(text);
+  } catch (err) {
+    throw invalidJson((err as Error).message);
+  }
+}
+
 export function readJsonBody(req: IncomingMessage, limitBytes: number): Promise<unknown> {
-  // A client that left before the body was read (while its key was looked up) sends no more events: waiting would be for ever.
   if (req.destroyed) return Promise.reject(new Cancelled());
   const type = req.headers['content-type'];
   if (type !== undefined && !/^application\/(.+\+)?json\b/i.test(type)) return Promise.reject(unsupportedContentType(type));
+  return readBody(req, limitBytes, parseJson);
+}
+
+/**
+ * A request's body, up to `limitBytes` (past it, a 413), as `decode` makes it of the chunks that came; what
+ * `decode` throws rejects. A client gone part-way is Cancelled.
+ */
+export function readBody<T>(req: IncomingMessage, limitBytes: number, decode: (chunks: Buffer[], size: number) => T): Promise<T> {
+  // A client that left before the body was read (while its key was looked up) sends no more events: waiting would be for ever.
+  if (req.destroyed) return Promise.reject(new Cancelled());
   const declared = Number(req.headers['content-length']);
   if (declared > limitBytes) return Promise.reject(bodyTooLarge(limitBytes));
   // Events rather than an async iterator, which costs a promise per chunk on every request.
@@ -31,12 +51,10 @@ export function readJsonBody(req: IncomingMessage, limitBytes: number): Promise<
       reject(bodyTooLarge(limitBytes));
     };
     const onEnd = () => {
-      const text = chunks.length === 1 ? chunks[0].toString('utf8') : Buffer.concat(chunks, size).toString('utf8');
-      if (text.trim() === '') return reject(invalidJson('the body is empty'));
       try {
-        resolve(JSON.parse(text));
+        resolve(decode(chunks, size));
       } catch (err) {
-        reject(invalidJson((err as Error).message));
+        reject(err);
       }
     };
     req.on('data', onData);
@@ -62,6 +80,15 @@ export function sendJsonParts(res: ServerResponse, parts: (string | Buffer)[], h
   const length = parts.reduce((sum, p) => sum + (typeof p === 'string' ? Buffer.byteLength(p) : p.length), 0);
   res.writeHead(200, Object.assign({ 'content-type': 'application/json', 'content-length': length }, headers));
   for (const part of parts) res.write(part);
+  res.end();
+}
+
+/** A download of text or bytes as they come, waiting on the client where it reads slower than they come. */
+export async function sendDownload(res: ServerResponse, headers: Record<string, string>, parts: AsyncIterable<string | Buffer>): Promise<void> {
+  res.writeHead(200, headers);
+  for await (const part of parts) {
+    if (!res.write(part)) await new Promise((resolve) => res.once('drain', resolve));
+  }
   res.end();
 }
 

@@ -3,7 +3,8 @@
 // its filename. The body is read whole up to a limit, then split on its
 // boundary; a body that is not well formed is a 400.
 import type { IncomingMessage } from 'node:http';
-import { ApiError, bodyTooLarge, Cancelled, invalidParameter } from './errors.js';
+import { ApiError, invalidParameter } from './errors.js';
+import { readBody } from './http-io.js';
 
 export interface FormPart {
   name: string;
@@ -12,28 +13,6 @@ export interface FormPart {
 }
 
 const notMultipart = () => new ApiError(400, 'invalid_request_error', 'Upload the file as multipart/form-data, with the fields `purpose` and `file`.', 'invalid_content_type');
-
-function readBody(req: IncomingMessage, limitBytes: number): Promise<Buffer> {
-  if (Number(req.headers['content-length']) > limitBytes) return Promise.reject(bodyTooLarge(limitBytes));
-  return new Promise((resolve, reject) => {
-    const chunks: Buffer[] = [];
-    let size = 0;
-    req.on('data', (chunk: Buffer) => {
-      size += chunk.length;
-      if (size > limitBytes) {
-        req.removeAllListeners('data');
-        req.resume();
-        return reject(bodyTooLarge(limitBytes));
-      }
-      chunks.push(chunk);
-    });
-    req.once('end', () => resolve(Buffer.concat(chunks, size)));
-    req.once('error', () => reject(new Cancelled()));
-    req.once('close', () => {
-      if (!req.complete) reject(new Cancelled());
-    });
-  });
-}
 
 /** The disposition parameter `name` of a part's headers (quoted, as clients send it). */
 function dispositionParam(headers: string, name: string): string | null {
@@ -46,7 +25,7 @@ export async function readMultipart(req: IncomingMessage, limitBytes: number): P
   const type = req.headers['content-type'] ?? '';
   const boundary = /^multipart\/form-data\s*;.*\bboundary=(?:"([^"]+)"|([^\s;]+))/i.exec(type);
   if (!boundary) throw notMultipart();
-  const body = await readBody(req, limitBytes);
+  const body = await readBody(req, limitBytes, (chunks, size) => Buffer.concat(chunks, size));
   const delimiter = Buffer.from(`--${boundary[1] ?? boundary[2]}`);
   const parts: FormPart[] = [];
   let at = body.indexOf(delimiter);

@@ -4,6 +4,7 @@
 // error}`), as the official clients read them.
 import { z } from 'zod';
 import type { BatchRecord, InputProblem, StoredLine } from '../batches/batch-store.js';
+import type { FileRecord } from '../batches/file-store.js';
 import { parseRequest } from './request-parsing.js';
 import type { ApiError } from './errors.js';
 
@@ -56,6 +57,11 @@ export function checkInputLine(text: string, line: number, endpoint: OpenAiBatch
 }
 
 const seconds = (ms: number | null) => (ms === null ? null : Math.floor(ms / 1000));
+
+/** The `file` object: a stored file is ready as soon as it is stored. */
+export function renderOpenAiFile(f: FileRecord) {
+  return { id: f.id, object: 'file', bytes: f.bytes, created_at: seconds(f.createdAt), expires_at: seconds(f.expiresAt), filename: f.filename, purpose: f.purpose, status: 'processed', status_details: null };
+}
 
 /** The `batch` object. */
 export function renderOpenAiBatch(b: BatchRecord) {
