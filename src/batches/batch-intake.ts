@@ -10,6 +10,7 @@ import { findModel, type RoutingTable } from '../routing/routing-table.js';
 import { createBatch, createFailedBatch, keepMsOf, readBatch, type BatchApi, type BatchRecord, type InputProblem, type StoredLine } from './batch-store.js';
 import type { Redis } from 'ioredis';
 import { ApiError } from '../protocol/errors.js';
+import { PROBLEMS_LISTED } from '../protocol/openai-batches.js';
 import { redisKeys } from '../redis/keys.js';
 
 /**
@@ -27,8 +28,6 @@ export const MAX_BATCH_BYTES = 32 * 1024 * 1024;
  */
 export const MAX_ACTIVE_BATCHES = 100;
 
-/** The most problems a refused input lists. */
-const PROBLEMS_LISTED = 100;
 /** How much of a prompt's first part decides its group: enough for any system prompt's start, cheap to hash. */
 const PREFIX_CHARS = 2048;
 
@@ -61,8 +60,12 @@ export async function cacheAwareOrder(lines: StoredLine[]): Promise<number[]> {
   return [...groups.values()].flat();
 }
 
-/** Each model the lines name that the key may not call through the API, at the first line that names it. */
-function modelProblems(table: RoutingTable, caller: Caller, api: ClientApi, lines: StoredLine[]): InputProblem[] {
+/**
+ * A batch's problems: those found reading its input, else each model its lines name that the key may not call
+ * through the API, at the first line that names it.
+ */
+export function inputProblems(table: RoutingTable, caller: Caller, api: ClientApi, lines: StoredLine[], found: InputProblem[]): InputProblem[] {
+  if (found.length > 0) return found.slice(0, PROBLEMS_LISTED);
   const checked = new Set<string>();
   const problems: InputProblem[] = [];
   lines.forEach((l, i) => {
@@ -85,12 +88,11 @@ export interface BatchIntake {
   caller: Caller;
   id: string;
   api: BatchApi;
-  lineApi: ClientApi;
   endpoint: string;
   inputFileId: string | null;
   metadata: Record<string, string> | null;
   lines: StoredLine[];
-  /** Problems found reading the input already (OpenAI's lines); with any, the batch fails. */
+  /** Its problems (inputProblems); with any, the batch fails. */
   problems: InputProblem[];
 }
 
@@ -104,8 +106,7 @@ export async function takeBatch(b: BatchIntake): Promise<BatchRecord> {
   const windowMs = settings.completionWindowS * 1000;
   const model = String(b.lines[0]?.body.model ?? '');
   const base = { id: b.id, api: b.api, account: b.caller.account, keyId: b.caller.keyId, endpoint: b.endpoint, inputFileId: b.inputFileId, metadata: b.metadata, model, windowMs };
-  const problems = b.problems.length > 0 ? b.problems : modelProblems(b.table, b.caller, b.lineApi, b.lines);
-  if (problems.length > 0) await createFailedBatch(b.redis, base, problems.slice(0, PROBLEMS_LISTED), keepMs);
+  if (b.problems.length > 0) await createFailedBatch(b.redis, base, b.problems, keepMs);
   else await createBatch(b.redis, { ...base, lines: b.lines, order: await cacheAwareOrder(b.lines) }, keepMs);
   return (await readBatch(b.redis, b.caller.account, b.id))!;
 }

@@ -5,16 +5,16 @@
 // simply not there: 404.
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Caller } from '../accounts/key-authenticator.js';
-import { MAX_BATCH_BYTES, MAX_BATCH_LINES, takeBatch } from '../batches/batch-intake.js';
+import { inputProblems, MAX_BATCH_BYTES, MAX_BATCH_LINES, takeBatch } from '../batches/batch-intake.js';
 import { resultLines, type ResultPart } from '../batches/batch-results.js';
 import { lineApi } from './batch-runner.js';
-import { cancelBatch, deleteBatch, hasEnded, keepMsOf, listBatches, readBatch, type BatchRecord, type InputProblem, type StoredLine } from '../batches/batch-store.js';
+import { cancelBatch, deleteBatch, hasEnded, keepMsOf, listBatches, readBatch, type BatchRecord } from '../batches/batch-store.js';
 import { createFile, deleteFile, listFiles, readFile, uploadedContent } from '../batches/file-store.js';
 import { parseAnthropicBatchCreate, renderAnthropicBatch } from '../protocol/anthropic-batches.js';
 import { ApiError, invalidParameter, routeNotFound } from '../protocol/errors.js';
 import { decodePathSegment, readJsonBody, sendDownload, sendJson } from '../protocol/http-io.js';
 import { readMultipart } from '../protocol/multipart.js';
-import { checkInputLine, parseOpenAiBatchCreate, renderOpenAiBatch, renderOpenAiFile, type OpenAiBatchEndpoint } from '../protocol/openai-batches.js';
+import { parseOpenAiBatchCreate, readInputFile, renderOpenAiBatch, renderOpenAiFile } from '../protocol/openai-batches.js';
 import type { GatewayContext } from './context.js';
 import { authenticate } from './exchange.js';
 import { failClosed } from './fail-closed.js';
@@ -38,30 +38,6 @@ function pageLimit(query: URLSearchParams, fallback: number, max: number): numbe
 
 
 const keepMs = (ctx: GatewayContext) => keepMsOf(ctx.routing().settings.batches);
-
-/** Splits an uploaded JSONL file into its lines (blank lines skipped), checking each; lines count from 1. */
-async function inputLines(content: Buffer, endpoint: OpenAiBatchEndpoint): Promise<{ lines: StoredLine[]; problems: InputProblem[] }> {
-  const lines: StoredLine[] = [];
-  const problems: InputProblem[] = [];
-  const customIds = new Set<string>();
-  const texts = content.toString('utf8').split('\n');
-  for (const [i, raw] of texts.entries()) {
-    // A large file is checked in slices, so that other requests are served meanwhile.
-    if (i % 1000 === 999) await new Promise((r) => setImmediate(r));
-    const text = raw.trim();
-    if (text === '') continue;
-    const checked = checkInputLine(text, i + 1, endpoint);
-    if ('code' in checked) problems.push(checked);
-    else if (customIds.has(checked.customId)) problems.push({ code: 'duplicate_custom_id', message: `Line ${i + 1}: the custom_id '${checked.customId}' is used by an earlier line.`, param: 'custom_id', line: i + 1 });
-    else {
-      customIds.add(checked.customId);
-      lines.push(checked);
-    }
-    if (problems.length >= 100) break;
-  }
-  if (lines.length === 0 && problems.length === 0) problems.push({ code: 'empty_file', message: 'The input file holds no requests.', param: null, line: null });
-  return { lines, problems };
-}
 
 async function files(req: IncomingMessage, res: ServerResponse, ctx: GatewayContext, caller: Caller, method: string, rest: string[], query: URLSearchParams): Promise<void> {
   const { redis } = ctx;
@@ -118,10 +94,11 @@ async function openAiBatches(req: IncomingMessage, res: ServerResponse, ctx: Gat
     if (file.purpose !== 'batch') throw invalidParameter('input_file_id', "The input file must be one uploaded with purpose 'batch'.");
     const chunks: Buffer[] = [];
     for await (const chunk of uploadedContent(redis, caller.account, file.id, file.bytes)) chunks.push(chunk);
-    const { lines, problems } = await inputLines(Buffer.concat(chunks), request.endpoint);
+    const { lines, problems } = await readInputFile(Buffer.concat(chunks), request.endpoint);
+    const table = ctx.routing();
     const batch = await takeBatch({
-      redis, table: ctx.routing(), caller, id: `batch_${randomId()}`, api: 'openai', lineApi: lineApi('openai', request.endpoint), endpoint: request.endpoint,
-      inputFileId: file.id, metadata: request.metadata ?? null, lines, problems,
+      redis, table, caller, id: `batch_${randomId()}`, api: 'openai', endpoint: request.endpoint, inputFileId: file.id, metadata: request.metadata ?? null, lines,
+      problems: inputProblems(table, caller, lineApi('openai', request.endpoint), lines, problems),
     });
     ctx.batches?.wake();
     return sendJson(res, 200, renderOpenAiBatch(batch));
@@ -164,12 +141,11 @@ async function messageBatches(req: IncomingMessage, res: ServerResponse, ctx: Ga
     const request = parseAnthropicBatchCreate(await readJsonBody(req, MAX_BATCH_BYTES), MAX_BATCH_LINES);
     if (request instanceof ApiError) throw request;
     const lines = request.requests.map((r) => ({ customId: r.custom_id, body: r.params as Record<string, unknown> }));
-    const batch = await takeBatch({ redis, table: ctx.routing(), caller, id: `msgbatch_${randomId()}`, api: 'anthropic', lineApi: 'messages', endpoint: '/v1/messages', inputFileId: null, metadata: null, lines, problems: [] });
-    // Anthropic refuses a create whose requests name models it does not serve; nothing is kept.
-    if (batch.problems) {
-      await deleteBatch(redis, caller.account, batch.id, 'anthropic');
-      throw invalidParameter(`requests[${(batch.problems[0].line ?? 1) - 1}].params.model`, batch.problems[0].message);
-    }
+    const table = ctx.routing();
+    // Anthropic refuses a create whose requests name models it does not serve, and keeps nothing.
+    const [problem] = inputProblems(table, caller, 'messages', lines, []);
+    if (problem) throw invalidParameter(`requests[${(problem.line ?? 1) - 1}].params.model`, problem.message);
+    const batch = await takeBatch({ redis, table, caller, id: `msgbatch_${randomId()}`, api: 'anthropic', endpoint: '/v1/messages', inputFileId: null, metadata: null, lines, problems: [] });
     ctx.batches?.wake();
     return sendJson(res, 200, render(batch));
   }

@@ -34,6 +34,9 @@ export const parseOpenAiBatchCreate = (body: unknown): OpenAiBatchCreate | ApiEr
 
 const CUSTOM_ID_MAX = 512;
 
+/** The most problems a refused input lists. */
+export const PROBLEMS_LISTED = 100;
+
 /** One line of an input file checked: its custom id and body, or what is wrong with it (lines count from 1). */
 export function checkInputLine(text: string, line: number, endpoint: OpenAiBatchEndpoint): StoredLine | InputProblem {
   const problem = (code: string, message: string, param: string | null = null): InputProblem => ({ code, message, param, line });
@@ -54,6 +57,30 @@ export function checkInputLine(text: string, line: number, endpoint: OpenAiBatch
   if (typeof body !== 'object' || body === null || Array.isArray(body)) return problem('invalid_request', `Line ${line}: body must be a JSON object.`, 'body');
   if (typeof (body as Record<string, unknown>).model !== 'string') return problem('missing_required_parameter', `Line ${line}: body.model is required.`, 'body.model');
   return { customId: l.custom_id, body: body as Record<string, unknown> };
+}
+
+/** Splits an uploaded JSONL file into its lines (blank lines skipped), checking each; lines count from 1. */
+export async function readInputFile(content: Buffer, endpoint: OpenAiBatchEndpoint): Promise<{ lines: StoredLine[]; problems: InputProblem[] }> {
+  const lines: StoredLine[] = [];
+  const problems: InputProblem[] = [];
+  const customIds = new Set<string>();
+  const texts = content.toString('utf8').split('\n');
+  for (const [i, raw] of texts.entries()) {
+    // A large file is checked in slices, so that other requests are served meanwhile.
+    if (i % 1000 === 999) await new Promise((r) => setImmediate(r));
+    const text = raw.trim();
+    if (text === '') continue;
+    const checked = checkInputLine(text, i + 1, endpoint);
+    if ('code' in checked) problems.push(checked);
+    else if (customIds.has(checked.customId)) problems.push({ code: 'duplicate_custom_id', message: `Line ${i + 1}: the custom_id '${checked.customId}' is used by an earlier line.`, param: 'custom_id', line: i + 1 });
+    else {
+      customIds.add(checked.customId);
+      lines.push(checked);
+    }
+    if (problems.length >= PROBLEMS_LISTED) break;
+  }
+  if (lines.length === 0 && problems.length === 0) problems.push({ code: 'empty_file', message: 'The input file holds no requests.', param: null, line: null });
+  return { lines, problems };
 }
 
 const seconds = (ms: number | null) => (ms === null ? null : Math.floor(ms / 1000));
