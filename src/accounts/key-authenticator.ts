@@ -42,6 +42,8 @@ const LAST_USED_EVERY_MS = 60_000;
 
 export class KeyAuthenticator {
   private readonly cache = new LRUCache<string, KnownKey | 'unknown'>({ max: 100_000, ttl: CACHE_TTL_MS });
+  /** A key id's hash, which never changes: a batch asks for it at each of its lines. */
+  private readonly hashOfKeyId = new LRUCache<string, string>({ max: 100_000 });
 
   private constructor(private readonly redis: Redis, private readonly subscriber: Redis, private readonly secret: string) {}
 
@@ -83,7 +85,8 @@ export class KeyAuthenticator {
 
   /** The caller a key id names, as its key would authenticate now: a batch's lines run as the key that made it. */
   async callerOfKeyId(keyId: string): Promise<Caller | KeyRefusal> {
-    const hash = await this.redis.get(redisKeys.apiKeyById(keyId));
+    const hash = this.hashOfKeyId.get(keyId) ?? (await this.redis.get(redisKeys.apiKeyById(keyId)));
+    if (hash !== null) this.hashOfKeyId.set(keyId, hash);
     const known = hash === null ? 'unknown' : (this.cache.get(hash) ?? (await this.lookup(hash)));
     if (known === 'unknown') return { refused: 'The API key that made this batch no longer exists.' };
     return this.callerOf(hash!, known);

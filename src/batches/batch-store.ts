@@ -196,7 +196,8 @@ export async function deleteBatch(redis: Redis, account: string, id: string, api
 // KEYS: meta, todo, in-flight, results, tries, lines. ARGV: how many, lease ms, the claim's token.
 // Puts back the lines whose replica stopped renewing their lease, ends the
 // queue of a batch past its window, then claims up to `how many` lines:
-// replies 'run' and, per line, its number, its tries and its stored text.
+// replies 'run', the batch's API, endpoint and key, and per line its number,
+// its tries and its stored text.
 // Replies 'finalize' to the one caller that finds the batch drained (or
 // finalizing, stalled past a lease), else the batch's status.
 const CLAIM = luaScript(`
@@ -222,7 +223,7 @@ if running and now_ms >= tonumber(redis.call('HGET', KEYS[1], 'expires_at')) the
   redis.call('DEL', KEYS[2])
   running = false
 end
-local out = {'run'}
+local out = {'run', unpack(redis.call('HMGET', KEYS[1], 'api', 'endpoint', 'key'))}
 if running then
   for _ = 1, tonumber(ARGV[1]) do
     local line = redis.call('LPOP', KEYS[2])
@@ -233,7 +234,7 @@ if running then
     redis.call('ZADD', KEYS[3], int(now_ms + lease), line .. ':' .. ARGV[3])
   end
 end
-if #out == 1 and redis.call('LLEN', KEYS[2]) == 0 and redis.call('ZCARD', KEYS[3]) == 0 then
+if #out == 4 and redis.call('LLEN', KEYS[2]) == 0 and redis.call('ZCARD', KEYS[3]) == 0 then
   if status == 'cancelling' then redis.call('HSET', KEYS[1], 'ending', 'cancelled') end
   redis.call('HSET', KEYS[1], 'status', 'finalizing', 'finalizing_at', now_ms)
   return {'finalize'}
@@ -248,7 +249,14 @@ export interface ClaimedLine {
   stored: StoredLine | null;
 }
 
-export type Claim = { kind: 'run'; lines: ClaimedLine[] } | { kind: 'finalize' } | { kind: 'ended'; status: string } | { kind: 'gone' };
+/** Whose a batch is and what it calls: what running its lines needs. */
+export interface BatchCall {
+  api: BatchApi;
+  endpoint: string;
+  keyId: string;
+}
+
+export type Claim = { kind: 'run'; batch?: BatchCall; lines: ClaimedLine[] } | { kind: 'finalize' } | { kind: 'ended'; status: string } | { kind: 'gone' };
 
 const batchKeyList = (account: string, id: string) => {
   const k = redisKeys.batch(account, id);
@@ -264,12 +272,12 @@ export async function claimLines(redis: Redis, account: string, id: string, coun
   if (reply[0] === 'finalizing') return { kind: 'run', lines: [] };
   if (reply[0] !== 'run') return { kind: 'ended', status: String(reply[0]) };
   const lines: ClaimedLine[] = [];
-  for (let i = 1; i < reply.length; i += 3) {
+  for (let i = 4; i < reply.length; i += 3) {
     const text = String(reply[i + 2]);
     const [customId, body] = text ? (JSON.parse(text) as [string, Record<string, unknown>]) : ['', {}];
     lines.push({ line: String(reply[i]), tries: Number(reply[i + 1]), stored: text ? { customId, body } : null });
   }
-  return { kind: 'run', lines };
+  return { kind: 'run', batch: { api: reply[1] as BatchApi, endpoint: String(reply[2]), keyId: String(reply[3]) }, lines };
 }
 
 // KEYS: in-flight. ARGV: lease ms, members. Pushes the leases of lines still running here.

@@ -28,7 +28,7 @@ import { embeddings } from './embeddings.js';
 import { messages } from './messages.js';
 import { randomId } from './random-ids.js';
 import { responses } from './responses.js';
-import { activeMember, claimLines, endLine, keepMsOf, MAX_TRIES, releaseLine, renewLeases, type BatchApi, type ClaimedLine } from '../batches/batch-store.js';
+import { activeMember, claimLines, endLine, keepMsOf, MAX_TRIES, releaseLine, renewLeases, type BatchApi, type BatchCall, type ClaimedLine } from '../batches/batch-store.js';
 import { activeBatches, lineTotals, type BatchLineTotals } from '../batches/batch-progress.js';
 import { finalizeBatch } from '../batches/batch-results.js';
 import { LINE_FORMATS } from '../batches/line-formats.js';
@@ -76,12 +76,10 @@ interface QueuedBatch {
   queuedAt: number;
 }
 
-interface ActiveBatch {
+/** A batch whose lines run here: whose, which, and what they call. */
+interface ActiveBatch extends BatchCall {
   account: string;
   id: string;
-  api: BatchApi;
-  endpoint: string;
-  keyId: string;
 }
 
 export class BatchRunner {
@@ -176,7 +174,10 @@ export class BatchRunner {
     for (let i = 0; i < read.length; i += 2) {
       const member = read[i];
       const account = member.slice(0, member.indexOf(' '));
-      byAccount.set(account, [...(byAccount.get(account) ?? []), { member, queuedAt: Number(read[i + 1]) }]);
+      const queued = { member, queuedAt: Number(read[i + 1]) };
+      const batches = byAccount.get(account);
+      if (batches) batches.push(queued);
+      else byAccount.set(account, [queued]);
     }
     this.active = { readAt: Date.now(), byAccount };
     return byAccount;
@@ -198,8 +199,7 @@ export class BatchRunner {
       return this.retire(member);
     }
     if (claim.kind === 'gone' || claim.lines.length === 0) return;
-    const [api, endpoint, keyId] = await redis.hmget(redisKeys.batch(account, id).meta, 'api', 'endpoint', 'key');
-    const batch: ActiveBatch = { account, id, api: api as BatchApi, endpoint: endpoint!, keyId: keyId! };
+    const batch: ActiveBatch = { account, id, ...claim.batch! };
     for (const line of claim.lines) void this.run(batch, line);
   }
 
@@ -287,7 +287,12 @@ export class BatchRunner {
 
   private async renew(): Promise<void> {
     const byBatch = new Map<string, RunningLine[]>();
-    for (const line of this.running) byBatch.set(`${line.account} ${line.batch}`, [...(byBatch.get(`${line.account} ${line.batch}`) ?? []), line]);
+    for (const line of this.running) {
+      const member = activeMember(line.account, line.batch);
+      const lines = byBatch.get(member);
+      if (lines) lines.push(line);
+      else byBatch.set(member, [line]);
+    }
     for (const lines of byBatch.values()) {
       await renewLeases(this.ctx.redis, lines[0].account, lines[0].batch, this.settings().leaseMs, lines.map((l) => l.member)).catch(() => {});
     }
