@@ -36,7 +36,6 @@ function pageLimit(query: URLSearchParams, fallback: number, max: number): numbe
   return n;
 }
 
-
 const keepMs = (ctx: GatewayContext) => keepMsOf(ctx.routing().settings.batches);
 
 async function files(req: IncomingMessage, res: ServerResponse, ctx: GatewayContext, caller: Caller, method: string, rest: string[], query: URLSearchParams): Promise<void> {
