@@ -80,7 +80,7 @@ local function acquire(K, A)
     for _, v in ipairs(redis.call('HMGET', K[5], unpack(fields))) do
       if v then peak = math.max(peak, tonumber(v)) end
     end
-    local room = (peak > 0 and A[S.keep_room] == '1') and peak + 1 or 0
+    local room = (peak > 0 and tonumber(A[S.keep_room]) == 1) and peak + 1 or 0
     admit = redis.call('ZCARD', K[3]) + redis.call('ZCARD', K[4]) == 0
       and flex + other < tonumber(A[S.flex_limit]) and flex + room < tonumber(A[S.max_concurrent])
   else

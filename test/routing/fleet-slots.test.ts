@@ -109,6 +109,17 @@ describe('fleet slot leases', () => {
     expect(Date.now() - back).toBeLessThan(7_000);
   });
 
+  it('keeps flex, fleet-wide, to the room the most other-tier leases held lately leave, plus one', async () => {
+    const limits = { maxConcurrent: 8, flexFillsAll: false };
+    const others = await Promise.all([1, 2, 3, 4, 5].map(() => slots.acquire(endpoint, 'default', limits)));
+    for (const lease of others.slice(1)) slots.release(endpoint, lease!);
+    await expect.poll(leasesHeld, { interval: POLL_MS }).toBe(1);
+    // Five were held at once a moment ago, one is now: flex may take 8 - (5 + 1) = 2 slots, not the 6 its reserve alone leaves.
+    const flex = [];
+    for (let i = 0; i < 4; i++) flex.push(await slots.acquire(endpoint, 'flex', limits));
+    expect(flex.filter(Boolean)).toHaveLength(2);
+  });
+
   it('gives its spares back when it closes', async () => {
     const lease = await slots.acquire(endpoint, 'default', { maxConcurrent: 8, flexFillsAll: false });
     slots.release(endpoint, lease!);
