@@ -7,7 +7,7 @@
 // the interactive time to first token (p50, p99) alone and beside the
 // flood; the engine's largest concurrency and queue; flex alone as a share
 // of the engine's capacity in the 10 s right after the interactive requests
-// end (the room flex leaves them lapses in 2 s); interactive requests
+// end (the room flex leaves them lapses in a second); interactive requests
 // beside the flood apart for the first 2 s (flex, which filled all but one
 // slot while they were away, gives the slots back as its replies end: no
 // request that has started is preempted) and after; the books afterwards (each account's balance
@@ -26,7 +26,10 @@ const SLOTS = 8;
 const REPLY_MS = 1000;
 const FLOOD = 48;
 const AFTER_BURST_S = 10;
-/** How soon flex is to give back slots when interactive requests come back (admission-rule.ts: PEAK_WINDOW_S). */
+/**
+ * How soon flex gives back the slots it filled when interactive requests come back: its replies end within one
+ * REPLY_MS, and the interactive requests that waited for them, started together, end together a REPLY_MS later.
+ */
 const RAMP_S = 2;
 const ADMIN = 'bench-admin-token';
 process.env.PARLEY_ADMIN_TOKEN = ADMIN;

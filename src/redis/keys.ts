@@ -59,7 +59,7 @@ export const redisKeys = {
   prefixes: (model: string) => ({ firstSeen: `${P}{affinity-keys:${model}}:first-seen`, lastSeen: `${P}{affinity-keys:${model}}:last-seen` }),
   /**
    * An endpoint's slots as the fleet shares them: leases, flex and the rest (score: when each lapses); the replicas
-   * waiting, by tier (score: when they last asked); hash of the most other-tier leases held at once, by second.
+   * waiting, by tier (score: when they last asked); hash of the most other-tier leases held at once, by step of PEAK_STEP_MS.
    */
   endpointSlots: (endpoint: string) => ({
     flexLeases: `${P}{slots:${endpoint}}:leases-flex`,

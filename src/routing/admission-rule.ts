@@ -18,11 +18,15 @@ export function flexLimit(maxConcurrent: number, flexFillsAll = false): number {
 }
 
 /**
- * Seconds of other tiers' traffic whose most requests at once flex leaves room for: long enough to span the gaps
- * in a steady interactive flow (a request a second or more), short enough that flex takes back an idle GPU within
- * about two seconds of that flow stopping (`node bench/service-tiers.mjs` prints flex's share right after a burst).
+ * How long flex remembers the most other-tier requests held at once, kept in steps of PEAK_STEP_MS: long enough
+ * to span the gaps in a steady interactive flow (a request a second or more), short enough that flex takes back
+ * an idle GPU within about a second of that flow stopping (`node bench/service-tiers.mjs` prints flex's share in
+ * the 10 s right after a burst, and interactive TTFT beside a flex flood).
  */
-export const PEAK_WINDOW_S = 2;
+export const PEAK_WINDOW_MS = 1_000;
+export const PEAK_STEP_MS = 250;
+/** The steps a peak is kept: the current one and those before it. */
+export const PEAK_STEPS = PEAK_WINDOW_MS / PEAK_STEP_MS;
 
 /** Slots held, flex and the other tiers apart. */
 export interface HeldSlots {
@@ -33,7 +37,7 @@ export interface HeldSlots {
 /**
  * Whether a request of `tier` may take a slot. Default and priority may fill the endpoint. Flex may fill it up
  * to its flexLimit, and only while it leaves room for as many other requests as were held at once in the last
- * PEAK_WINDOW_S, plus one: so an interactive request that arrives beside a flex flood finds a slot free at
+ * PEAK_WINDOW_MS, plus one: so an interactive request that arrives beside a flex flood finds a slot free at
  * once (nothing that has started is preempted, so the room is kept before it is needed), and with nothing
  * else about, flex keeps flexLimit's share busy. Where the engine schedules by priority (`flexFillsAll`), flex
  * may fill every slot. routing/fleet-slots.ts applies the same rule in Redis.
@@ -44,22 +48,22 @@ export function mayAdmit(tier: ServiceTier, maxConcurrent: number, held: HeldSlo
   return held.flex + held.other < flexLimit(maxConcurrent) && held.flex + roomForOthers < maxConcurrent;
 }
 
-/** The most of something at once over the last PEAK_WINDOW_S, kept as a maximum per second. */
+/** The most of something at once over the last PEAK_WINDOW_MS, kept as a maximum per PEAK_STEP_MS. */
 export class RecentPeak {
-  private readonly perSecond = new Map<number, number>();
+  private readonly perStep = new Map<number, number>();
 
   constructor(private readonly now: () => number = Date.now) {}
 
   note(count: number): void {
-    const second = Math.floor(this.now() / 1000);
-    this.perSecond.set(second, Math.max(this.perSecond.get(second) ?? 0, count));
-    for (const s of this.perSecond.keys()) if (s <= second - PEAK_WINDOW_S) this.perSecond.delete(s);
+    const step = Math.floor(this.now() / PEAK_STEP_MS);
+    this.perStep.set(step, Math.max(this.perStep.get(step) ?? 0, count));
+    for (const s of this.perStep.keys()) if (s <= step - PEAK_STEPS) this.perStep.delete(s);
   }
 
   value(): number {
-    const since = Math.floor(this.now() / 1000) - PEAK_WINDOW_S;
+    const since = Math.floor(this.now() / PEAK_STEP_MS) - PEAK_STEPS;
     let peak = 0;
-    for (const [s, count] of this.perSecond) if (s > since) peak = Math.max(peak, count);
+    for (const [s, count] of this.perStep) if (s > since) peak = Math.max(peak, count);
     return peak;
   }
 }

@@ -7,8 +7,8 @@
 // slot of its own frees; a default or priority request that waits says so
 // in Redis, so that every replica's flex requests stay behind it, and
 // priority stays ahead of default, fleet-wide. Flex leases are kept apart
-// from the rest, with the most other-tier leases held at once per second,
-// for the room flex leaves (EndpointState's mayAdmit).
+// from the rest, with the most other-tier leases held at once per step of
+// PEAK_STEP_MS, for the room flex leaves (EndpointState's mayAdmit).
 //
 // A lease Redis granted with room to spare and no one waiting may pass, as
 // it is released, to this replica's next request of its kind, unasked, for
@@ -37,7 +37,7 @@ import { LUA_NOW_MS, luaArgs, luaConstants, luaJson, luaScript } from '../redis/
 import { BatchKeys, LUA_EACH_ITEM } from '../redis/batch-keys.js';
 import { redisKeys } from '../redis/keys.js';
 import { TurnBatches } from '../redis/turn-batches.js';
-import { PEAK_WINDOW_S, POLL_MS, flexLimit } from './admission-rule.js';
+import { PEAK_STEP_MS, PEAK_STEPS, POLL_MS, flexLimit } from './admission-rule.js';
 
 const LEASE_MS = 30_000;
 const RENEW_MS = 5_000;
@@ -46,11 +46,11 @@ const REUSE_MS = POLL_MS;
 /** A waiting mark not refreshed for this long is dropped: its replica stopped waiting, or died. */
 const WAITING_MARK_MS = 10 * POLL_MS;
 
-const ACQUIRE_ARGS = luaArgs(['lease', 'tier', 'max_concurrent', 'flex_limit', 'keep_room', 'lease_ms', 'mark_id', 'mark_ms', 'peak_window_s'] as const);
+const ACQUIRE_ARGS = luaArgs(['lease', 'tier', 'max_concurrent', 'flex_limit', 'keep_room', 'lease_ms', 'mark_id', 'mark_ms', 'peak_step_ms', 'peak_steps'] as const);
 
 // ARGV[1]: the admissions (each_item), each with its endpoint's five keys
 // (flex leases, other leases, priority waiters, default waiters, the most
-// other-tier leases held at once per second) and ACQUIRE_ARGS.
+// other-tier leases held at once per step) and ACQUIRE_ARGS.
 // Replies, per admission: NOT_TAKEN (a default or priority request is then
 // marked waiting), TAKEN, or REUSABLE: taken with room left and no one
 // waiting, so that the lease may pass to this replica's next request. The
@@ -70,13 +70,12 @@ local function acquire(K, A)
   redis.call('ZREMRANGEBYSCORE', K[4], '-inf', now_ms - tonumber(A[S.mark_ms]))
   local tier = A[S.tier]
   local flex, other = redis.call('ZCARD', K[1]), redis.call('ZCARD', K[2])
-  local second = math.floor(now_ms / 1000)
+  local step = math.floor(now_ms / tonumber(A[S.peak_step_ms]))
   local admit
   if tier == 'flex' then
     local peak = 0
-    local window = tonumber(A[S.peak_window_s])
     local fields = {}
-    for s = second - window + 1, second do fields[#fields + 1] = tostring(s) end
+    for s = step - tonumber(A[S.peak_steps]) + 1, step do fields[#fields + 1] = tostring(s) end
     for _, v in ipairs(redis.call('HMGET', K[5], unpack(fields))) do
       if v then peak = math.max(peak, tonumber(v)) end
     end
@@ -97,9 +96,9 @@ local function acquire(K, A)
   else
     redis.call('ZREM', mark, A[S.mark_id])
     redis.call('ZADD', K[2], now_ms + tonumber(A[S.lease_ms]), A[S.lease])
-    local held = tonumber(redis.call('HGET', K[5], tostring(second)) or '0')
-    if other + 1 > held then redis.call('HSET', K[5], tostring(second), other + 1) end
-    redis.call('PEXPIRE', K[5], tonumber(A[S.peak_window_s]) * 2000)
+    local held = tonumber(redis.call('HGET', K[5], tostring(step)) or '0')
+    if other + 1 > held then redis.call('HSET', K[5], tostring(step), other + 1) end
+    redis.call('PEXPIRE', K[5], 2 * tonumber(A[S.peak_steps]) * tonumber(A[S.peak_step_ms]))
   end
   redis.call('PEXPIRE', K[1], A[S.lease_ms])
   redis.call('PEXPIRE', K[2], A[S.lease_ms])
@@ -185,7 +184,7 @@ export class FleetSlots {
       const at = keys.group(k.flexLeases, () => [k.flexLeases, k.otherLeases, k.priorityWaiting, k.defaultWaiting, k.otherPeaks]);
       const args = ACQUIRE_ARGS.list({
         lease: a.lease, tier: a.tier, max_concurrent: a.limits.maxConcurrent, flex_limit: flexLimit(a.limits.maxConcurrent, a.limits.flexFillsAll), keep_room: a.limits.flexFillsAll ? 0 : 1,
-        lease_ms: LEASE_MS, mark_id: this.replica, mark_ms: WAITING_MARK_MS, peak_window_s: PEAK_WINDOW_S,
+        lease_ms: LEASE_MS, mark_id: this.replica, mark_ms: WAITING_MARK_MS, peak_step_ms: PEAK_STEP_MS, peak_steps: PEAK_STEPS,
       });
       return [at, ...args];
     });

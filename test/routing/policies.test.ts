@@ -2,7 +2,7 @@
 import { describe, expect, it } from 'vitest';
 import { CircuitBreaker, PROBE_CALLER } from '../../src/routing/circuit-breaker.js';
 import { EndpointState, QueueTimeout, Slot } from '../../src/routing/endpoint-state.js';
-import { mayAdmit, flexLimit, POLL_MS } from '../../src/routing/admission-rule.js';
+import { mayAdmit, flexLimit, PEAK_WINDOW_MS, POLL_MS } from '../../src/routing/admission-rule.js';
 import { LeastLoadPolicy } from '../../src/routing/policies/least-load.js';
 import type { Candidate, RoutingPolicy } from '../../src/routing/policies/policy.js';
 import { KnownPrefixes } from '../../src/routing/known-prefixes.js';
@@ -418,12 +418,12 @@ describe('admission by service tier', () => {
       await new Promise((r) => setImmediate(r));
     }
     expect(order).toEqual(['priority', 'default']);
-    // Two requests of other tiers were held at once in the last 2 s: flex leaves room for them and one more,
-    // until that window has passed.
-    now += 1_000;
+    // Two requests of other tiers were held at once within the last second: flex leaves room for them and one
+    // more, until that window has passed.
+    now += PEAK_WINDOW_MS / 2;
     await new Promise((r) => setTimeout(r, 3 * POLL_MS));
     expect(order).toEqual(['priority', 'default']);
-    now += 2_000;
+    now += PEAK_WINDOW_MS;
     await Promise.all(waits);
     expect(order).toEqual(['priority', 'default', 'flex']);
   });
