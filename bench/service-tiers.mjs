@@ -16,12 +16,19 @@
 // 127.0.0.1:6379: asked of Redis (one script call to take a lease, one to
 // give it back) and with a released lease passed on.
 //
-//   npm run build && node bench/service-tiers.mjs [seconds per phase, default 20]
+// With `engine`, the endpoint has no maxConcurrent: what the fleet sends is
+// bounded by the capacity the engine shows in its vLLM gauges (it runs 8,
+// and queues the rest, first come first served), once a reading has found
+// it queueing; the flood then starts 8 s before the interactive requests,
+// so that the queue it made in the engine before that reading has drained.
+//
+//   npm run build && node bench/service-tiers.mjs [seconds per phase, default 20] [slots from: config | engine]
 import { Redis } from 'ioredis';
 import { FleetSlots } from '../dist/routing/fleet-slots.js';
 import { forked, startParley, stopAll } from './support.mjs';
 
 const SECONDS = Number(process.argv[2] ?? 20);
+const FROM_ENGINE = process.argv[3] === 'engine';
 const SLOTS = 8;
 const REPLY_MS = 1000;
 const FLOOD = 48;
@@ -116,7 +123,7 @@ try {
   const engine = await forked('bench/slots-engine.mjs', ['0', String(SLOTS), String(REPLY_MS)]);
   const models = [{
     id: 'm', contextWindow: 32768, pricesPerMillion: { inputCacheMiss: 1, inputCacheHit: 0.1, output: 2 },
-    endpoints: [{ kind: 'vllm', url: `http://127.0.0.1:${engine.port}/v1`, maxConcurrent: SLOTS, maxQueue: 256 }],
+    endpoints: [{ kind: 'vllm', url: `http://127.0.0.1:${engine.port}/v1`, ...(FROM_ENGINE ? {} : { maxConcurrent: SLOTS }), maxQueue: 256 }],
   }];
   const settings = { health: { probe: { intervalMs: 0 } }, failover: { flexQueueTimeoutMs: 4000, queueTimeoutMs: 30000 } };
   const gateways = [await startParley(models, settings)];
@@ -129,7 +136,7 @@ try {
 
   const alone = await interactive(gateways, accounts.interactive.key, SECONDS);
   const flood = flexFlood(gateways, accounts.batch.key, FLOOD);
-  await sleep(3000);
+  await sleep(FROM_ENGINE ? 8000 : 3000);
   const beside = await interactive(gateways, accounts.interactive.key, SECONDS);
   // Flex alone in the 10 s right after the interactive requests end: served per second against the engine's 8.
   const servedBefore = flood.counts.served;
@@ -158,7 +165,7 @@ try {
 
   for (const g of [...gateways].reverse()) g.child.kill('SIGTERM');
   const ms = (x) => `${x.toFixed(0)} ms`;
-  console.log(`3 replicas, one engine of ${SLOTS} slots (replies ${REPLY_MS} ms), ${FLOOD} flex in flight, interactive every 200 ms, ${SECONDS} s per phase`);
+  console.log(`3 replicas, one engine of ${SLOTS} slots (replies ${REPLY_MS} ms), ${FROM_ENGINE ? 'its capacity read from the engine' : `maxConcurrent ${SLOTS}`}, ${FLOOD} flex in flight, interactive every 200 ms, ${SECONDS} s per phase`);
   console.table({
     'interactive alone': { 'TTFT p50': ms(percentile(alone, 0.5)), 'TTFT p99': ms(percentile(alone, 0.99)) },
     [`beside the flex flood, from ${RAMP_S} s in`]: { 'TTFT p50': ms(percentile(beside.slice(RAMP_REQUESTS), 0.5)), 'TTFT p99': ms(percentile(beside.slice(RAMP_REQUESTS), 0.99)), 'goal p99': ms(1.5 * percentile(alone, 0.99) + 50) },

@@ -28,6 +28,23 @@ export const PEAK_STEP_MS = 250;
 /** The steps a peak is kept: the current one and those before it. */
 export const PEAK_STEPS = PEAK_WINDOW_MS / PEAK_STEP_MS;
 
+/** The share of an engine's capacity that may wait in its own queue (at least one): see engineBound. */
+export const ENGINE_QUEUE_SHARE = 0.25;
+
+/**
+ * The requests of `tier` the fleet may have at an endpoint at once: the operator's `maxConcurrent`, and where the
+ * engine has shown what it runs at once (`capacity`: that, less its work from elsewhere; routing/engine-reports.ts),
+ * no more than that and, for the other tiers, a short queue. A few waiting in the engine start the moment a slot
+ * frees there; the rest wait in Parley's queue, where the tiers go in order and a request may still go to another
+ * endpoint, not in the engine's, first come first served. Flex never waits in the engine, where an interactive
+ * request would queue behind it. At least one, so that an engine other work fills still serves.
+ */
+export function engineBound(tier: ServiceTier, maxConcurrent: number, capacity: number | undefined): number {
+  if (capacity === undefined) return maxConcurrent;
+  const queue = tier === 'flex' ? 0 : Math.max(1, Math.ceil(Math.max(0, capacity) * ENGINE_QUEUE_SHARE));
+  return Math.min(maxConcurrent, Math.max(1, capacity + queue));
+}
+
 /** Slots held, flex and the other tiers apart. */
 export interface HeldSlots {
   flex: number;

@@ -15,7 +15,7 @@ import { ADMISSION_ORDER, type ServiceTier } from '../protocol/service-tier.js';
 import { Cancelled } from '../protocol/errors.js';
 import type { Cancellation } from '../upstream/cancellation.js';
 import { CircuitBreaker, type BreakerSettings, type BreakerState } from './circuit-breaker.js';
-import { mayAdmit, POLL_MS, RecentPeak } from './admission-rule.js';
+import { engineBound, mayAdmit, POLL_MS, RecentPeak } from './admission-rule.js';
 import type { FleetSlots } from './fleet-slots.js';
 
 export interface EndpointLimits {
@@ -33,6 +33,8 @@ export interface EndpointSnapshot {
   name: string;
   health: 'healthy' | 'unhealthy' | 'recovering';
   circuit: BreakerState;
+  /** The fleet's requests the endpoint takes at once now (flex fewer): `maxConcurrent`, or less where the engine shows less (admission-rule.ts engineBound). */
+  maxConcurrent: number;
   /** This replica's requests holding a slot, and waiting for one (all tiers, and by tier). */
   inFlight: number;
   queued: number;
@@ -110,6 +112,8 @@ export class EndpointState {
   limits: EndpointLimits;
   /** Requests waiting inside the engine, where it reports them (routing/engine-reports.ts). */
   engineWaiting: () => number = () => 0;
+  /** What the engine runs at once for the fleet (its capacity less its work from elsewhere), where it has shown it. */
+  engineCapacity: () => number | undefined = () => undefined;
 
   /** `fleet`: where the fleet's slots are counted; without it, this replica's own. */
   constructor(
@@ -213,7 +217,13 @@ export class EndpointState {
   private hasLocalRoom(tier: ServiceTier): boolean {
     if (tier === 'flex' && !this.limits.flexFillsAll && this.engineWaiting() > 0) return false;
     const held = { flex: this.inFlightFlex, other: this.inFlight - this.inFlightFlex };
-    return this.fleet ? this.inFlight < this.limits.maxConcurrent : mayAdmit(tier, this.limits.maxConcurrent, held, this.otherPeak.value(), this.limits.flexFillsAll);
+    const maxConcurrent = this.maxConcurrentFor(tier);
+    return this.fleet ? this.inFlight < maxConcurrent : mayAdmit(tier, maxConcurrent, held, this.otherPeak.value(), this.limits.flexFillsAll);
+  }
+
+  /** The fleet's requests of `tier` that may be here at once: the operator's limit, bounded by what the engine shows it runs. */
+  private maxConcurrentFor(tier: ServiceTier): number {
+    return engineBound(tier, this.limits.maxConcurrent, this.engineCapacity());
   }
 
   /** Takes a slot here and, sharing Redis, one of the fleet's; undefined when the fleet has none free for `tier`. */
@@ -222,7 +232,7 @@ export class EndpointState {
     if (tier !== 'flex') this.otherPeak.note(this.inFlight - this.inFlightFlex);
     if (!this.fleet) return this.slot(tier, undefined);
     try {
-      const lease = await this.fleet.acquire(this.name, tier, this.limits);
+      const lease = await this.fleet.acquire(this.name, tier, { maxConcurrent: this.maxConcurrentFor(tier), flexFillsAll: this.limits.flexFillsAll });
       if (lease) return this.slot(tier, lease);
     } catch {
       // Redis is away: this replica's own count is all there is (and the request's credit hold fails anyway).
@@ -346,6 +356,7 @@ export class EndpointState {
       name: this.name,
       health: circuit === 'closed' ? 'healthy' : circuit === 'open' ? 'unhealthy' : 'recovering',
       circuit,
+      maxConcurrent: this.maxConcurrentFor('default'),
       inFlight: this.inFlight,
       queued: this.waiters,
       queuedByTier: { ...this.waitersByTier },

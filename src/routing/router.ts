@@ -94,6 +94,10 @@ export class Router {
           const created = new EndpointState(e.name, limits, health, this.slots);
           created.breaker.verify = () => void this.probe(e.name);
           created.engineWaiting = () => this.engineReport(e.name).load?.waiting ?? 0;
+          created.engineCapacity = () => {
+            const report = this.engineReport(e.name);
+            return report.capacity === undefined ? undefined : report.capacity - report.external;
+          };
           this.states.set(e.name, created);
         }
         this.startProbe(e, table.settings);

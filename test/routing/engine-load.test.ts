@@ -2,7 +2,8 @@
 // SGLang and llama.cpp's server serve it, read once per interval for a
 // fleet of three replicas, work that reaches an engine another way steering
 // new requests elsewhere, a read that fails or hangs failing no request,
-// and flex held back while an engine has a queue of its own.
+// flex held back while an engine has a queue of its own, and what is sent
+// bounded by what the engine has shown it runs.
 import type { ServerResponse } from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readEngineLoad } from '../../src/upstream/engine-load.js';
@@ -10,6 +11,9 @@ import { DIALECTS } from '../../src/upstream/dialects/index.js';
 import { LeastLoadPolicy } from '../../src/routing/policies/least-load.js';
 import { PrefixAffinityPolicy } from '../../src/routing/policies/prefix-affinity.js';
 import { EndpointState, Slot } from '../../src/routing/endpoint-state.js';
+import { FleetSlots } from '../../src/routing/fleet-slots.js';
+import { connectRedis } from '../../src/redis/connection.js';
+import { startTestRedis } from '../support/redis.js';
 import { completionBody, replyJson, sleep, type ReceivedRequest } from '../support/fake-upstream.js';
 import { asAdmin, modelEntry, postChat, startFleetOn, startGatewayOn, type FleetOnUpstreams, type TestGateway } from '../support/gateway.js';
 
@@ -136,6 +140,57 @@ describe('flex beside an engine’s own queue', () => {
   });
 });
 
+describe('capacity from the engine', () => {
+  const BREAKER = { failureThreshold: 3, failureRate: 0.5, windowMs: 10_000, minCallers: 1, openMs: 1000, probe: { path: '/models', intervalMs: 0, timeoutMs: 100 } };
+  const LIMITS = { maxConcurrent: 256, maxQueue: 64, accountQueueShare: 1, flexFillsAll: false };
+  const admitted = async (state: EndpointState, tier: 'default' | 'flex', tries: number) => {
+    let n = 0;
+    for (let i = 0; i < tries; i++) if (await state.tryAcquire(tier)) n++;
+    return n;
+  };
+
+  it('sends no more than the engine runs and a quarter of that to wait in its queue; flex, no more than its share of what it runs', async () => {
+    const unknown = new EndpointState('e', LIMITS, BREAKER);
+    expect(await admitted(unknown, 'default', 20)).toBe(20);
+    const shown = new EndpointState('e', LIMITS, BREAKER);
+    shown.engineCapacity = () => 8;
+    expect(await admitted(shown, 'default', 20)).toBe(10);
+    expect(shown.snapshot().maxConcurrent).toBe(10);
+    const flex = new EndpointState('e', LIMITS, BREAKER);
+    flex.engineCapacity = () => 8;
+    // Flex keeps its reserve of what the engine runs (one of 8), and none of it waits in the engine's queue.
+    expect(await admitted(flex, 'flex', 20)).toBe(7);
+  });
+
+  it('keeps the operator’s limit where it is lower, and still sends one where work from elsewhere fills the engine', async () => {
+    const capped = new EndpointState('e', { ...LIMITS, maxConcurrent: 4 }, BREAKER);
+    capped.engineCapacity = () => 8;
+    expect(await admitted(capped, 'default', 20)).toBe(4);
+    const taken = new EndpointState('e', LIMITS, BREAKER);
+    taken.engineCapacity = () => 8 - 36;
+    expect(await admitted(taken, 'default', 20)).toBe(1);
+  });
+
+  it('holds the bound for the fleet: two replicas on one Redis send no more between them', async () => {
+    const server = await startTestRedis();
+    const redis = await connectRedis({ kind: 'server', url: server.url });
+    const slots = [new FleetSlots(redis), new FleetSlots(redis)];
+    try {
+      const [a, b] = slots.map((s) => {
+        const state = new EndpointState('shared', LIMITS, BREAKER, s);
+        state.engineCapacity = () => 4;
+        return state;
+      });
+      expect(await admitted(a, 'default', 3)).toBe(3);
+      expect(await admitted(b, 'default', 10)).toBe(2);
+    } finally {
+      await Promise.all(slots.map((s) => s.close()));
+      redis.disconnect();
+      await server.stop();
+    }
+  });
+});
+
 /** A scripted vLLM: chat replies after `replyMs`, and /metrics with what `load()` says, counting the reads. */
 function scriptedVllm(load: () => { running: number; waiting: number; kv: number }, metrics: 'ok' | 'error' | 'hang' | 'endless' = 'ok', replyMs = 5) {
   const counts = { metricsReads: 0, chats: 0 };
@@ -165,7 +220,7 @@ function scriptedVllm(load: () => { running: number; waiting: number; kv: number
 }
 
 interface EndpointsView {
-  data: { endpoints: { url: string; engine: { source: string; reason?: string; load?: { waiting: number }; external: number; capacity?: number }; routingLoad: number }[] }[];
+  data: { endpoints: { url: string; maxConcurrent: number; engine: { source: string; reason?: string; load?: { waiting: number }; external: number; capacity?: number }; routingLoad: number }[] }[];
 }
 const endpointsView = async (gw: TestGateway) => (await (await fetch(`${gw.url}/admin/v1/endpoints`, { headers: asAdmin })).json()) as EndpointsView;
 
@@ -199,6 +254,8 @@ describe('three replicas reading two engines', () => {
       // 8 running and 30 waiting, none of them the fleet's: 38 from elsewhere, less the 2 not told apart from the fleet's lag.
       expect(b.engine).toMatchObject({ source: 'engine', load: { waiting: 30 }, external: 36, capacity: 8 });
       expect(b.routingLoad).toBe(36);
+      // The fleet sends it one at a time: all it runs is work from elsewhere.
+      expect(b.maxConcurrent).toBe(1);
       expect(i.engine).toMatchObject({ source: 'engine', load: { waiting: 0 }, external: 0 });
     }
   });
