@@ -28,21 +28,20 @@ export const PEAK_STEP_MS = 250;
 /** The steps a peak is kept: the current one and those before it. */
 export const PEAK_STEPS = PEAK_WINDOW_MS / PEAK_STEP_MS;
 
-/** The share of an engine's capacity that may wait in its own queue (at least one): see engineBound. */
-export const ENGINE_QUEUE_SHARE = 0.25;
-
 /**
- * The requests of `tier` the fleet may have at an endpoint at once: the operator's `maxConcurrent`, and where the
- * engine has shown what it runs at once (`capacity`: that, less its work from elsewhere; routing/engine-reports.ts),
- * no more than that and, for the other tiers, a short queue. A few waiting in the engine start the moment a slot
- * frees there; the rest wait in Parley's queue, where the tiers go in order and a request may still go to another
- * endpoint, not in the engine's, first come first served. Flex never waits in the engine, where an interactive
- * request would queue behind it. At least one, so that an engine other work fills still serves.
+ * The flex requests the fleet may have at an endpoint at once: the operator's `maxConcurrent`, and where the engine
+ * has shown what it runs at once (`capacity`: that, less its work from elsewhere; routing/engine-reports.ts), no
+ * more than that. So flex never waits in the engine's own queue, first come first served, where the interactive
+ * requests after it would wait behind it: it waits in Parley's, behind them, and `maxConcurrent` need not be
+ * guessed for an engine that reports its load. At least one, so that flex still moves on an engine other work
+ * fills. The other tiers are bounded by `maxConcurrent` alone: prefix affinity already weighs the engine's queue
+ * against reading a prompt again elsewhere (endpoint-score.ts), and bounding them too (capacity and a quarter of
+ * it) took long agent sessions off their homes: on `node bench/engine-load-routing.mjs 15 0d9818d b,c` at 3
+ * replicas their p90 TTFT went from 456 to 651 ms and their cached share from 0.64 to 0.55 (2026-11-28).
  */
 export function engineBound(tier: ServiceTier, maxConcurrent: number, capacity: number | undefined): number {
-  if (capacity === undefined) return maxConcurrent;
-  const queue = tier === 'flex' ? 0 : Math.max(1, Math.ceil(Math.max(0, capacity) * ENGINE_QUEUE_SHARE));
-  return Math.min(maxConcurrent, Math.max(1, capacity + queue));
+  if (tier !== 'flex' || capacity === undefined) return maxConcurrent;
+  return Math.min(maxConcurrent, Math.max(1, capacity));
 }
 
 /** Slots held, flex and the other tiers apart. */

@@ -33,8 +33,8 @@ export interface EndpointSnapshot {
   name: string;
   health: 'healthy' | 'unhealthy' | 'recovering';
   circuit: BreakerState;
-  /** The fleet's requests the endpoint takes at once now (flex fewer): `maxConcurrent`, or less where the engine shows less (admission-rule.ts engineBound). */
-  maxConcurrent: number;
+  /** The fleet's flex requests the endpoint takes at once now: `maxConcurrent`, or less where the engine shows less (admission-rule.ts engineBound). */
+  flexMaxConcurrent: number;
   /** This replica's requests holding a slot, and waiting for one (all tiers, and by tier). */
   inFlight: number;
   queued: number;
@@ -221,7 +221,7 @@ export class EndpointState {
     return this.fleet ? this.inFlight < maxConcurrent : mayAdmit(tier, maxConcurrent, held, this.otherPeak.value(), this.limits.flexFillsAll);
   }
 
-  /** The fleet's requests of `tier` that may be here at once: the operator's limit, bounded by what the engine shows it runs. */
+  /** The fleet's requests of `tier` that may be here at once: the operator's limit, and for flex what the engine shows it runs. */
   private maxConcurrentFor(tier: ServiceTier): number {
     return engineBound(tier, this.limits.maxConcurrent, this.engineCapacity());
   }
@@ -356,7 +356,7 @@ export class EndpointState {
       name: this.name,
       health: circuit === 'closed' ? 'healthy' : circuit === 'open' ? 'unhealthy' : 'recovering',
       circuit,
-      maxConcurrent: this.maxConcurrentFor('default'),
+      flexMaxConcurrent: this.maxConcurrentFor('flex'),
       inFlight: this.inFlight,
       queued: this.waiters,
       queuedByTier: { ...this.waitersByTier },

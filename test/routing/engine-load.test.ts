@@ -2,8 +2,8 @@
 // SGLang and llama.cpp's server serve it, read once per interval for a
 // fleet of three replicas, work that reaches an engine another way steering
 // new requests elsewhere, a read that fails or hangs failing no request,
-// flex held back while an engine has a queue of its own, and what is sent
-// bounded by what the engine has shown it runs.
+// flex held back while an engine has a queue of its own, and bounded by
+// what the engine has shown it runs.
 import type { ServerResponse } from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readEngineLoad } from '../../src/upstream/engine-load.js';
@@ -149,40 +149,38 @@ describe('capacity from the engine', () => {
     return n;
   };
 
-  it('sends no more than the engine runs and a quarter of that to wait in its queue; flex, no more than its share of what it runs', async () => {
+  it('sends flex no more than the engine runs, less its reserve; the other tiers, up to maxConcurrent', async () => {
     const unknown = new EndpointState('e', LIMITS, BREAKER);
-    expect(await admitted(unknown, 'default', 20)).toBe(20);
+    expect(await admitted(unknown, 'flex', 20)).toBe(20);
     const shown = new EndpointState('e', LIMITS, BREAKER);
     shown.engineCapacity = () => 8;
-    expect(await admitted(shown, 'default', 20)).toBe(10);
-    expect(shown.snapshot().maxConcurrent).toBe(10);
-    const flex = new EndpointState('e', LIMITS, BREAKER);
-    flex.engineCapacity = () => 8;
     // Flex keeps its reserve of what the engine runs (one of 8), and none of it waits in the engine's queue.
-    expect(await admitted(flex, 'flex', 20)).toBe(7);
+    expect(await admitted(shown, 'flex', 20)).toBe(7);
+    expect(shown.snapshot().flexMaxConcurrent).toBe(8);
+    expect(await admitted(shown, 'default', 20)).toBe(20);
   });
 
-  it('keeps the operator’s limit where it is lower, and still sends one where work from elsewhere fills the engine', async () => {
+  it('keeps the operator’s limit where it is lower, and still lets flex move where work from elsewhere fills the engine', async () => {
     const capped = new EndpointState('e', { ...LIMITS, maxConcurrent: 4 }, BREAKER);
     capped.engineCapacity = () => 8;
-    expect(await admitted(capped, 'default', 20)).toBe(4);
+    expect(await admitted(capped, 'flex', 20)).toBe(3);
     const taken = new EndpointState('e', LIMITS, BREAKER);
     taken.engineCapacity = () => 8 - 36;
-    expect(await admitted(taken, 'default', 20)).toBe(1);
+    expect(await admitted(taken, 'flex', 20)).toBe(1);
   });
 
-  it('holds the bound for the fleet: two replicas on one Redis send no more between them', async () => {
+  it('holds the bound for the fleet: two replicas on one Redis send no more flex between them', async () => {
     const server = await startTestRedis();
     const redis = await connectRedis({ kind: 'server', url: server.url });
     const slots = [new FleetSlots(redis), new FleetSlots(redis)];
     try {
       const [a, b] = slots.map((s) => {
         const state = new EndpointState('shared', LIMITS, BREAKER, s);
-        state.engineCapacity = () => 4;
+        state.engineCapacity = () => 8;
         return state;
       });
-      expect(await admitted(a, 'default', 3)).toBe(3);
-      expect(await admitted(b, 'default', 10)).toBe(2);
+      expect(await admitted(a, 'flex', 4)).toBe(4);
+      expect(await admitted(b, 'flex', 10)).toBe(3);
     } finally {
       await Promise.all(slots.map((s) => s.close()));
       redis.disconnect();
@@ -220,7 +218,7 @@ function scriptedVllm(load: () => { running: number; waiting: number; kv: number
 }
 
 interface EndpointsView {
-  data: { endpoints: { url: string; maxConcurrent: number; engine: { source: string; reason?: string; load?: { waiting: number }; external: number; capacity?: number }; routingLoad: number }[] }[];
+  data: { endpoints: { url: string; flexMaxConcurrent: number; engine: { source: string; reason?: string; load?: { waiting: number }; external: number; capacity?: number }; routingLoad: number }[] }[];
 }
 const endpointsView = async (gw: TestGateway) => (await (await fetch(`${gw.url}/admin/v1/endpoints`, { headers: asAdmin })).json()) as EndpointsView;
 
@@ -254,8 +252,8 @@ describe('three replicas reading two engines', () => {
       // 8 running and 30 waiting, none of them the fleet's: 38 from elsewhere, less the 2 not told apart from the fleet's lag.
       expect(b.engine).toMatchObject({ source: 'engine', load: { waiting: 30 }, external: 36, capacity: 8 });
       expect(b.routingLoad).toBe(36);
-      // The fleet sends it one at a time: all it runs is work from elsewhere.
-      expect(b.maxConcurrent).toBe(1);
+      // The fleet sends it flex one at a time: all it runs is work from elsewhere.
+      expect(b.flexMaxConcurrent).toBe(1);
       expect(i.engine).toMatchObject({ source: 'engine', load: { waiting: 0 }, external: 0 });
     }
   });
