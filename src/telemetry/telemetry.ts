@@ -11,7 +11,7 @@
 // or reply text.
 import type { EngineLoad } from '../upstream/engine-load.js';
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { context, trace, type Span, type Tracer } from '@opentelemetry/api';
+import { context, trace, type ObservableGauge, type Span, type Tracer } from '@opentelemetry/api';
 import { OTLPMetricExporter } from '@opentelemetry/exporter-metrics-otlp-http';
 import { PrometheusExporter } from '@opentelemetry/exporter-prometheus';
 import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-http';
@@ -116,37 +116,33 @@ export class Telemetry {
     });
     meter.createObservableGauge('parley_batch_lines_running_here', { description: 'Batch lines this replica is running now' }).addCallback((r) => r.observe(this.gateway?.batches?.().runningHere ?? 0));
     meter.createObservableGauge('parley_redis_up', { description: "1 when this replica's Redis connection is ready" }).addCallback((r) => r.observe(this.gateway?.redisReady() ? 1 : 0));
-    meter.createObservableGauge('parley_upstream_healthy', { description: '1 when the endpoint\'s circuit is closed' }).addCallback((result) => {
+    // The endpoints' gauges, observed from one snapshot of the router per collection.
+    const healthy = meter.createObservableGauge('parley_upstream_healthy', { description: "1 when the endpoint's circuit is closed" });
+    const inFlight = meter.createObservableGauge('parley_upstream_in_flight', { description: "This replica's requests holding one of the endpoint's slots" });
+    const queued = meter.createObservableGauge('parley_upstream_queued', { description: "This replica's requests waiting for one of the endpoint's slots, by service tier" });
+    const spills = meter.createObservableCounter('parley_affinity_spills', { description: "Requests prefix affinity sent past their key's busy home, by model" });
+    const reported = meter.createObservableGauge('parley_engine_load_reported', { description: "1 when routing goes by the engine's own recent report of its load; 0 when by Parley's counts alone (a hosted API, reading off, or the last read failed)" });
+    const engineGauges: [ObservableGauge, (load: EngineLoad) => number | undefined][] = [
+      [meter.createObservableGauge('parley_engine_requests_running', { description: 'Requests the engine last said it was running' }), (l) => l.running],
+      [meter.createObservableGauge('parley_engine_requests_waiting', { description: 'Requests the engine last said were waiting in its own queue' }), (l) => l.waiting],
+      [meter.createObservableGauge('parley_engine_kv_cache_usage', { description: 'The share of its KV cache the engine last said was in use (0 to 1)' }), (l) => l.kvCacheUse],
+    ];
+    meter.addBatchObservableCallback((result) => {
       for (const model of router.snapshot()) {
-        for (const e of model.endpoints) result.observe(e.circuit === 'closed' ? 1 : 0, { model: model.model, endpoint: e.url });
-      }
-    });
-    meter.createObservableGauge('parley_upstream_in_flight', { description: "This replica's requests holding one of the endpoint's slots" }).addCallback((result) => {
-      for (const model of router.snapshot()) for (const e of model.endpoints) result.observe(e.inFlight, { model: model.model, endpoint: e.url });
-    });
-    meter.createObservableCounter('parley_affinity_spills', { description: "Requests prefix affinity sent past their key's busy home, by model" }).addCallback((result) => {
-      for (const model of router.snapshot()) if (model.policy === 'prefix-affinity') result.observe(model.spills, { model: model.model });
-    });
-    meter.createObservableGauge('parley_engine_load_reported', { description: "1 when routing goes by the engine's own recent report of its load; 0 when by Parley's counts alone (a hosted API, reading off, or the last read failed)" }).addCallback((result) => {
-      for (const model of router.snapshot()) for (const e of model.endpoints) result.observe(e.engine.source === 'engine' ? 1 : 0, { model: model.model, endpoint: e.url });
-    });
-    const engineGauge = (name: string, description: string, value: (load: EngineLoad) => number | undefined) =>
-      meter.createObservableGauge(name, { description }).addCallback((result) => {
-        for (const model of router.snapshot()) {
-          for (const e of model.endpoints) {
+        if (model.policy === 'prefix-affinity') result.observe(spills, model.spills, { model: model.model });
+        for (const e of model.endpoints) {
+          const at = { model: model.model, endpoint: e.url };
+          result.observe(healthy, e.circuit === 'closed' ? 1 : 0, at);
+          result.observe(inFlight, e.inFlight, at);
+          for (const [tier, count] of Object.entries(e.queuedByTier)) result.observe(queued, count, { ...at, tier });
+          result.observe(reported, e.engine.source === 'engine' ? 1 : 0, at);
+          for (const [gauge, value] of engineGauges) {
             const v = e.engine.load && value(e.engine.load);
-            if (v !== undefined) result.observe(v, { model: model.model, endpoint: e.url });
+            if (v !== undefined) result.observe(gauge, v, at);
           }
         }
-      });
-    engineGauge('parley_engine_requests_running', 'Requests the engine last said it was running', (l) => l.running);
-    engineGauge('parley_engine_requests_waiting', 'Requests the engine last said were waiting in its own queue', (l) => l.waiting);
-    engineGauge('parley_engine_kv_cache_usage', 'The share of its KV cache the engine last said was in use (0 to 1)', (l) => l.kvCacheUse);
-    meter.createObservableGauge('parley_upstream_queued', { description: "This replica's requests waiting for one of the endpoint's slots, by service tier" }).addCallback((result) => {
-      for (const model of router.snapshot()) {
-        for (const e of model.endpoints) for (const [tier, queued] of Object.entries(e.queuedByTier)) result.observe(queued, { model: model.model, endpoint: e.url, tier });
       }
-    });
+    }, [healthy, inFlight, queued, spills, reported, ...engineGauges.map(([gauge]) => gauge)]);
   }
 
   recordRequest(route: string, status: number, code: string | null, seconds: number): void {

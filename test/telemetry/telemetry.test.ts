@@ -60,6 +60,8 @@ describe('metrics', () => {
     expect(value('gen_ai_client_token_usage_sum{', 'gen_ai_token_type="output"')).toBe(10);
     expect(value('gen_ai_client_operation_duration_count{', `server_address="${upstream.url}"`)).toBe(2);
     expect(value('parley_upstream_healthy{', 'model="m"')).toBe(1);
+    expect(value('parley_upstream_in_flight{', 'model="m"')).toBe(0);
+    expect(['priority', 'default', 'flex'].map((tier) => value('parley_upstream_queued{', 'model="m"', `tier="${tier}"`))).toEqual([0, 0, 0]);
     expect(value('parley_holds_open')).toBe(0);
     expect(text).not.toContain(gw.apiKey);
     expect(text).not.toContain('tangerine');
@@ -203,17 +205,6 @@ describe('a log line per request, across a reload', () => {
 });
 
 describe('GenAI series', () => {
-  /** The Prometheus text of `telemetry`'s metrics. */
-  async function scrape(telemetry: Telemetry): Promise<string> {
-    const server = createServer((req, res) => telemetry.serveMetrics(req, res));
-    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-    try {
-      return await (await fetch(`http://127.0.0.1:${(server.address() as AddressInfo).port}/metrics`)).text();
-    } finally {
-      server.close();
-    }
-  }
-
   // The series are keyed by text made beside their attributes, not from them: two requests with one set of
   // attributes must land in one series, and two with different ones in two.
   it('are one per set of attributes: Messages and chat are one chat series, a model named "undefined" is not an unknown one', async () => {
@@ -232,6 +223,33 @@ describe('GenAI series', () => {
       expect(chat?.split(' ').at(-1)).toBe('2');
       expect(counts('gen_ai_client_token_usage').map((l) => l.split(' ').at(-1))).toEqual(['2', '2', '2']);
       expect(lines.filter((l) => /^gen_ai_server_request_duration_count\{.*gen_ai_request_model="(undefined|\(unknown\))"/.test(l)).length).toBe(2);
+    } finally {
+      await telemetry.shutdown();
+    }
+  });
+});
+
+/** The Prometheus text of `telemetry`'s metrics. */
+async function scrape(telemetry: Telemetry): Promise<string> {
+  const server = createServer((req, res) => telemetry.serveMetrics(req, res));
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  try {
+    return await (await fetch(`http://127.0.0.1:${(server.address() as AddressInfo).port}/metrics`)).text();
+  } finally {
+    server.close();
+  }
+}
+
+describe("the endpoints' gauges", () => {
+  it('are read from one snapshot of the router per scrape, not one per gauge', async () => {
+    const router = new Router();
+    let snapshots = 0;
+    const snapshot = router.snapshot.bind(router);
+    router.snapshot = () => (snapshots++, snapshot());
+    const telemetry = new Telemetry(router);
+    try {
+      await scrape(telemetry);
+      expect(snapshots).toBe(1);
     } finally {
       await telemetry.shutdown();
     }
