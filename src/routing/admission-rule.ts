@@ -39,9 +39,8 @@ export const PEAK_STEPS = PEAK_WINDOW_MS / PEAK_STEP_MS;
  * it) took long agent sessions off their homes: on `node bench/engine-load-routing.mjs 15 0d9818d b,c` at 3
  * replicas their p90 TTFT went from 456 to 651 ms and their cached share from 0.64 to 0.55 (2026-11-28).
  */
-export function engineBound(tier: ServiceTier, maxConcurrent: number, capacity: number | undefined): number {
-  if (tier !== 'flex' || capacity === undefined) return maxConcurrent;
-  return Math.min(maxConcurrent, Math.max(1, capacity));
+export function flexMaxConcurrent(maxConcurrent: number, capacity: number | undefined): number {
+  return capacity === undefined ? maxConcurrent : Math.min(maxConcurrent, Math.max(1, capacity));
 }
 
 /** Slots held, flex and the other tiers apart. */

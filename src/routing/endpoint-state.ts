@@ -15,7 +15,7 @@ import { ADMISSION_ORDER, type ServiceTier } from '../protocol/service-tier.js';
 import { Cancelled } from '../protocol/errors.js';
 import type { Cancellation } from '../upstream/cancellation.js';
 import { CircuitBreaker, type BreakerSettings, type BreakerState } from './circuit-breaker.js';
-import { engineBound, mayAdmit, POLL_MS, RecentPeak } from './admission-rule.js';
+import { flexMaxConcurrent, mayAdmit, POLL_MS, RecentPeak } from './admission-rule.js';
 import type { FleetSlots } from './fleet-slots.js';
 
 export interface EndpointLimits {
@@ -33,7 +33,7 @@ export interface EndpointSnapshot {
   name: string;
   health: 'healthy' | 'unhealthy' | 'recovering';
   circuit: BreakerState;
-  /** The fleet's flex requests the endpoint takes at once now: `maxConcurrent`, or less where the engine shows less (admission-rule.ts engineBound). */
+  /** The fleet's flex requests the endpoint takes at once now: `maxConcurrent`, or less where the engine shows less (admission-rule.ts flexMaxConcurrent). */
   flexMaxConcurrent: number;
   /** This replica's requests holding a slot, and waiting for one (all tiers, and by tier). */
   inFlight: number;
@@ -223,7 +223,7 @@ export class EndpointState {
 
   /** The fleet's requests of `tier` that may be here at once: the operator's limit, and for flex what the engine shows it runs. */
   private maxConcurrentFor(tier: ServiceTier): number {
-    return engineBound(tier, this.limits.maxConcurrent, this.engineCapacity());
+    return tier === 'flex' ? flexMaxConcurrent(this.limits.maxConcurrent, this.engineCapacity()) : this.limits.maxConcurrent;
   }
 
   /** Takes a slot here and, sharing Redis, one of the fleet's; undefined when the fleet has none free for `tier`. */
