@@ -55,8 +55,16 @@ export const redisKeys = {
   session: (id: string) => `${P}session:${id}`,
   /** Counter of login attempts per client address in a window. */
   loginAttempts: (client: string) => `${P}login-attempts:${client}`,
-  /** Sorted sets of a model's affinity keys (routing/affinity-key.ts), by when the fleet first and last saw each (Redis time, µs). */
-  prefixes: (model: string) => ({ firstSeen: `${P}{affinity-keys:${model}}:first-seen`, lastSeen: `${P}{affinity-keys:${model}}:last-seen` }),
+  /**
+   * A model's affinity keys (routing/affinity-key.ts): sorted sets by when the fleet first and last saw each (Redis
+   * time, µs); the keys it forgot lately, by a count of forgettings; hash of that count and the oldest still listed.
+   */
+  prefixes: (model: string) => ({
+    firstSeen: `${P}{affinity-keys:${model}}:first-seen`,
+    lastSeen: `${P}{affinity-keys:${model}}:last-seen`,
+    forgotten: `${P}{affinity-keys:${model}}:forgotten`,
+    forgetting: `${P}{affinity-keys:${model}}:forgetting`,
+  }),
   /**
    * An endpoint's slots as the fleet shares them: leases, flex and the rest (score: when each lapses); the replicas
    * waiting, by tier (score: when they last asked); hash of the most other-tier leases held at once, by step of PEAK_STEP_MS.

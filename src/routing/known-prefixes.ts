@@ -1,16 +1,30 @@
 // The affinity keys a model's traffic has shown lately, in the order the
 // fleet first saw them: what prefix placement is computed from. Each replica
 // notes what it sees; shared through Redis (routing/prefix-sharing.ts), the
-// fleet's order replaces each replica's own, so that every replica places
-// every key alike. The request path only reads what is here.
+// fleet's order comes first, then what this replica saw that the fleet does
+// not have yet, so that every replica places every key alike. The request
+// path only reads what is here.
 
 /** A key unseen this long is forgotten, and its place goes to others. */
 export const PREFIX_IDLE_MS = 10 * 60_000;
 /** The most keys kept; beyond it the least recently seen go. */
 export const MAX_KNOWN_PREFIXES = 4096;
 
+/**
+ * How the fleet's order changed since this replica last heard: keys added, each with its place (Redis's
+ * first-seen score), and keys the fleet forgot; or, `whole`, the whole order, which replaces what was known.
+ */
+export interface FleetChange {
+  whole: boolean;
+  added: [key: string, place: number][];
+  forgotten: string[];
+}
+
 export class KnownPrefixes {
   private order: string[] = [];
+  /** The fleet's keys in its order, and each one's place in it. */
+  private fleet: string[] = [];
+  private readonly places = new Map<string, number>();
   /** In the order last seen, least recent first: a key seen again is moved to the end. */
   private readonly lastSeen = new Map<string, number>();
   private unshared = new Set<string>();
@@ -42,29 +56,55 @@ export class KnownPrefixes {
     return taken;
   }
 
-  /** Takes the fleet's order; what this replica saw that the fleet does not have yet keeps its place after it. */
+  /** Takes the fleet's whole order. */
   adopt(fleetOrder: string[]): void {
-    const fleet = new Set(fleetOrder);
-    const next = [...fleetOrder, ...this.order.filter((k) => !fleet.has(k) && this.unshared.has(k))];
-    for (const k of this.lastSeen.keys()) {
-      if (!fleet.has(k) && !this.unshared.has(k)) this.lastSeen.delete(k);
+    this.merge({ whole: true, added: fleetOrder.map((key, place) => [key, place]), forgotten: [] });
+  }
+
+  /**
+   * Takes what changed in the fleet's order. Applying a change twice, or one that overlaps the last, changes
+   * nothing more: a key both forgotten and added was added again after, at its new place.
+   */
+  merge(change: FleetChange): void {
+    if (!change.whole && change.added.length === 0 && change.forgotten.length === 0) return;
+    const added = new Map(change.added);
+    const gone = new Set(change.whole ? this.fleet.filter((k) => !added.has(k)) : change.forgotten.filter((k) => !added.has(k) && this.places.has(k)));
+    if (gone.size > 0) this.fleet = this.fleet.filter((k) => !gone.has(k));
+    for (const k of gone) {
+      this.places.delete(k);
+      if (!this.unshared.has(k)) this.lastSeen.delete(k);
     }
-    for (const k of fleetOrder) {
-      if (!this.lastSeen.has(k)) this.lastSeen.set(k, this.now());
-    }
+    for (const [key, place] of change.added) this.place(key, place);
+    const next = [...this.fleet, ...this.order.filter((k) => !this.places.has(k) && this.unshared.has(k))];
     const grown = next.length >= this.order.length && this.order.every((k, i) => k === next[i]);
     if (!grown) this.epoch++;
     this.order = next;
   }
 
-  /** Forgets what has not been seen for PREFIX_IDLE_MS, and the least recently seen beyond MAX_KNOWN_PREFIXES. */
+  /** Puts a fleet key at its place: almost always the end, as places grow with time. */
+  private place(key: string, place: number): void {
+    const had = this.places.get(key);
+    if (had === place) return;
+    if (had !== undefined) this.fleet.splice(this.fleet.indexOf(key), 1);
+    this.places.set(key, place);
+    let i = this.fleet.length;
+    while (i > 0 && this.places.get(this.fleet[i - 1])! > place) i--;
+    this.fleet.splice(i, 0, key);
+    if (!this.lastSeen.has(key)) this.lastSeen.set(key, this.now());
+  }
+
+  /**
+   * Forgets, of the keys the fleet does not have (seen while Redis was away), those not seen for PREFIX_IDLE_MS
+   * and the least recently seen beyond MAX_KNOWN_PREFIXES. The fleet's keys go when the fleet forgets them.
+   */
   trim(): void {
+    if (this.order.length === this.fleet.length) return;
     const since = this.now() - PREFIX_IDLE_MS;
     const over = this.lastSeen.size - MAX_KNOWN_PREFIXES;
     const gone: string[] = [];
     for (const [key, seen] of this.lastSeen) {
       if (seen >= since && gone.length >= over) break;
-      gone.push(key);
+      if (!this.places.has(key)) gone.push(key);
     }
     this.forget(gone);
   }
@@ -73,7 +113,10 @@ export class KnownPrefixes {
     if (keys.length === 0) return;
     const gone = new Set(keys);
     this.order = this.order.filter((k) => !gone.has(k));
-    for (const k of gone) this.lastSeen.delete(k);
+    for (const k of gone) {
+      this.lastSeen.delete(k);
+      this.unshared.delete(k);
+    }
     this.epoch++;
   }
 }

@@ -3,11 +3,17 @@
 // each (its own clock, strictly increasing), so the order is one for the
 // whole fleet and a key arriving later never lands before one placed
 // already. In the background, every SHARE_INTERVAL_MS, a replica sends the
-// keys it saw and takes back the fleet's order. A key this replica has
-// never seen waits one round trip (at most PLACE_WAIT_MS) to be added to the
-// fleet's order before it is placed, so that a new tenant or session gets
-// the same home on every replica from its first request; known keys never
-// wait. While Redis is away each replica goes on with what it knows.
+// keys it saw and takes back what changed in the fleet's order since it last
+// asked: the keys placed after the last it has, and those forgotten since
+// (Redis counts forgettings, and keeps the latest MAX_KNOWN_PREFIXES); a
+// replica that is new, or behind what Redis still lists, takes the whole
+// order. Taking the whole order at every exchange cost an idle replica 19 ms
+// of main-thread time a second at 4,096 keys, in stalls of about 4 ms
+// (`node bench/prefix-sharing-cost.mjs`). A key this replica has never seen
+// waits one round trip (at most PLACE_WAIT_MS) to be added to the fleet's
+// order before it is placed, so that a new tenant or session gets the same
+// home on every replica from its first request; known keys never wait. While
+// Redis is away each replica goes on with what it knows.
 import type { Redis } from 'ioredis';
 import { luaScript } from '../redis/lua-script.js';
 import { redisKeys } from '../redis/keys.js';
@@ -20,34 +26,67 @@ export const SHARE_INTERVAL_MS = 200;
  */
 const PLACE_WAIT_MS = 500;
 
-// KEYS: first seen, last seen (scores: Redis time in µs). ARGV: idle ms, most kept, then each key seen.
-// Returns the keys in first-seen order.
+// KEYS: first seen, last seen (scores: Redis time in µs), forgotten (score: the count of forgettings when each
+// went), forgetting (hash: that count, the highest of it no longer listed, the last place given, and when this
+// order began: keys that all expired begin another). ARGV: idle ms, most kept, the last place this replica has
+// ('': none, it takes the whole order), the count of forgettings it has heard of, when the order it has began,
+// then each key seen.
+// Returns: 1 and the whole order, or 0 and what changed; the count; when the order began; the keys added, each
+// with its place; the keys forgotten.
 const SHARE = luaScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local newest = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
-local next_score = math.max(now, (tonumber(newest[2]) or 0) + 1)
-for i = 3, #ARGV do
+-- Places only grow, even where the newest key was forgotten and the clock went back: replicas ask for those after theirs.
+local next_score = math.max(now, tonumber(redis.call('HGET', KEYS[4], 'placed') or '0') + 1)
+redis.call('HSETNX', KEYS[4], 'began', now)
+for i = 6, #ARGV do
   if redis.call('ZADD', KEYS[1], 'NX', next_score, ARGV[i]) == 1 then next_score = next_score + 1 end
   redis.call('ZADD', KEYS[2], now, ARGV[i])
 end
+redis.call('HSET', KEYS[4], 'placed', next_score - 1)
 local gone = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now - tonumber(ARGV[1]) * 1000)
 local over = redis.call('ZCARD', KEYS[2]) - #gone - tonumber(ARGV[2])
 if over > 0 then
   for _, k in ipairs(redis.call('ZRANGE', KEYS[2], #gone, #gone + over - 1)) do gone[#gone + 1] = k end
 end
+local count = tonumber(redis.call('HGET', KEYS[4], 'count') or '0')
 for i = 1, #gone, 500 do
   local part = { unpack(gone, i, math.min(i + 499, #gone)) }
   redis.call('ZREM', KEYS[1], unpack(part))
   redis.call('ZREM', KEYS[2], unpack(part))
+  for _, k in ipairs(part) do
+    count = count + 1
+    redis.call('ZADD', KEYS[3], count, k)
+  end
 end
-redis.call('PEXPIRE', KEYS[1], ARGV[1])
-redis.call('PEXPIRE', KEYS[2], ARGV[1])
-return redis.call('ZRANGE', KEYS[1], 0, -1)
+local trimmed = tonumber(redis.call('HGET', KEYS[4], 'trimmed') or '0')
+local over_listed = redis.call('ZCARD', KEYS[3]) - tonumber(ARGV[2])
+if over_listed > 0 then
+  local dropped = redis.call('ZRANGE', KEYS[3], over_listed - 1, over_listed - 1, 'WITHSCORES')
+  trimmed = tonumber(dropped[2])
+  redis.call('ZREMRANGEBYRANK', KEYS[3], 0, over_listed - 1)
+end
+redis.call('HSET', KEYS[4], 'count', count, 'trimmed', trimmed)
+for i = 1, 4 do redis.call('PEXPIRE', KEYS[i], ARGV[1]) end
+local heard = tonumber(ARGV[4])
+local began = redis.call('HGET', KEYS[4], 'began')
+-- A replica with another order (or none), or that missed forgettings no longer listed, takes the whole order.
+if ARGV[3] == '' or ARGV[5] ~= began or heard < trimmed then
+  return { 1, count, began, redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES'), {} }
+end
+return { 0, count, began, redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. ARGV[3], '+inf', 'WITHSCORES'), redis.call('ZRANGEBYSCORE', KEYS[3], '(' .. heard, '+inf') }
 `);
 
+/** A model's keys, and how far this replica has heard the fleet's order: which order, the last place it has, the forgettings it knows of. */
+interface Shared {
+  known: KnownPrefixes;
+  began: string;
+  lastPlace: number | undefined;
+  heard: number;
+}
+
 export class PrefixSharing {
-  private readonly models = new Map<string, KnownPrefixes>();
+  private readonly models = new Map<string, Shared>();
   private readonly timer: NodeJS.Timeout;
   private sharing = false;
 
@@ -58,18 +97,21 @@ export class PrefixSharing {
 
   /** The known keys of `model`, shared from now on. */
   known(model: string): KnownPrefixes {
-    let known = this.models.get(model);
-    if (!known) {
-      known = new KnownPrefixes();
-      this.models.set(model, known);
+    return this.shared(model).known;
+  }
+
+  private shared(model: string): Shared {
+    let shared = this.models.get(model);
+    if (!shared) {
+      shared = { known: new KnownPrefixes(), began: '', lastPlace: undefined, heard: 0 };
+      this.models.set(model, shared);
     }
-    return known;
+    return shared;
   }
 
   /** Adds a key this replica has not seen to the fleet's order and takes that order, waiting at most PLACE_WAIT_MS. */
   async place(model: string, key: string): Promise<void> {
-    const known = this.known(model);
-    const shared = this.exchange(model, [key]).then((order) => known.adopt(order));
+    const shared = this.exchange(this.shared(model), model, [key]);
     let timer: NodeJS.Timeout | undefined;
     const waited = new Promise<void>((resolve) => (timer = setTimeout(resolve, PLACE_WAIT_MS)));
     // Past the wait (Redis slow or away), the key is placed on what this replica knows, and shared in the background.
@@ -86,24 +128,37 @@ export class PrefixSharing {
     clearInterval(this.timer);
   }
 
-  private async exchange(model: string, seen: string[]): Promise<string[]> {
+  /** Sends the keys seen, and takes what changed in the fleet's order since this replica last heard. */
+  private async exchange(shared: Shared, model: string, seen: string[]): Promise<void> {
     const keys = redisKeys.prefixes(model);
-    return (await SHARE.run(this.redis, [keys.firstSeen, keys.lastSeen], [PREFIX_IDLE_MS, MAX_KNOWN_PREFIXES, ...seen])) as string[];
+    const [whole, count, began, placed, forgotten] = (await SHARE.run(
+      this.redis,
+      [keys.firstSeen, keys.lastSeen, keys.forgotten, keys.forgetting],
+      [PREFIX_IDLE_MS, MAX_KNOWN_PREFIXES, shared.lastPlace ?? '', shared.heard, shared.began, ...seen],
+    )) as [number, number, string, string[], string[]];
+    const added: [string, number][] = [];
+    for (let i = 0; i < placed.length; i += 2) added.push([placed[i], Number(placed[i + 1])]);
+    shared.known.merge({ whole: whole === 1, added, forgotten });
+    // Replies come in the order asked, each as of its own time: the last one's count and places are the latest.
+    if (whole === 1) shared.lastPlace = added.at(-1)?.[1] ?? 0;
+    else if (added.length > 0) shared.lastPlace = Math.max(shared.lastPlace ?? 0, added.at(-1)![1]);
+    shared.heard = Number(count);
+    shared.began = began;
   }
 
   private async share(): Promise<void> {
     if (this.sharing) return;
     this.sharing = true;
     try {
-      for (const [model, known] of this.models) {
-        const seen = known.takeUnshared();
+      for (const [model, shared] of this.models) {
+        const seen = shared.known.takeUnshared();
         try {
-          known.adopt(await this.exchange(model, seen));
+          await this.exchange(shared, model, seen);
         } catch {
           // Redis is away: keep what this replica knows, and send what it saw next time.
-          for (const key of seen) known.saw(key);
+          for (const key of seen) shared.known.saw(key);
         }
-        known.trim();
+        shared.known.trim();
       }
     } finally {
       this.sharing = false;

@@ -13,6 +13,7 @@ import { completionBody, replyJson, sleep, until, type Script } from '../support
 import { asAdmin, makeAccount, modelEntry, postChat, startTestGateway, withGatewayOn, type TestGateway } from '../support/gateway.js';
 import { FLEET_LOAD_INTERVAL_MS } from '../../src/routing/fleet-load.js';
 import { startTestRedis, type TestRedis } from '../support/redis.js';
+import { redisKeys } from '../../src/redis/keys.js';
 
 const tenantRequest = (tenant: number, question: string) => ({
   key: conversationKey([{ role: 'system', content: `Tenant ${tenant} has its own long instructions. `.repeat(20) }, { role: 'user', content: question }]),
@@ -58,6 +59,91 @@ describe('prefixes shared through Redis', () => {
     } finally {
       first.close();
       late.close();
+    }
+  });
+});
+
+describe('the fleet order, shared as what changed', () => {
+  const keysOf = (s: PrefixSharing, model: string) => [...s.known(model).keys()];
+  const prefixKeys = (model: string) => redisKeys.prefixes(model);
+
+  it('carries no keys in an exchange once a replica has the order and nothing new was seen', async () => {
+    const replies: unknown[][] = [];
+    // The replica's client, with the script's replies noted.
+    const watched = new Proxy(redis.client, {
+      get(target, name, receiver) {
+        if (name !== 'evalsha') return Reflect.get(target, name, receiver);
+        return async (...args: unknown[]) => {
+          const reply = (await (target.evalsha as (...a: unknown[]) => Promise<unknown[]>)(...args)) as unknown[];
+          replies.push(reply);
+          return reply;
+        };
+      },
+    });
+    const sharing = new PrefixSharing(watched);
+    try {
+      for (let k = 0; k < 50; k++) sharing.known('quiet').saw(`key-${k}`);
+      await until(() => replies.length >= 1);
+      replies.length = 0;
+      await sleep(3 * SHARE_INTERVAL_MS);
+      expect(replies.length).toBeGreaterThanOrEqual(2);
+      for (const reply of replies) expect(reply[3]).toEqual([]);
+      expect(keysOf(sharing, 'quiet')).toHaveLength(50);
+    } finally {
+      sharing.close();
+    }
+  });
+
+  it('drops on every replica a key the fleet forgot, and keeps their orders one', async () => {
+    const [a, b] = [new PrefixSharing(redis.client), new PrefixSharing(redis.client)];
+    try {
+      for (let k = 0; k < 6; k++) a.known('forgetting').saw(`key-${k}`);
+      b.known('forgetting').saw('key-from-b');
+      await until(() => keysOf(b, 'forgetting').length === 7 && keysOf(a, 'forgetting').length === 7);
+      // key-2 unseen for longer than PREFIX_IDLE_MS, as the fleet's last-seen set would say.
+      await redis.client.zadd(prefixKeys('forgetting').lastSeen, 0, 'key-2');
+      await until(() => !keysOf(a, 'forgetting').includes('key-2') && !keysOf(b, 'forgetting').includes('key-2'));
+      expect(keysOf(a, 'forgetting')).toHaveLength(6);
+      expect(keysOf(b, 'forgetting')).toEqual(keysOf(a, 'forgetting'));
+    } finally {
+      a.close();
+      b.close();
+    }
+  });
+
+  it('takes the whole order afresh when Redis has lost the keys', async () => {
+    const [a, b] = [new PrefixSharing(redis.client), new PrefixSharing(redis.client)];
+    try {
+      for (let k = 0; k < 4; k++) a.known('lost').saw(`old-${k}`);
+      await until(() => keysOf(b, 'lost').length === 4);
+      const k = prefixKeys('lost');
+      await redis.client.del(k.firstSeen, k.lastSeen, k.forgotten, k.forgetting);
+      b.known('lost').saw('new');
+      await until(() => keysOf(a, 'lost').includes('new'));
+      await sleep(2 * SHARE_INTERVAL_MS);
+      expect(keysOf(a, 'lost')).toEqual(['new']);
+      expect(keysOf(b, 'lost')).toEqual(['new']);
+    } finally {
+      a.close();
+      b.close();
+    }
+  });
+
+  it('takes the whole order where Redis no longer lists forgettings the replica missed', async () => {
+    const sharing = new PrefixSharing(redis.client);
+    try {
+      for (let k = 0; k < 4; k++) sharing.known('behind').saw(`key-${k}`);
+      const k = prefixKeys('behind');
+      await until(async () => (await redis.client.zcard(k.firstSeen)) === 4);
+      await sleep(2 * SHARE_INTERVAL_MS);
+      // key-1 forgotten, and that forgetting (with four more) no longer listed, as when many keys went since.
+      await redis.client.zrem(k.firstSeen, 'key-1');
+      await redis.client.zrem(k.lastSeen, 'key-1');
+      await redis.client.hset(k.forgetting, 'count', 5, 'trimmed', 5);
+      await until(() => !keysOf(sharing, 'behind').includes('key-1'));
+      expect(keysOf(sharing, 'behind')).toEqual(['key-0', 'key-2', 'key-3']);
+    } finally {
+      sharing.close();
     }
   });
 });
