@@ -7,7 +7,7 @@
 // asked: the keys placed after the last it has, and those forgotten since
 // (Redis counts forgettings, and keeps the latest MAX_KNOWN_PREFIXES); a
 // replica that is new, or behind what Redis still lists, takes the whole
-// order. Taking the whole order at every exchange cost an idle replica 19 ms
+// order, as each does every WHOLE_EVERY_MS. Taking the whole order at every exchange cost an idle replica 19 ms
 // of main-thread time a second at 4,096 keys, in stalls of about 4 ms
 // (`node bench/prefix-sharing-cost.mjs`). A key this replica has never seen
 // waits one round trip (at most PLACE_WAIT_MS) to be added to the fleet's
@@ -25,6 +25,11 @@ export const SHARE_INTERVAL_MS = 200;
  * knows. The same request waits on the same Redis for its credit hold, so a Redis this slow fails it anyway.
  */
 const PLACE_WAIT_MS = 500;
+/**
+ * How often a replica takes the whole order all the same, so that nothing it missed outlives a minute: a
+ * forgetting made by a replica of a version before these exchanges (during a rolling upgrade) is listed nowhere.
+ */
+export const WHOLE_EVERY_MS = 60_000;
 
 // KEYS: first seen, last seen (scores: Redis time in µs), forgotten (score: the count of forgettings when each
 // went), forgetting (hash: that count, the highest of it no longer listed, the last place given, and when this
@@ -81,6 +86,8 @@ return { 0, count, began, redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. ARGV[3], '
 interface Shared {
   known: KnownPrefixes;
   began: string;
+  /** When it last took the whole order. */
+  tookWhole: number;
   lastPlace: number | undefined;
   heard: number;
 }
@@ -90,7 +97,8 @@ export class PrefixSharing {
   private readonly timer: NodeJS.Timeout;
   private sharing = false;
 
-  constructor(private readonly redis: Redis) {
+  /** `now`: a clock in ms, for when the whole order is due. */
+  constructor(private readonly redis: Redis, private readonly now: () => number = () => performance.now()) {
     this.timer = setInterval(() => void this.share(), SHARE_INTERVAL_MS);
     this.timer.unref();
   }
@@ -103,7 +111,7 @@ export class PrefixSharing {
   private shared(model: string): Shared {
     let shared = this.models.get(model);
     if (!shared) {
-      shared = { known: new KnownPrefixes(), began: '', lastPlace: undefined, heard: 0 };
+      shared = { known: new KnownPrefixes(), began: '', tookWhole: 0, lastPlace: undefined, heard: 0 };
       this.models.set(model, shared);
     }
     return shared;
@@ -131,16 +139,20 @@ export class PrefixSharing {
   /** Sends the keys seen, and takes what changed in the fleet's order since this replica last heard. */
   private async exchange(shared: Shared, model: string, seen: string[]): Promise<void> {
     const keys = redisKeys.prefixes(model);
+    const wantWhole = shared.lastPlace === undefined || this.now() - shared.tookWhole >= WHOLE_EVERY_MS;
     const [whole, count, began, placed, forgotten] = (await SHARE.run(
       this.redis,
       [keys.firstSeen, keys.lastSeen, keys.forgotten, keys.forgetting],
-      [PREFIX_IDLE_MS, MAX_KNOWN_PREFIXES, shared.lastPlace ?? '', shared.heard, shared.began, ...seen],
+      [PREFIX_IDLE_MS, MAX_KNOWN_PREFIXES, wantWhole ? '' : shared.lastPlace!, shared.heard, shared.began, ...seen],
     )) as [number, number, string, string[], string[]];
     const added: [string, number][] = [];
     for (let i = 0; i < placed.length; i += 2) added.push([placed[i], Number(placed[i + 1])]);
     shared.known.merge({ whole: whole === 1, added, forgotten });
     // Replies come in the order asked, each as of its own time: the last one's count and places are the latest.
-    if (whole === 1) shared.lastPlace = added.at(-1)?.[1] ?? 0;
+    if (whole === 1) {
+      shared.lastPlace = added.at(-1)?.[1] ?? 0;
+      shared.tookWhole = this.now();
+    }
     else if (added.length > 0) shared.lastPlace = Math.max(shared.lastPlace ?? 0, added.at(-1)![1]);
     shared.heard = Number(count);
     shared.began = began;

@@ -7,7 +7,7 @@ import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readBalance } from '../../src/billing/credit-ledger.js';
 import { PrefixAffinityPolicy } from '../../src/routing/policies/prefix-affinity.js';
-import { PrefixSharing, SHARE_INTERVAL_MS } from '../../src/routing/prefix-sharing.js';
+import { PrefixSharing, SHARE_INTERVAL_MS, WHOLE_EVERY_MS } from '../../src/routing/prefix-sharing.js';
 import { conversationKey } from '../../src/routing/affinity-key.js';
 import { completionBody, replyJson, sleep, until, type Script } from '../support/fake-upstream.js';
 import { asAdmin, makeAccount, modelEntry, postChat, startTestGateway, withGatewayOn, type TestGateway } from '../support/gateway.js';
@@ -83,7 +83,7 @@ describe('the fleet order, shared as what changed', () => {
     const sharing = new PrefixSharing(watched);
     try {
       for (let k = 0; k < 50; k++) sharing.known('quiet').saw(`key-${k}`);
-      await until(() => replies.length >= 1);
+      await until(async () => replies.length >= 1);
       replies.length = 0;
       await sleep(3 * SHARE_INTERVAL_MS);
       expect(replies.length).toBeGreaterThanOrEqual(2);
@@ -99,10 +99,10 @@ describe('the fleet order, shared as what changed', () => {
     try {
       for (let k = 0; k < 6; k++) a.known('forgetting').saw(`key-${k}`);
       b.known('forgetting').saw('key-from-b');
-      await until(() => keysOf(b, 'forgetting').length === 7 && keysOf(a, 'forgetting').length === 7);
+      await until(async () => keysOf(b, 'forgetting').length === 7 && keysOf(a, 'forgetting').length === 7);
       // key-2 unseen for longer than PREFIX_IDLE_MS, as the fleet's last-seen set would say.
       await redis.client.zadd(prefixKeys('forgetting').lastSeen, 0, 'key-2');
-      await until(() => !keysOf(a, 'forgetting').includes('key-2') && !keysOf(b, 'forgetting').includes('key-2'));
+      await until(async () => !keysOf(a, 'forgetting').includes('key-2') && !keysOf(b, 'forgetting').includes('key-2'));
       expect(keysOf(a, 'forgetting')).toHaveLength(6);
       expect(keysOf(b, 'forgetting')).toEqual(keysOf(a, 'forgetting'));
     } finally {
@@ -115,17 +115,37 @@ describe('the fleet order, shared as what changed', () => {
     const [a, b] = [new PrefixSharing(redis.client), new PrefixSharing(redis.client)];
     try {
       for (let k = 0; k < 4; k++) a.known('lost').saw(`old-${k}`);
-      await until(() => keysOf(b, 'lost').length === 4);
+      await until(async () => keysOf(b, 'lost').length === 4);
       const k = prefixKeys('lost');
       await redis.client.del(k.firstSeen, k.lastSeen, k.forgotten, k.forgetting);
       b.known('lost').saw('new');
-      await until(() => keysOf(a, 'lost').includes('new'));
+      await until(async () => keysOf(a, 'lost').includes('new'));
       await sleep(2 * SHARE_INTERVAL_MS);
       expect(keysOf(a, 'lost')).toEqual(['new']);
       expect(keysOf(b, 'lost')).toEqual(['new']);
     } finally {
       a.close();
       b.close();
+    }
+  });
+
+  it('takes the whole order every WHOLE_EVERY_MS all the same, so that a forgetting listed nowhere is not kept for good', async () => {
+    let clock = 0;
+    const sharing = new PrefixSharing(redis.client, () => clock);
+    try {
+      for (let k = 0; k < 3; k++) sharing.known('unlisted').saw(`key-${k}`);
+      const k = prefixKeys('unlisted');
+      await until(async () => (await redis.client.zcard(k.firstSeen)) === 3);
+      // Forgotten as a replica of an earlier version forgets: out of both sets, in no list.
+      await redis.client.zrem(k.firstSeen, 'key-1');
+      await redis.client.zrem(k.lastSeen, 'key-1');
+      await sleep(3 * SHARE_INTERVAL_MS);
+      expect(keysOf(sharing, 'unlisted')).toContain('key-1');
+      clock += WHOLE_EVERY_MS;
+      await until(async () => !keysOf(sharing, 'unlisted').includes('key-1'));
+      expect(keysOf(sharing, 'unlisted')).toEqual(['key-0', 'key-2']);
+    } finally {
+      sharing.close();
     }
   });
 
@@ -140,7 +160,7 @@ describe('the fleet order, shared as what changed', () => {
       await redis.client.zrem(k.firstSeen, 'key-1');
       await redis.client.zrem(k.lastSeen, 'key-1');
       await redis.client.hset(k.forgetting, 'count', 5, 'trimmed', 5);
-      await until(() => !keysOf(sharing, 'behind').includes('key-1'));
+      await until(async () => !keysOf(sharing, 'behind').includes('key-1'));
       expect(keysOf(sharing, 'behind')).toEqual(['key-0', 'key-2', 'key-3']);
     } finally {
       sharing.close();
