@@ -245,6 +245,7 @@ export function serveBatchLine<R, W extends WholeReply>(api: ApiDescriptor<R, W>
 async function serve<R, W extends WholeReply>(api: ApiDescriptor<R, W>, exchange: Exchange, to: ReplyTo, ctx: GatewayContext, span: Span, record: RequestRecord, started: number): Promise<void> {
   const { caller, table } = exchange;
   record.settings = table.settings;
+  record.arrivedAt = started;
   record.account = caller.account;
   record.keyId = caller.keyId;
   const a = admit(api, exchange, span, record);
@@ -252,6 +253,7 @@ async function serve<R, W extends WholeReply>(api: ApiDescriptor<R, W>, exchange
     table, caller, model: a.model, settlementId: randomId(), clientIds: a.clientIds, promptTokens: a.promptTokens,
     n: a.replies, maxReplyTokens: a.maxReplyTokens, user: a.asked.user, api: api.name, tier: a.tier,
   });
+  record.admittedMs = performance.now() - started;
 
   let call: UpstreamCall | undefined;
   let relay: StreamRelay | undefined;

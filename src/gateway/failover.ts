@@ -175,7 +175,9 @@ class PlanWalk {
     const timeouts = { firstByteMs: Math.max(1, Math.min(this.settings.upstreamFirstByteTimeoutMs, this.deadline - started)), idleMs: this.settings.upstreamIdleTimeoutMs };
     try {
       const { path, bodies: sent } = this.forwarding.upstreamRequest(endpoint);
+      const sentAt = performance.now();
       const bodies = await this.sendAll(endpoint, path, sent, timeouts, traceparentOf(attemptSpan));
+      if (record.arrivedAt !== undefined) Object.assign(record, { sentMs: sentAt - record.arrivedAt, answeredMs: performance.now() - record.arrivedAt });
       state.recordSuccess(this.forwarding.account, Date.now() - started);
       this.ctx.telemetry.recordUpstreamCall(record, endpoint, (Date.now() - started) / 1000);
       attemptSpan.end();

@@ -37,6 +37,9 @@ function writeLine(line: string): void {
   else flushTimer ??= setTimeout(flushRequestLog, FLUSH_MS).unref();
 }
 
+/** A phase's ms to a tenth: a gateway's own share of a request is a millisecond or two. */
+const tenths = (ms: number | undefined) => (ms === undefined ? undefined : Math.round(ms * 10) / 10);
+
 export function writeRequestLog(r: RequestRecord, status: number, errorType: string | undefined, seconds: number): void {
   const line = {
     time: new Date().toISOString(),
@@ -56,6 +59,9 @@ export function writeRequestLog(r: RequestRecord, status: number, errorType: str
     cached_tokens: r.cachedTokens,
     completion_tokens: r.completionTokens,
     cost_micros: r.cost,
+    admitted_ms: tenths(r.admittedMs),
+    upstream_sent_ms: tenths(r.sentMs),
+    upstream_answered_ms: tenths(r.answeredMs),
     first_byte_ms: r.firstByteMs === undefined ? undefined : Math.round(r.firstByteMs),
     total_ms: Math.round(seconds * 1000),
     attempts: r.attempts,

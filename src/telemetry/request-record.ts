@@ -24,7 +24,14 @@ export interface RequestRecord {
   completionTokens?: number;
   /** What the reply cost, in micro-units (charged when complete). */
   cost?: number;
-  /** ms from the request's arrival to the first byte of its reply. */
+  /** When the request arrived (performance.now()): the phases below are ms from then. */
+  arrivedAt?: number;
+  /** Its credit hold stood: key, body, checks and hold done. */
+  admittedMs?: number;
+  /** The answering attempt was sent upstream (a slot held), and the upstream answered (its headers). */
+  sentMs?: number;
+  answeredMs?: number;
+  /** The first byte of its reply left for the client. */
   firstByteMs?: number;
   streamed?: boolean;
   /** Why a reply that had begun did not finish ('client_gone', 'upstream_broke_off'); its status stays 200. */

@@ -165,6 +165,34 @@ describe('a log line per request', () => {
   });
 });
 
+describe("a log line's phases", () => {
+  it('say when the hold stood, when the upstream was sent the request and when it answered, in order, with the upstream\'s own wait between the last two', async () => {
+    const UPSTREAM_MS = 80;
+    const usage = { prompt_tokens: 10, completion_tokens: 1, total_tokens: 11 };
+    const delayed = await startFakeUpstream((req, res) => {
+      setTimeout(() => (req.body.stream ? writeEvents(res, [chunk({ role: 'assistant', content: 'hi' }), { ...chunk({}, 'stop'), usage }]) : replyJson(res, completionBody('hi', usage))), UPSTREAM_MS);
+    });
+    const gw = await startTestGateway({ gateway: { requestLog: true }, models: [modelEntry('m', [{ kind: 'vllm', url: delayed.url }])] });
+    try {
+      const lines = await stdoutWrites(gw, async () => {
+        await (await postChat(gw, { model: 'm', messages }, { 'x-request-id': 'phases-1' })).text();
+        await (await postChat(gw, { model: 'm', messages, stream: true }, { 'x-request-id': 'phases-2' })).text();
+      });
+      for (const line of loggedRequests(lines)) {
+        const { admitted_ms: admitted, upstream_sent_ms: sent, upstream_answered_ms: answered, first_byte_ms: firstByte, total_ms: total } = line;
+        expect(admitted).toBeGreaterThan(0);
+        expect(sent).toBeGreaterThanOrEqual(admitted);
+        expect(answered - sent).toBeGreaterThanOrEqual(UPSTREAM_MS - 5);
+        expect(firstByte).toBeGreaterThanOrEqual(Math.floor(answered));
+        expect(total).toBeGreaterThanOrEqual(firstByte);
+      }
+      expect(loggedRequests(lines)).toHaveLength(2);
+    } finally {
+      await delayed.close();
+    }
+  });
+});
+
 describe('log lines, written together', () => {
   it('go to stdout in fewer writes than lines, and all of them by the time the gateway has closed', async () => {
     const gw = await startTestGateway({ gateway: { requestLog: true }, models: [modelEntry('m', [{ kind: 'vllm', url: upstream.url }])] });
