@@ -9,11 +9,12 @@
 // replica that is new, or behind what Redis still lists, takes the whole
 // order, as each does every WHOLE_EVERY_MS. Taking the whole order at every
 // exchange cost an idle replica 20 ms of main-thread time a second at 4,096
-// keys, about 4 ms an exchange (`node bench/prefix-sharing-cost.mjs`). A key this replica has never seen
-// waits one round trip (at most PLACE_WAIT_MS) to be added to the fleet's
-// order before it is placed, so that a new tenant or session gets the same
-// home on every replica from its first request; known keys never wait. While
-// Redis is away each replica goes on with what it knows.
+// keys, about 4 ms an exchange (`node bench/prefix-sharing-cost.mjs`). A
+// key this replica has never seen waits one round trip (at most
+// PLACE_WAIT_MS) to be added to the fleet's order before it is placed, so
+// that a new tenant or session gets the same home on every replica from its
+// first request; known keys never wait. While Redis is away each replica
+// goes on with what it knows.
 import type { Redis } from 'ioredis';
 import { luaScript } from '../redis/lua-script.js';
 import { redisKeys } from '../redis/keys.js';
