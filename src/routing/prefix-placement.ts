@@ -30,16 +30,18 @@ function hash32(text: string, seed = 0x811c9dc5): number {
   return h >>> 0;
 }
 
-/** The score of `name` for `key` as a fraction in (0, 1]: cheap, and the same in every process. */
-function unitHash(key: string, name: string): number {
-  return (hash32(name, hash32(key)) + 1) / 0x100000001;
-}
+/** `e`'s weighted rendezvous score for a key (`keyHash`: hash32 of the key): an endpoint of weight 2 comes first for twice the keys. */
+const score = (keyHash: number, e: PlacementEndpoint) => -e.weight / Math.log((hash32(e.name, keyHash) + 1) / 0x100000001);
 
-/** `endpoints` in `key`'s own order: weighted rendezvous, so an endpoint of weight 2 comes first for twice the keys. */
+/** Whether `a` (with `aScore`) comes before `b` in a key's order: the higher score, then the name. */
+const before = (aScore: number, a: PlacementEndpoint, bScore: number, b: PlacementEndpoint) => aScore > bScore || (aScore === bScore && a.name < b.name);
+
+/** `endpoints` in `key`'s own order. */
 export function rendezvousOrder<E extends PlacementEndpoint>(key: string, endpoints: E[]): E[] {
+  const keyHash = hash32(key);
   return endpoints
-    .map((e) => ({ e, score: -e.weight / Math.log(unitHash(key, e.name)) }))
-    .sort((a, b) => b.score - a.score || (a.e.name < b.e.name ? -1 : 1))
+    .map((e) => ({ e, score: score(keyHash, e) }))
+    .sort((a, b) => (before(a.score, a.e, b.score, b.e) ? -1 : 1))
     .map(({ e }) => e);
 }
 
@@ -56,13 +58,16 @@ function bound(placed: number, weight: number, totalWeight: number, slack: numbe
 }
 
 export class PrefixPlacement<E extends PlacementEndpoint> {
-  private readonly homes = new Map<string, E>();
-  private readonly homeCounts = new Map<string, number>();
+  /** Each prefix's home, by the home's index in `endpoints`. */
+  private readonly homes = new Map<string, number>();
+  /** How many prefixes each endpoint (by index) is home to. */
+  private readonly homeCounts: number[];
   private readonly totalWeight: number;
 
   /** `prefixes` in the order they were first seen. */
   constructor(prefixes: readonly string[], private readonly endpoints: E[], private readonly slack: number) {
     this.totalWeight = endpoints.reduce((sum, e) => sum + e.weight, 0);
+    this.homeCounts = endpoints.map(() => 0);
     for (const key of prefixes) this.add(key);
   }
 
@@ -77,24 +82,41 @@ export class PrefixPlacement<E extends PlacementEndpoint> {
    */
   add(key: string): void {
     const home = this.next(key);
-    if (!home) return;
+    if (home < 0) return;
     this.homes.set(key, home);
-    this.homeCounts.set(home.name, (this.homeCounts.get(home.name) ?? 0) + 1);
+    this.homeCounts[home]++;
   }
 
   /** How many prefixes each endpoint is home to. */
   homesPerEndpoint(): Map<string, number> {
-    return new Map(this.homeCounts);
+    return new Map(this.endpoints.flatMap((e, i) => (this.homeCounts[i] > 0 ? [[e.name, this.homeCounts[i]] as [string, number]] : [])));
   }
 
   /** The home of `key`: its place among the known prefixes, or for a new one, where it would go next. */
   homeOf(key: string): E | undefined {
-    return this.homes.get(key) ?? this.next(key);
+    return this.endpoints[this.homes.get(key) ?? this.next(key)];
   }
 
-  private next(key: string): E | undefined {
+  /**
+   * The index of the first endpoint in `key`'s order that holds fewer prefixes than its bound, else of the first
+   * of all (-1: no endpoints). Found in one pass, with the key hashed once, not by sorting: a placement is made
+   * again for every known prefix whenever the fleet forgets one, on the path of the next request, and every
+   * request then in flight waits. `node bench/prefix-placement.mjs 581be64` put 4,096 prefixes over 8 endpoints
+   * at 4.9 ms, against 14.5 ms sorted (over 32 endpoints: 16.8 against 60.2 ms; 2026-11-28).
+   */
+  private next(key: string): number {
     const placed = this.homes.size + 1;
-    const order = rendezvousOrder(key, this.endpoints);
-    return order.find((e) => (this.homeCounts.get(e.name) ?? 0) < bound(placed, e.weight, this.totalWeight, this.slack)) ?? order[0];
+    const keyHash = hash32(key);
+    let first = -1;
+    let firstScore = 0;
+    let open = -1;
+    let openScore = 0;
+    this.endpoints.forEach((e, i) => {
+      const s = score(keyHash, e);
+      if (first < 0 || before(s, e, firstScore, this.endpoints[first])) [first, firstScore] = [i, s];
+      const roomy = this.homeCounts[i] < bound(placed, e.weight, this.totalWeight, this.slack);
+      if (roomy && (open < 0 || before(s, e, openScore, this.endpoints[open]))) [open, openScore] = [i, s];
+    });
+    return open >= 0 ? open : first;
   }
 }
