@@ -113,6 +113,8 @@ describe('a batch in idle capacity', () => {
       // window rather than fail. (Read from Redis: the key's own calls would find its window full.)
       const slow = await makeAccount(gw.redis, 1);
       await setAccountLimits(gw.redis.client, slow.account, { requestsPerMinute: 5, tokensPerMinute: null });
+      // The window is a fixed minute: this part must not straddle two (it takes some 5 s).
+      if (Date.now() % 60_000 > 50_000) await sleep(60_000 - (Date.now() % 60_000) + 100);
       const rated = clientOf(slow.key);
       const waiting = await startBatch(rated, 5);
       const counts = async () => (await readBatch(gw.redis.client, slow.account, waiting.id))!;
