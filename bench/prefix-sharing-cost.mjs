@@ -5,14 +5,18 @@
 // run. The keys are written straight into the fleet's sorted sets in Redis,
 // as other replicas' exchanges would have; each replica then takes them at
 // its next exchange, every SHARE_INTERVAL_MS (routing/prefix-sharing.ts).
+// Then a tenant that names a new cache key at every request (a fresh
+// `prompt_cache_key`, one request at a time): each such request waits for
+// its key to join the fleet's order; the main thread's CPU per request.
 //
-//   npm run build && node bench/prefix-sharing-cost.mjs [revision, none] [keys, 4096] [seconds, 10]
+//   npm run build && node bench/prefix-sharing-cost.mjs [revision, none] [keys, 4096] [seconds, 10] [requests with new keys, 300]
 import { execFileSync } from 'node:child_process';
 import { benchModel, buildOf, countHook, forked, hookCounts, mainThreadCpuMicros, ROOT, startParley, stopAll } from './support.mjs';
 
 const REVISION = process.argv[2] ?? 'none';
 const KEYS = Number(process.argv[3] ?? 4096);
 const SECONDS = Number(process.argv[4] ?? 10);
+const CHURN = Number(process.argv[5] ?? 300);
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 /** Main-thread CPU (ms a second) and the event loop's delay over SECONDS of idling. */
@@ -32,12 +36,14 @@ try {
   const rows = [];
   for (const [name, root] of builds) {
     const parley = await startParley([benchModel(`http://127.0.0.1:${port}`)], {}, countHook(), undefined, root);
+    const ask = (extra = {}) =>
+      fetch(`${parley.url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${parley.key}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'bench', messages: [{ role: 'user', content: 'hi' }], ...extra }),
+      }).then((r) => r.text());
     // One request, so that the model's key is known and shared.
-    await fetch(`${parley.url}/v1/chat/completions`, {
-      method: 'POST',
-      headers: { authorization: `Bearer ${parley.key}`, 'content-type': 'application/json' },
-      body: JSON.stringify({ model: 'bench', messages: [{ role: 'user', content: 'hi' }] }),
-    }).then((r) => r.text());
+    await ask();
     const one = await idle(parley);
     const socket = execFileSync('sh', ['-c', `find ${parley.dataDir} -name '*.sock' | head -1`]).toString().trim();
     const now = Date.now() * 1000;
@@ -48,7 +54,13 @@ try {
     }
     execFileSync('redis-cli', ['-s', socket], { input: commands, stdio: ['pipe', 'ignore', 'inherit'] });
     const many = await idle(parley);
-    rows.push({ build: name, 'CPU ms/s, 1 key': one.cpu, 'loop delay p99 / max ms, 1 key': one.delay, [`CPU ms/s, ${KEYS} keys`]: many.cpu, [`loop delay p99 / max ms, ${KEYS} keys`]: many.delay });
+    const before = mainThreadCpuMicros(parley.child.pid);
+    for (let i = 0; i < CHURN; i++) await ask({ prompt_cache_key: `churn-${name}-${i}` });
+    const churn = Math.round((mainThreadCpuMicros(parley.child.pid) - before) / CHURN);
+    rows.push({
+      build: name, 'CPU ms/s, 1 key': one.cpu, 'loop delay p99 / max ms, 1 key': one.delay, [`CPU ms/s, ${KEYS} keys`]: many.cpu,
+      [`loop delay p99 / max ms, ${KEYS} keys`]: many.delay, 'µs a request with a new key': churn,
+    });
     parley.child.kill('SIGTERM');
   }
   console.table(rows);
