@@ -177,7 +177,10 @@ class PlanWalk {
       const { path, bodies: sent } = this.forwarding.upstreamRequest(endpoint);
       const sentAt = performance.now();
       const bodies = await this.sendAll(endpoint, path, sent, timeouts, traceparentOf(attemptSpan));
-      if (record.arrivedAt !== undefined) Object.assign(record, { sentMs: sentAt - record.arrivedAt, answeredMs: performance.now() - record.arrivedAt });
+      if (record.arrivedAt !== undefined) {
+        record.sentMs = sentAt - record.arrivedAt;
+        record.answeredMs = performance.now() - record.arrivedAt;
+      }
       state.recordSuccess(this.forwarding.account, Date.now() - started);
       this.ctx.telemetry.recordUpstreamCall(record, endpoint, (Date.now() - started) / 1000);
       attemptSpan.end();

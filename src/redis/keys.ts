@@ -57,7 +57,8 @@ export const redisKeys = {
   loginAttempts: (client: string) => `${P}login-attempts:${client}`,
   /**
    * A model's affinity keys (routing/affinity-key.ts): sorted sets by when the fleet first and last saw each (Redis
-   * time, µs); the keys it forgot lately, by a count of forgettings; hash of that count and the oldest still listed.
+   * time, µs); the keys it forgot lately, by a count of forgettings; hash of that count, the highest of it no longer
+   * listed, the last place given and when the order began (routing/prefix-sharing.ts).
    */
   prefixes: (model: string) => ({
     firstSeen: `${P}{affinity-keys:${model}}:first-seen`,

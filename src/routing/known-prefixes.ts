@@ -56,11 +56,6 @@ export class KnownPrefixes {
     return taken;
   }
 
-  /** Takes the fleet's whole order. */
-  adopt(fleetOrder: string[]): void {
-    this.merge({ whole: true, added: fleetOrder.map((key, place) => [key, place]), forgotten: [] });
-  }
-
   /**
    * Takes what changed in the fleet's order. Applying a change twice, or one that overlaps the last, changes
    * nothing more: a key both forgotten and added was added again after, at its new place.

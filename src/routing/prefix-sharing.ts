@@ -153,8 +153,7 @@ export class PrefixSharing {
     if (whole === 1) {
       shared.lastPlace = added.at(-1)?.[1] ?? 0;
       shared.tookWhole = this.now();
-    }
-    else if (added.length > 0) shared.lastPlace = Math.max(shared.lastPlace ?? 0, added.at(-1)![1]);
+    } else if (added.length > 0) shared.lastPlace = Math.max(shared.lastPlace ?? 0, added.at(-1)![1]);
     shared.heard = Number(count);
     shared.began = began;
   }

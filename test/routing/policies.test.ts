@@ -138,7 +138,7 @@ describe('prefix affinity', () => {
     [...tenants].reverse().forEach((t) => policies[1].order(pool(0, 0, 0, 0), requestOf(t)));
     // What sharing through Redis does: both take the fleet's first-seen order.
     const fleetOrder = [...replicas[0].keys()];
-    replicas.forEach((known) => known.adopt(fleetOrder));
+    replicas.forEach((known) => known.merge({ whole: true, added: fleetOrder.map((key, place) => [key, place]), forgotten: [] }));
     const homes = policies.map((policy) => tenants.map((t) => policy.order(pool(0, 0, 0, 0), requestOf(t, 'later'))[0].name));
     expect(homes[1]).toEqual(homes[0]);
     for (const e of ['e0', 'e1', 'e2', 'e3']) expect(homes[0].filter((h) => h === e)).toHaveLength(2);
