@@ -11,13 +11,14 @@
 //   waiting waits for a running one to end, seconds where replies are long.
 //   Once an engine has queued, the most it ran while queueing is its
 //   capacity, and whether a request would queue is read off the live load.
-// Load is compared relative to weight. Prefix affinity adds the key's home
-// (policies/prefix-affinity.ts): a request stays there while the home is
-// within the load bound, not KV-full, and waiting in its queue (the requests
-// ahead, times how long a request holds a slot there, over its capacity)
-// costs less than reading the prompt again elsewhere (its tokens at the
-// model's `prefillTokensPerSecond`); otherwise it goes to the next in the
-// key's order that would start it now, where one would.
+// Load is compared relative to weight. Prefix affinity adds where the key's
+// prompt is cached (policies/prefix-affinity.ts): a request stays there
+// while it is within the load bound, not KV-full, and waiting in its queue
+// (the requests ahead, times how long a request holds a slot there, over its
+// capacity) costs less than reading the prompt again elsewhere (its tokens
+// at the model's `prefillTokensPerSecond`); otherwise it goes to the
+// cheapest of the others (queue plus reading), first in the key's order on a
+// tie.
 import type { Candidate } from './policies/policy.js';
 import type { EngineReport } from './engine-reports.js';
 
@@ -42,8 +43,6 @@ export function queueAhead(c: Candidate): number {
   return reported > 0 ? reported + 1 : 0;
 }
 
-export const wouldQueue = (c: Candidate) => queueAhead(c) > 0;
-
 /**
  * How long a request sent now would wait in the engine's queue: a slot frees every (time a request holds one ÷
  * capacity), and it needs as many to free as are ahead of it. Unknown (no request held one yet): forever.
@@ -57,9 +56,6 @@ export function queueWaitMs(c: Candidate): number {
 
 /** What reading a prompt of `promptTokens` again on another engine costs, at `tokensPerSecond`. */
 export const rereadMs = (promptTokens: number | undefined, tokensPerSecond: number) => ((promptTokens ?? 0) * 1000) / tokensPerSecond;
-
-/** Whether the engine would start a request now: no queue for it, and room in its KV cache. */
-export const takesWorkNow = (c: Candidate) => !wouldQueue(c) && !isKvCacheFull(c);
 
 /** Those not KV-full first, then least loaded relative to weight; ties keep the given order. */
 export function byLoad<C extends Candidate>(candidates: C[]): C[] {

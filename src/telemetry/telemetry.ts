@@ -120,7 +120,7 @@ export class Telemetry {
     const healthy = meter.createObservableGauge('parley_upstream_healthy', { description: "1 when the endpoint's circuit is closed" });
     const inFlight = meter.createObservableGauge('parley_upstream_in_flight', { description: "This replica's requests holding one of the endpoint's slots" });
     const queued = meter.createObservableGauge('parley_upstream_queued', { description: "This replica's requests waiting for one of the endpoint's slots, by service tier" });
-    const spills = meter.createObservableCounter('parley_affinity_spills', { description: "Requests prefix affinity sent past their key's busy home, by model" });
+    const spills = meter.createObservableCounter('parley_affinity_spills', { description: "Requests prefix affinity sent away from where their key's prompt is cached, as that was busy, by model" });
     const reported = meter.createObservableGauge('parley_engine_load_reported', { description: "1 when routing goes by the engine's own recent report of its load; 0 when by Parley's counts alone (a hosted API, reading off, or the last read failed)" });
     const engineGauges: [ObservableGauge, (load: EngineLoad) => number | undefined][] = [
       [meter.createObservableGauge('parley_engine_requests_running', { description: 'Requests the engine last said it was running' }), (l) => l.running],

@@ -91,14 +91,16 @@ describe('scoring on the engine’s report', () => {
     expect(new LeastLoadPolicy().order(candidates([0.95, 0.3, 0.5])).map((c) => c.name)).toEqual(['e1', 'e2', 'e0']);
   });
 
+  const settings = { loadFactor: 1.5, maxImbalance: 4, placementSlack: 0.25, prefillTokensPerSecond: 10_000 };
+
   it('prefix affinity keeps a key home while its queue costs less than reading the prompt again elsewhere, and moves it when not', () => {
-    const policy = new PrefixAffinityPolicy({ loadFactor: 1.5, maxImbalance: 4, placementSlack: 0.25, prefillTokensPerSecond: 10_000 });
     const idle = [0, 1, 2].map((i) => ({ name: `e${i}`, load: 4, weight: 1, capacity: 8, heldMs: 4000 }));
-    const home = policy.order(idle, { key: 'session-2' })[0].name;
+    const home = new PrefixAffinityPolicy(settings).order(idle, { key: 'session-2' })[0].name;
     // 8 in flight at home fills it: one slot must free first, a wait of 4000 / 8 = 500 ms.
     // Within the load bound (the mean plus 4) either way, so only the cost moves the key.
     const full = (extra: object = {}) => idle.map((c) => (c.name === home ? { ...c, load: 8, engineQueue: 1, ...extra } : c));
-    const choice = (candidates: typeof idle, promptTokens: number) => policy.order(candidates, { key: 'session-2', promptTokens })[0].name;
+    // Each on a policy of its own, which has not moved the key before.
+    const choice = (candidates: typeof idle, promptTokens: number) => new PrefixAffinityPolicy(settings).order(candidates, { key: 'session-2', promptTokens })[0].name;
     expect(choice(full(), 2_000)).not.toBe(home); // reading 2,000 tokens again: 200 ms
     expect(choice(full(), 20_000)).toBe(home); // 2,000 ms
     expect(choice(full({ heldMs: 400 }), 2_000)).toBe(home); // short replies: 50 ms
@@ -109,13 +111,36 @@ describe('scoring on the engine’s report', () => {
     expect(choice(idle.map((c) => ({ ...c, load: 8, engineQueue: 1 })), 2_000)).toBe(home);
   });
 
+  it('prefix affinity keeps a key where it was sent away to, its prompt now cached there, while that costs least', () => {
+    const idle = [0, 1, 2].map((i) => ({ name: `e${i}`, load: 4, weight: 1, capacity: 8, heldMs: 4000 }));
+    const [moving, other] = [new PrefixAffinityPolicy(settings), new PrefixAffinityPolicy(settings)];
+    const home = moving.order(idle, { key: 'session-3' })[0].name;
+    const busy = idle.map((c) => (c.name === home ? { ...c, load: 8, engineQueue: 1 } : c));
+    const turn = (policy: PrefixAffinityPolicy, candidates: typeof idle, promptTokens: number) => policy.order(candidates, { key: 'session-3', promptTokens })[0].name;
+    // A 2,000-token turn leaves the busy home (a 500 ms queue against 200 ms of reading).
+    const away = turn(moving, busy, 2_000);
+    expect(away).not.toBe(home);
+    // Its conversation grows past the point where the home's queue costs less than reading all of it again. The home
+    // has only its first turns cached, so it stays where it went; weighing the home as the key's cache sent it back,
+    // as the replica that did not send it away still does.
+    expect(turn(moving, busy, 20_000)).toBe(away);
+    expect(turn(other, busy, 20_000)).toBe(home);
+    // The home frees: reading 22,000 tokens again there costs more than staying.
+    expect(turn(moving, idle, 22_000)).toBe(away);
+    // Where it went fills up (a 1,000 ms queue): a short prompt goes where reading it costs least, the home first in
+    // its order, and is the home's again after.
+    const awayBusy = idle.map((c) => (c.name === away ? { ...c, load: 9, engineQueue: 2 } : c));
+    expect(turn(moving, awayBusy, 2_000)).toBe(home);
+    expect(turn(moving, idle, 2_000)).toBe(home);
+  });
+
   it('prefix affinity moves a key off a KV-full home, and keeps it home when every engine is full', () => {
-    const policy = new PrefixAffinityPolicy({ loadFactor: 1.5, maxImbalance: 4, placementSlack: 0.25, prefillTokensPerSecond: 10_000 });
+    const policy = new PrefixAffinityPolicy(settings);
     const idle = [0, 1, 2].map((i) => ({ name: `e${i}`, load: 0, weight: 1, kvCacheUse: 0.2 }));
     const home = policy.order(idle, { key: 'session-1' })[0].name;
     const homeFull = idle.map((c) => (c.name === home ? { ...c, kvCacheUse: 0.97 } : c));
     expect(policy.order(homeFull, { key: 'session-1' })[0].name).not.toBe(home);
-    expect(policy.order(idle.map((c) => ({ ...c, kvCacheUse: 0.97 })), { key: 'session-1' })[0].name).toBe(home);
+    expect(new PrefixAffinityPolicy(settings).order(idle.map((c) => ({ ...c, kvCacheUse: 0.97 })), { key: 'session-1' })[0].name).toBe(home);
   });
 });
 

@@ -284,8 +284,9 @@ describe('three gateway replicas on one Redis', () => {
         const home = served[0];
         expect(served.slice(0, 8).every((e) => e === home)).toBe(true);
         expect(served.slice(8).filter((e) => e !== home).length).toBeGreaterThanOrEqual(2);
+        // The first sent away is a spill; those after it go where its prompt is now cached.
         const metrics = await (await fetch(`${replicas[1].url}/metrics`)).text();
-        expect(Number(/^parley_affinity_spills_total\{model="m"[^}]*\} (\d+)$/m.exec(metrics)?.[1])).toBeGreaterThanOrEqual(2);
+        expect(Number(/^parley_affinity_spills_total\{model="m"[^}]*\} (\d+)$/m.exec(metrics)?.[1])).toBeGreaterThanOrEqual(1);
       });
     });
   });

@@ -33,6 +33,6 @@ export interface RoutingPolicy {
   isKnown?(key: string): boolean;
   /** How many affinity keys each endpoint is home to, where the policy places keys. */
   homes?(): Map<string, number>;
-  /** Requests sent past their key's home because it was busy, since the policy was made. */
+  /** Requests sent away from where their key's prompt is cached (its home, or where it last went) because that was busy, since the policy was made. */
   readonly spills?: number;
 }

@@ -17,9 +17,21 @@
 // where it reports it (routing/endpoint-score.ts); a home whose engine says
 // it has a queue, or its KV cache is full, spills too, while another has
 // neither.
-import { KnownPrefixes } from '../known-prefixes.js';
+//
+// A key sent away from a busy home has its prompt cached where it went, and
+// the home's copy falls behind as the conversation grows. So a replica that
+// sent a key away counts its prompt cached there: the key's requests keep
+// going there while that costs least, even after the home frees, and the
+// key is the home's again once it goes back. Where the home's longer queue
+// was weighed against reading the prompt again, a growing prompt sent the
+// key back home to a stale copy behind the queue (engine-load-routing.mjs,
+// scenario c). A replica that has not sent the key away weighs the home as
+// before; while a home stays busy, each replica sends the key away on its
+// first request there and then agrees.
+import { LRUCache } from 'lru-cache';
+import { KnownPrefixes, MAX_KNOWN_PREFIXES, PREFIX_IDLE_MS } from '../known-prefixes.js';
 import { PrefixPlacement, rendezvousOrder, type PlacementEndpoint } from '../prefix-placement.js';
-import { isKvCacheFull, queueWaitMs, rereadMs, takesWorkNow } from '../endpoint-score.js';
+import { isKvCacheFull, queueWaitMs, rereadMs } from '../endpoint-score.js';
 import { type Candidate, type RoutingPolicy, type RoutingRequest } from './policy.js';
 
 export interface PrefixAffinitySettings {
@@ -36,6 +48,8 @@ export interface PrefixAffinitySettings {
 export class PrefixAffinityPolicy implements RoutingPolicy {
   readonly needsKey = true;
   spills = 0;
+  /** Where each key last went instead of its home, while it has not been back: its prompt is cached there. */
+  private readonly movedTo = new LRUCache<string, string>({ max: MAX_KNOWN_PREFIXES, ttl: PREFIX_IDLE_MS });
   private placement: { epoch: number; endpoints: string; placement: PrefixPlacement<PlacementEndpoint> } | undefined;
 
   constructor(private readonly settings: PrefixAffinitySettings, private readonly known: KnownPrefixes = new KnownPrefixes()) {}
@@ -47,20 +61,27 @@ export class PrefixAffinityPolicy implements RoutingPolicy {
     const homeName = this.placementFor(candidates).homeOf(key)?.name;
     const order = rendezvousOrder(key, candidates);
     const home = order.find((c) => c.name === homeName) ?? order[0];
-    const preference = [home, ...order.filter((c) => c !== home)];
     const total = candidates.reduce((sum, c) => sum + c.load, 0);
     const weights = candidates.reduce((sum, c) => sum + c.weight, 0);
     // The mean counts this request, so that an idle pool takes it at home.
     const mean = (total + 1) / weights;
     const bound = Math.max(this.settings.loadFactor * mean, mean + this.settings.maxImbalance);
     const withinBound = (c: C) => (c.load + 1) / c.weight <= bound;
-    // Home, unless its queue costs more than reading the prompt again elsewhere, or its KV cache is so full it
-    // would preempt: then the next in the key's order within the bound that would start it now (endpoint-score.ts).
-    const staysHome = withinBound(home) && !isKvCacheFull(home) && queueWaitMs(home) <= rereadMs(request.promptTokens, this.settings.prefillTokensPerSecond);
-    const chosen = staysHome
-      ? home
-      : (preference.find((c) => withinBound(c) && takesWorkNow(c)) ?? preference.find((c) => withinBound(c) && !isKvCacheFull(c)) ?? preference.find(withinBound) ?? preference[0]);
-    if (chosen !== home) this.spills++;
+    const usable = (c: C) => withinBound(c) && !isKvCacheFull(c);
+    const movedName = this.movedTo.get(key);
+    const moved = movedName === undefined ? undefined : order.find((c) => c.name === movedName && usable(c));
+    const cachedAt = moved ?? home;
+    const preference = [cachedAt, ...(moved ? [home] : []), ...order.filter((c) => c !== home && c !== moved)];
+    // Where the prompt is cached, unless its queue there costs more than reading the prompt again elsewhere
+    // (endpoint-score.ts); then the cheapest of the others within the bound and not KV-full, first in the key's
+    // order on a tie, so that every replica makes the same choice.
+    const reread = rereadMs(request.promptTokens, this.settings.prefillTokensPerSecond);
+    const cost = (c: C) => queueWaitMs(c) + (c === cachedAt ? 0 : reread);
+    const cheapest = preference.filter(usable).reduce<C | undefined>((best, c) => (best === undefined || cost(c) < cost(best) ? c : best), undefined);
+    const chosen = cheapest ?? preference.find(withinBound) ?? preference[0];
+    if (chosen !== cachedAt) this.spills++;
+    if (chosen === home) this.movedTo.delete(key);
+    else this.movedTo.set(key, chosen.name);
     return [chosen, ...preference.filter((c) => c !== chosen)];
   }
 
