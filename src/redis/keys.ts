@@ -58,13 +58,16 @@ export const redisKeys = {
   /**
    * A model's affinity keys (routing/affinity-key.ts): sorted sets by when the fleet first and last saw each (Redis
    * time, µs); the keys it forgot lately, by a count of forgettings; hash of that count, the highest of it no longer
-   * listed, the last place given and when the order began (routing/prefix-sharing.ts).
+   * listed, the last place given, the count of moves and when the order began; hash of the keys away from their home
+   * and where each went; the keys by the count of moves when each last moved (routing/prefix-sharing.ts).
    */
   prefixes: (model: string) => ({
     firstSeen: `${P}{affinity-keys:${model}}:first-seen`,
     lastSeen: `${P}{affinity-keys:${model}}:last-seen`,
     forgotten: `${P}{affinity-keys:${model}}:forgotten`,
     forgetting: `${P}{affinity-keys:${model}}:forgetting`,
+    movedTo: `${P}{affinity-keys:${model}}:moved-to`,
+    moves: `${P}{affinity-keys:${model}}:moves`,
   }),
   /**
    * An endpoint's slots as the fleet shares them: leases, flex and the rest (score: when each lapses); the replicas

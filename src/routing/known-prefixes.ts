@@ -3,7 +3,13 @@
 // notes what it sees; shared through Redis (routing/prefix-sharing.ts), the
 // fleet's order comes first, then what this replica saw that the fleet does
 // not have yet, so that every replica places every key alike. The request
-// path only reads what is here.
+// path only reads what is here, and notes where it moved a key.
+//
+// A key's move (policies/prefix-affinity.ts: sent away from its busy home, its
+// prompt is cached where it went; or back home) is shared the same way, so
+// that every replica counts its prompt cached in one place: the fleet keeps
+// each key's latest move, and a replica takes the moves made since it last
+// heard.
 
 /** A key unseen this long is forgotten, and its place goes to others. */
 export const PREFIX_IDLE_MS = 10 * 60_000;
@@ -18,6 +24,8 @@ export interface FleetChange {
   whole: boolean;
   added: [key: string, place: number][];
   forgotten: string[];
+  /** Keys' latest moves, each to an endpoint or ('') home; given `whole`, every key away from its home. */
+  moves?: [key: string, to: string][];
 }
 
 export class KnownPrefixes {
@@ -28,6 +36,10 @@ export class KnownPrefixes {
   /** In the order last seen, least recent first: a key seen again is moved to the end. */
   private readonly lastSeen = new Map<string, number>();
   private unshared = new Set<string>();
+  /** Keys away from their home, each with where it went. */
+  private readonly moved = new Map<string, string>();
+  /** Moves made here and not yet shared, each to an endpoint or ('') home. */
+  private unsharedMoves = new Map<string, string>();
   /** Changes whenever the order changes other than by keys added at its end, so that placements can grow in place until then. */
   epoch = 0;
 
@@ -49,6 +61,31 @@ export class KnownPrefixes {
     return this.order;
   }
 
+  /** Where `key` went instead of its home, if it is away. */
+  movedTo(key: string): string | undefined {
+    return this.moved.get(key);
+  }
+
+  /** Notes that `key` went to `endpoint`, away from its home, or (undefined) home. */
+  move(key: string, endpoint: string | undefined): void {
+    if (this.moved.get(key) === endpoint) return;
+    if (endpoint === undefined) this.moved.delete(key);
+    else this.moved.set(key, endpoint);
+    this.unsharedMoves.set(key, endpoint ?? '');
+  }
+
+  /** The moves made since the last call, for sharing. */
+  takeUnsharedMoves(): [key: string, to: string][] {
+    const taken = [...this.unsharedMoves];
+    this.unsharedMoves = new Map();
+    return taken;
+  }
+
+  /** Moves taken for sharing that Redis did not take, for the next exchange; a move made since is newer. */
+  restoreMoves(moves: [key: string, to: string][]): void {
+    for (const [key, to] of moves) if (!this.unsharedMoves.has(key)) this.unsharedMoves.set(key, to);
+  }
+
   /** What was seen since the last call, for sharing. */
   takeUnshared(): string[] {
     const taken = [...this.unshared];
@@ -61,19 +98,33 @@ export class KnownPrefixes {
    * nothing more: a key both forgotten and added was added again after, at its new place.
    */
   merge(change: FleetChange): void {
+    this.takeMoves(change);
     if (!change.whole && change.added.length === 0 && change.forgotten.length === 0) return;
     const added = new Map(change.added);
     const gone = new Set(change.whole ? this.fleet.filter((k) => !added.has(k)) : change.forgotten.filter((k) => !added.has(k) && this.places.has(k)));
     if (gone.size > 0) this.fleet = this.fleet.filter((k) => !gone.has(k));
     for (const k of gone) {
       this.places.delete(k);
-      if (!this.unshared.has(k)) this.lastSeen.delete(k);
+      if (this.unshared.has(k)) continue;
+      this.lastSeen.delete(k);
+      this.moved.delete(k);
     }
     for (const [key, place] of change.added) this.place(key, place);
     const next = [...this.fleet, ...this.order.filter((k) => !this.places.has(k) && this.unshared.has(k))];
     const grown = next.length >= this.order.length && this.order.every((k, i) => k === next[i]);
     if (!grown) this.epoch++;
     this.order = next;
+  }
+
+  /** The fleet's moves, under those made here and not yet shared, which are newer. */
+  private takeMoves({ whole, moves = [] }: FleetChange): void {
+    if (whole) this.moved.clear();
+    for (const [key, to] of moves) {
+      if (this.unsharedMoves.has(key)) continue;
+      if (to === '') this.moved.delete(key);
+      else this.moved.set(key, to);
+    }
+    for (const [key, to] of this.unsharedMoves) if (to !== '') this.moved.set(key, to);
   }
 
   /** Puts a fleet key at its place: almost always the end, as places grow with time. */
@@ -111,6 +162,8 @@ export class KnownPrefixes {
     for (const k of gone) {
       this.lastSeen.delete(k);
       this.unshared.delete(k);
+      this.moved.delete(k);
+      this.unsharedMoves.delete(k);
     }
     this.epoch++;
   }

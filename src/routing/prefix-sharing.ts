@@ -10,6 +10,9 @@
 // order, as each does every WHOLE_EVERY_MS. Taking the whole order at every
 // exchange cost an idle replica 20 ms of main-thread time a second at 4,096
 // keys, about 4 ms an exchange (`node bench/prefix-sharing-cost.mjs`). A
+// key's moves (known-prefixes.ts) go the same way: Redis keeps each key's
+// latest and numbers the moves, and a replica takes those made since the last
+// it heard of (all of them, where it takes the whole order). A
 // key this replica has never seen waits one round trip (at most
 // PLACE_WAIT_MS) to be added to the fleet's order before it is placed, so
 // that a new tenant or session gets the same home on every replica from its
@@ -33,19 +36,29 @@ const PLACE_WAIT_MS = 500;
 export const WHOLE_EVERY_MS = 60_000;
 
 // KEYS: first seen, last seen (scores: Redis time in µs), forgotten (score: the count of forgettings when each
-// went), forgetting (hash: that count, the highest of it no longer listed, the last place given, and when this
-// order began: keys that all expired begin another). ARGV: idle ms, most kept, the last place this replica has
-// ('': none, it takes the whole order), the count of forgettings it has heard of, when the order it has began,
-// then each key seen.
-// Returns: 1 and the whole order, or 0 and what changed; the count; when the order began; the keys added, each
-// with its place; the keys forgotten.
+// went), forgetting (hash: that count, the highest of it no longer listed, the last place given, the count of
+// moves, and when this order began: keys that all expired begin another), moved to (hash: each key away from its
+// home, and where it went), moves (score: the count of moves when each key last moved). ARGV: idle ms, most kept,
+// the last place this replica has ('': none, it takes the whole order), the count of forgettings it has heard
+// of, when the order it has began, the count of moves it has heard of, how many moves it sends, then each move
+// (a key, and where it went: '' for home), then each key seen.
+// Returns: 1 and the whole order, or 0 and what changed; the count of forgettings; when the order began; the keys
+// added, each with its place; the keys forgotten; the count of moves; the moves since those heard of (every key
+// away from its home, with the whole order), each a key and where it is ('' for home).
 const SHARE = luaScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 -- Places only grow, even where the newest key was forgotten and the clock went back: replicas ask for those after theirs.
 local next_score = math.max(now, tonumber(redis.call('HGET', KEYS[4], 'placed') or '0') + 1)
 redis.call('HSETNX', KEYS[4], 'began', now)
-for i = 6, #ARGV do
+local moves = tonumber(redis.call('HGET', KEYS[4], 'moves') or '0')
+local first_seen = 8 + 2 * tonumber(ARGV[7])
+for i = 8, first_seen - 1, 2 do
+  moves = moves + 1
+  if ARGV[i + 1] == '' then redis.call('HDEL', KEYS[5], ARGV[i]) else redis.call('HSET', KEYS[5], ARGV[i], ARGV[i + 1]) end
+  redis.call('ZADD', KEYS[6], moves, ARGV[i])
+end
+for i = first_seen, #ARGV do
   if redis.call('ZADD', KEYS[1], 'NX', next_score, ARGV[i]) == 1 then next_score = next_score + 1 end
   redis.call('ZADD', KEYS[2], now, ARGV[i])
 end
@@ -60,6 +73,8 @@ for i = 1, #gone, 500 do
   local part = { unpack(gone, i, math.min(i + 499, #gone)) }
   redis.call('ZREM', KEYS[1], unpack(part))
   redis.call('ZREM', KEYS[2], unpack(part))
+  redis.call('HDEL', KEYS[5], unpack(part))
+  redis.call('ZREM', KEYS[6], unpack(part))
   for _, k in ipairs(part) do
     count = count + 1
     redis.call('ZADD', KEYS[3], count, k)
@@ -72,15 +87,20 @@ if over_listed > 0 then
   trimmed = tonumber(dropped[2])
   redis.call('ZREMRANGEBYRANK', KEYS[3], 0, over_listed - 1)
 end
-redis.call('HSET', KEYS[4], 'count', count, 'trimmed', trimmed)
-for i = 1, 4 do redis.call('PEXPIRE', KEYS[i], ARGV[1]) end
+redis.call('HSET', KEYS[4], 'count', count, 'trimmed', trimmed, 'moves', moves)
+for i = 1, 6 do redis.call('PEXPIRE', KEYS[i], ARGV[1]) end
 local heard = tonumber(ARGV[4])
 local began = redis.call('HGET', KEYS[4], 'began')
 -- A replica with another order (or none), or that missed forgettings no longer listed, takes the whole order.
 if ARGV[3] == '' or ARGV[5] ~= began or heard < trimmed then
-  return { 1, count, began, redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES'), {} }
+  return { 1, count, began, redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES'), {}, moves, redis.call('HGETALL', KEYS[5]) }
 end
-return { 0, count, began, redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. ARGV[3], '+inf', 'WITHSCORES'), redis.call('ZRANGEBYSCORE', KEYS[3], '(' .. heard, '+inf') }
+local moved, since = {}, redis.call('ZRANGEBYSCORE', KEYS[6], '(' .. ARGV[6], '+inf')
+for _, k in ipairs(since) do
+  moved[#moved + 1] = k
+  moved[#moved + 1] = redis.call('HGET', KEYS[5], k) or ''
+end
+return { 0, count, began, redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. ARGV[3], '+inf', 'WITHSCORES'), redis.call('ZRANGEBYSCORE', KEYS[3], '(' .. heard, '+inf'), moves, moved }
 `);
 
 /** A model's keys, and how far this replica has heard the fleet's order: which order, the last place it has, the forgettings it knows of. */
@@ -91,6 +111,8 @@ interface Shared {
   tookWhole: number;
   lastPlace: number | undefined;
   heard: number;
+  /** The count of the fleet's moves it has heard of. */
+  movesHeard: number;
 }
 
 export class PrefixSharing {
@@ -112,7 +134,7 @@ export class PrefixSharing {
   private shared(model: string): Shared {
     let shared = this.models.get(model);
     if (!shared) {
-      shared = { known: new KnownPrefixes(), began: '', tookWhole: 0, lastPlace: undefined, heard: 0 };
+      shared = { known: new KnownPrefixes(), began: '', tookWhole: 0, lastPlace: undefined, heard: 0, movesHeard: 0 };
       this.models.set(model, shared);
     }
     return shared;
@@ -137,24 +159,27 @@ export class PrefixSharing {
     clearInterval(this.timer);
   }
 
-  /** Sends the keys seen, and takes what changed in the fleet's order since this replica last heard. */
-  private async exchange(shared: Shared, model: string, seen: string[]): Promise<void> {
+  /** Sends the keys seen and the moves made, and takes what changed in the fleet's order since this replica last heard. */
+  private async exchange(shared: Shared, model: string, seen: string[], moves: [string, string][] = []): Promise<void> {
     const keys = redisKeys.prefixes(model);
     const wantWhole = shared.lastPlace === undefined || this.now() - shared.tookWhole >= WHOLE_EVERY_MS;
-    const [whole, count, began, placed, forgotten] = (await SHARE.run(
+    const [whole, count, began, placed, forgotten, movesCount, moved] = (await SHARE.run(
       this.redis,
-      [keys.firstSeen, keys.lastSeen, keys.forgotten, keys.forgetting],
-      [PREFIX_IDLE_MS, MAX_KNOWN_PREFIXES, wantWhole ? '' : shared.lastPlace!, shared.heard, shared.began, ...seen],
-    )) as [number, number, string, string[], string[]];
+      [keys.firstSeen, keys.lastSeen, keys.forgotten, keys.forgetting, keys.movedTo, keys.moves],
+      [PREFIX_IDLE_MS, MAX_KNOWN_PREFIXES, wantWhole ? '' : shared.lastPlace!, shared.heard, shared.began, shared.movesHeard, moves.length, ...moves.flat(), ...seen],
+    )) as [number, number, string, string[], string[], number, string[]];
     const added: [string, number][] = [];
     for (let i = 0; i < placed.length; i += 2) added.push([placed[i], Number(placed[i + 1])]);
-    shared.known.merge({ whole: whole === 1, added, forgotten });
+    const fleetMoves: [string, string][] = [];
+    for (let i = 0; i < moved.length; i += 2) fleetMoves.push([moved[i], moved[i + 1]]);
+    shared.known.merge({ whole: whole === 1, added, forgotten, moves: fleetMoves });
     // Replies come in the order asked, each as of its own time: the last one's count and places are the latest.
     if (whole === 1) {
       shared.lastPlace = added.at(-1)?.[1] ?? 0;
       shared.tookWhole = this.now();
     } else if (added.length > 0) shared.lastPlace = Math.max(shared.lastPlace ?? 0, added.at(-1)![1]);
     shared.heard = Number(count);
+    shared.movesHeard = Number(movesCount);
     shared.began = began;
   }
 
@@ -164,11 +189,13 @@ export class PrefixSharing {
     try {
       for (const [model, shared] of this.models) {
         const seen = shared.known.takeUnshared();
+        const moves = shared.known.takeUnsharedMoves();
         try {
-          await this.exchange(shared, model, seen);
+          await this.exchange(shared, model, seen, moves);
         } catch {
-          // Redis is away: keep what this replica knows, and send what it saw next time.
+          // Redis is away: keep what this replica knows, and send what it saw and moved next time.
           for (const key of seen) shared.known.saw(key);
+          shared.known.restoreMoves(moves);
         }
         shared.known.trim();
       }

@@ -19,6 +19,8 @@ const tenantRequest = (tenant: number, question: string) => ({
   key: conversationKey([{ role: 'system', content: `Tenant ${tenant} has its own long instructions. `.repeat(20) }, { role: 'user', content: question }]),
 });
 const pool = () => ['a', 'b', 'c', 'd'].map((name) => ({ name, load: 0, weight: 1 }));
+const keysOf = (s: PrefixSharing, model: string) => [...s.known(model).keys()];
+const prefixKeys = (model: string) => redisKeys.prefixes(model);
 
 let redis: TestRedis;
 beforeAll(async () => {
@@ -64,8 +66,6 @@ describe('prefixes shared through Redis', () => {
 });
 
 describe('the fleet order, shared as what changed', () => {
-  const keysOf = (s: PrefixSharing, model: string) => [...s.known(model).keys()];
-  const prefixKeys = (model: string) => redisKeys.prefixes(model);
 
   it('carries no keys in an exchange once a replica has the order and nothing new was seen', async () => {
     const replies: unknown[][] = [];
@@ -164,6 +164,56 @@ describe('the fleet order, shared as what changed', () => {
       expect(keysOf(sharing, 'behind')).toEqual(['key-0', 'key-2', 'key-3']);
     } finally {
       sharing.close();
+    }
+  });
+});
+
+describe("a key's moves, shared", () => {
+  const settings = { loadFactor: 1.25, maxImbalance: 4, placementSlack: 0.25, prefillTokensPerSecond: 10_000 };
+  const idle = ['a', 'b', 'c'].map((name) => ({ name, load: 4, weight: 1, capacity: 8, heldMs: 4000 }));
+  const busyAt = (name: string, load: number, engineQueue: number) => idle.map((c) => (c.name === name ? { ...c, load, engineQueue } : c));
+  const session = (promptTokens: number) => ({ key: 'session-9', promptTokens });
+
+  it('let a replica that did not send a key away count its prompt cached where it went, and at home once another sends it back', async () => {
+    const sharings = [new PrefixSharing(redis.client), new PrefixSharing(redis.client)];
+    try {
+      const [mover, other] = sharings.map((s) => new PrefixAffinityPolicy(settings, s.known('moves')));
+      const home = mover.order(idle, session(2_000))[0].name;
+      await sleep(3 * SHARE_INTERVAL_MS);
+      expect(other.order(idle, session(2_000))[0].name).toBe(home);
+      // 8 in flight at home fills it: a 500 ms queue against 200 ms of reading a 2,000-token prompt elsewhere.
+      const away = mover.order(busyAt(home, 8, 1), session(2_000))[0].name;
+      expect(away).not.toBe(home);
+      await sleep(3 * SHARE_INTERVAL_MS);
+      // At 20,000 tokens the home's queue costs less than reading all of it again (2,000 ms), which would send the
+      // key home; but its prompt is cached where the other replica sent it, and stays there after the home frees.
+      expect(other.order(busyAt(home, 8, 1), session(20_000))[0].name).toBe(away);
+      expect(other.order(idle, session(20_000))[0].name).toBe(away);
+      // Where it went fills (a 1,000 ms queue): this replica sends a short prompt home, and the first follows.
+      expect(other.order(busyAt(away, 9, 2), session(2_000))[0].name).toBe(home);
+      await sleep(3 * SHARE_INTERVAL_MS);
+      expect(mover.order(idle, session(20_000))[0].name).toBe(home);
+    } finally {
+      for (const s of sharings) s.close();
+    }
+  });
+
+  it('drop a moved key’s move with the key when the fleet forgets it', async () => {
+    const [a, b] = [new PrefixSharing(redis.client), new PrefixSharing(redis.client)];
+    try {
+      a.known('moved-then-gone').saw('k');
+      a.known('moved-then-gone').move('k', 'b');
+      await until(async () => b.known('moved-then-gone').movedTo('k') === 'b');
+      const k = prefixKeys('moved-then-gone');
+      await redis.client.zadd(k.lastSeen, 0, 'k');
+      await until(async () => !keysOf(a, 'moved-then-gone').includes('k') && !keysOf(b, 'moved-then-gone').includes('k'));
+      expect(a.known('moved-then-gone').movedTo('k')).toBeUndefined();
+      expect(b.known('moved-then-gone').movedTo('k')).toBeUndefined();
+      expect(await redis.client.hlen(k.movedTo)).toBe(0);
+      expect(await redis.client.zcard(k.moves)).toBe(0);
+    } finally {
+      a.close();
+      b.close();
     }
   });
 });

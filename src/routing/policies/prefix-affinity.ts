@@ -19,17 +19,15 @@
 // neither.
 //
 // A key sent away from a busy home has its prompt cached where it went, and
-// the home's copy falls behind as the conversation grows. So a replica that
-// sent a key away counts its prompt cached there: the key's requests keep
-// going there while that costs least, even after the home frees, and the
-// key is the home's again once it goes back. Where the home's longer queue
-// was weighed against reading the prompt again, a growing prompt sent the
-// key back home to a stale copy behind the queue (engine-load-routing.mjs,
-// scenario c). A replica that has not sent the key away weighs the home as
-// before; while a home stays busy, each replica sends the key away on its
-// first request there and then agrees.
-import { LRUCache } from 'lru-cache';
-import { KnownPrefixes, MAX_KNOWN_PREFIXES, PREFIX_IDLE_MS } from '../known-prefixes.js';
+// the home's copy falls behind as the conversation grows. So the key's prompt
+// counts as cached where it went: its requests keep going there while that
+// costs least, even after the home frees, and the key is the home's again
+// once it goes back. Where the home's longer queue was weighed against
+// reading the prompt again, a growing prompt sent the key back home to a
+// stale copy behind the queue (engine-load-routing.mjs, scenario c). The
+// move is shared with the known keys (known-prefixes.ts), so every replica
+// counts the prompt cached in one place within an exchange of the move.
+import { KnownPrefixes } from '../known-prefixes.js';
 import { PrefixPlacement, rendezvousOrder, type PlacementEndpoint } from '../prefix-placement.js';
 import { isKvCacheFull, queueWaitMs, rereadMs } from '../endpoint-score.js';
 import { type Candidate, type RoutingPolicy, type RoutingRequest } from './policy.js';
@@ -48,8 +46,6 @@ export interface PrefixAffinitySettings {
 export class PrefixAffinityPolicy implements RoutingPolicy {
   readonly needsKey = true;
   spills = 0;
-  /** Where each key last went instead of its home, while it has not been back: its prompt is cached there. */
-  private readonly movedTo = new LRUCache<string, string>({ max: MAX_KNOWN_PREFIXES, ttl: PREFIX_IDLE_MS });
   private placement: { epoch: number; endpoints: string; placement: PrefixPlacement<PlacementEndpoint> } | undefined;
 
   constructor(private readonly settings: PrefixAffinitySettings, private readonly known: KnownPrefixes = new KnownPrefixes()) {}
@@ -68,7 +64,7 @@ export class PrefixAffinityPolicy implements RoutingPolicy {
     const bound = Math.max(this.settings.loadFactor * mean, mean + this.settings.maxImbalance);
     const withinBound = (c: C) => (c.load + 1) / c.weight <= bound;
     const usable = (c: C) => withinBound(c) && !isKvCacheFull(c);
-    const movedName = this.movedTo.get(key);
+    const movedName = this.known.movedTo(key);
     const moved = movedName === undefined ? undefined : order.find((c) => c.name === movedName && usable(c));
     const cachedAt = moved ?? home;
     const preference = [cachedAt, ...(moved ? [home] : []), ...order.filter((c) => c !== home && c !== moved)];
@@ -80,8 +76,7 @@ export class PrefixAffinityPolicy implements RoutingPolicy {
     const cheapest = preference.filter(usable).reduce<C | undefined>((best, c) => (best === undefined || cost(c) < cost(best) ? c : best), undefined);
     const chosen = cheapest ?? preference.find(withinBound) ?? preference[0];
     if (chosen !== cachedAt) this.spills++;
-    if (chosen === home) this.movedTo.delete(key);
-    else this.movedTo.set(key, chosen.name);
+    this.known.move(key, chosen === home ? undefined : chosen.name);
     return [chosen, ...preference.filter((c) => c !== chosen)];
   }
 
