@@ -262,7 +262,7 @@ async function serve<R, W extends WholeReply>(api: ApiDescriptor<R, W>, exchange
     const request = meter.maxReplyTokens < (a.asked.maxTokens ?? a.maxReplyTokens) ? api.withMaxTokens(a.request, meter.maxReplyTokens) : a.request;
     const streaming = a.asked.stream && 'res' in to ? api.streaming : undefined;
     relay = streaming && 'res' in to ? openRelay(streaming, a, request, to.res, ctx, exchange, meter, record, started) : undefined;
-    const plan = await ctx.router.plan(a.model, () => affinityKey(api, a.request, exchange.headers, table.settings), a.promptTokens);
+    const plan = await ctx.router.plan(a.model, () => affinityKey(api, a.request, exchange.headers, table.settings), a.promptTokens, caller.account);
     call = await callWithFailover(ctx, span, {
       model: a.model, settings: table.settings, plan, account: caller.account, tier: a.tier, cancellation: exchange.upstreamCall, record,
       upstreamRequest: (endpoint) => withPriority(api.upstreamRequest(endpoint, a.model, request, a.passThrough), endpoint, a.tier),

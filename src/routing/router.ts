@@ -16,6 +16,7 @@ import { EngineReports, type EngineReport } from './engine-reports.js';
 import { endpointLoad } from './endpoint-score.js';
 import { FleetSlots } from './fleet-slots.js';
 import type { PrefixSharing } from './prefix-sharing.js';
+import { NewKeyQuota } from './new-key-quota.js';
 import type { RoutedEndpoint, RoutedModel, RoutingTable } from './routing-table.js';
 import { keyHeader } from '../upstream/client.js';
 
@@ -50,6 +51,7 @@ export class Router {
   private readonly fleet: FleetLoad | undefined;
   private readonly slots: FleetSlots | undefined;
   private readonly engines: EngineReports;
+  private readonly newKeys = new NewKeyQuota();
 
   /**
    * With Redis, prefix placement learns the fleet's affinity keys (`sharing`), loads count the fleet's requests and
@@ -120,14 +122,16 @@ export class Router {
 
   /**
    * `affinityKey`: which cache the request needs, asked for only by a policy that reads it. A key the policy has
-   * not seen waits for the fleet's order of keys (routing/prefix-sharing.ts), so that every replica places it alike.
+   * not seen waits for the fleet's order of keys (routing/prefix-sharing.ts), so that every replica places it alike,
+   * unless `account` has added its quota of new keys (routing/new-key-quota.ts): then it is not kept.
    */
-  async plan(model: RoutedModel, affinityKey: () => string, promptTokens?: number): Promise<RoutePlan> {
+  async plan(model: RoutedModel, affinityKey: () => string, promptTokens?: number, account?: string): Promise<RoutePlan> {
     const entry = this.policies.get(model.config.id)!;
     const key = model.endpoints.length > 1 && entry.policy.needsKey ? affinityKey() : undefined;
-    const { sharing } = this;
-    if (sharing && key && entry.policy.isKnown?.(key) === false) await sharing.place(model.config.id, key);
-    const request: RoutingRequest = { key, promptTokens };
+    const isNew = key !== undefined && entry.policy.isKnown?.(key) === false;
+    const unkept = isNew && account !== undefined && !this.newKeys.admits(model.config.id, account);
+    if (this.sharing && isNew && !unkept) await this.sharing.place(model.config.id, key);
+    const request: RoutingRequest = { key, promptTokens, unkept };
     const priorities = [...new Set(model.endpoints.map((e) => e.priority))].sort((a, b) => a - b);
     const endpoints: RoutedEndpoint[] = [];
     for (const priority of priorities) {

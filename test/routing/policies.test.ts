@@ -167,6 +167,16 @@ describe('prefix affinity', () => {
     expect(loads[0]).toBeLessThanOrEqual(Math.ceil(1.25 * 10) + 2);
   });
 
+  it('routes a key it is not to keep by its rendezvous order, and keeps nothing of it', () => {
+    const known = new KnownPrefixes();
+    const policy = new PrefixAffinityPolicy(settings, known);
+    const request = { ...requestOf(5), unkept: true };
+    const idle = pool(0, 0, 0, 0);
+    expect(policy.order(idle, request)[0].name).toBe(rendezvousOrder(request.key, idle)[0].name);
+    expect(known.keys()).toHaveLength(0);
+    expect(known.takeUnsharedMoves()).toHaveLength(0);
+  });
+
   it('stays at home while it is busier than the rest by fewer than maxImbalance requests', () => {
     const policy = new PrefixAffinityPolicy(settings);
     const request = requestOf(2);

@@ -1,10 +1,13 @@
 // One tenant cannot hurt another: requests that fail because of their own
 // content open no circuit, text that is not valid Unicode never reaches an
-// upstream, and an upstream's 5xx that names the request's fault is a 4xx.
+// upstream, an upstream's 5xx that names the request's fault is a 4xx, and
+// a tenant naming a new session at every request keeps only its quota of
+// the affinity keys that every tenant's homes are placed from.
 import OpenAI from 'openai';
 import { describe, expect, it } from 'vitest';
 import { readBalance } from '../../src/billing/credit-ledger.js';
 import { completionBody, replyJson, type Script } from '../support/fake-upstream.js';
+import { NEW_KEYS_PER_ACCOUNT } from '../../src/routing/new-key-quota.js';
 import { asAdmin, makeAccount, modelEntry, postChat, startTestGateway, withGatewayOn, type TestGateway } from '../support/gateway.js';
 
 const messages = [{ role: 'user' as const, content: 'hello' }];
@@ -136,6 +139,28 @@ describe('a saturated endpoint', () => {
       const served = await victim.chat.completions.create({ model: 'm', messages });
       expect(served.choices[0].message.content).toBe('fine');
       expect((await burst).sort()).toEqual([200, 200, 503, 503]);
+    });
+  });
+});
+
+describe('a tenant cycling prompt_cache_key', () => {
+  it('keeps only its quota of new affinity keys; the rest go by their own order, and another tenant’s new key is kept', async () => {
+    const named = (name: string): Script => (req, res) => (req.path.endsWith('/models') ? replyJson(res, { data: [] }) : replyJson(res, completionBody(name, { prompt_tokens: 5, completion_tokens: 1 })));
+    await withGatewayOn(['a', 'b', 'c', 'd'].map(named), (urls) => ({ gateway: health, models: [modelEntry('m', urls.map((url) => ({ kind: 'vllm', url })))] }), async (gw) => {
+      const ask = async (client: OpenAI, key: string) => (await client.chat.completions.create({ model: 'm', messages, max_tokens: 1, prompt_cache_key: key } as never)).choices[0].message.content!;
+      const keptKeys = async () => {
+        const view = await (await fetch(`${gw.url}/admin/endpoints`, { headers: asAdmin })).json();
+        return view.data[0].endpoints.reduce((sum: number, e: { affinityKeys: number }) => sum + e.affinityKeys, 0);
+      };
+      const cycling = gw.client;
+      for (let i = 0; i < NEW_KEYS_PER_ACCOUNT + 40; i += 8) await Promise.all(Array.from({ length: 8 }, (_, j) => ask(cycling, `cycle-${i + j}`)));
+      expect(await keptKeys()).toBe(NEW_KEYS_PER_ACCOUNT);
+      // Past its quota, a key still goes to one endpoint each time.
+      const unkept = new Set(await Promise.all(Array.from({ length: 6 }, () => ask(cycling, 'cycle-past-quota'))));
+      expect(unkept.size).toBe(1);
+      const other = await otherTenant(gw);
+      await ask(other, 'another-team');
+      expect(await keptKeys()).toBe(NEW_KEYS_PER_ACCOUNT + 1);
     });
   });
 });

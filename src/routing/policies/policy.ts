@@ -22,6 +22,8 @@ export interface RoutingRequest {
   key?: string;
   /** The request's prompt tokens, counted or estimated: what reading it again elsewhere costs. */
   promptTokens?: number;
+  /** A new key its account has no quota left for (routing/new-key-quota.ts): routed on it, but not kept. */
+  unkept?: boolean;
 }
 
 export interface RoutingPolicy {

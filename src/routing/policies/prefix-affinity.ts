@@ -51,10 +51,11 @@ export class PrefixAffinityPolicy implements RoutingPolicy {
   constructor(private readonly settings: PrefixAffinitySettings, private readonly known: KnownPrefixes = new KnownPrefixes()) {}
 
   order<C extends Candidate>(candidates: C[], request: RoutingRequest): C[] {
-    const { key } = request;
+    const { key, unkept } = request;
     if (candidates.length <= 1 || !key) return candidates;
-    this.known.saw(key);
-    const homeName = this.placementFor(candidates).homeOf(key)?.name;
+    // A key not kept is not placed: its home is the first in its rendezvous order.
+    if (!unkept) this.known.saw(key);
+    const homeName = unkept ? undefined : this.placementFor(candidates).homeOf(key)?.name;
     const order = rendezvousOrder(key, candidates);
     const home = order.find((c) => c.name === homeName) ?? order[0];
     const total = candidates.reduce((sum, c) => sum + c.load, 0);
@@ -64,7 +65,7 @@ export class PrefixAffinityPolicy implements RoutingPolicy {
     const bound = Math.max(this.settings.loadFactor * mean, mean + this.settings.maxImbalance);
     const withinBound = (c: C) => (c.load + 1) / c.weight <= bound;
     const usable = (c: C) => withinBound(c) && !isKvCacheFull(c);
-    const movedName = this.known.movedTo(key);
+    const movedName = unkept ? undefined : this.known.movedTo(key);
     const moved = movedName === undefined ? undefined : order.find((c) => c.name === movedName && usable(c));
     const cachedAt = moved ?? home;
     const preference = [cachedAt, ...(moved ? [home] : []), ...order.filter((c) => c !== home && c !== moved)];
@@ -76,7 +77,7 @@ export class PrefixAffinityPolicy implements RoutingPolicy {
     const cheapest = preference.filter(usable).reduce<C | undefined>((best, c) => (best === undefined || cost(c) < cost(best) ? c : best), undefined);
     const chosen = cheapest ?? preference.find(withinBound) ?? preference[0];
     if (chosen !== cachedAt) this.spills++;
-    this.known.move(key, chosen === home ? undefined : chosen.name);
+    if (!unkept) this.known.move(key, chosen === home ? undefined : chosen.name);
     return [chosen, ...preference.filter((c) => c !== chosen)];
   }
 
