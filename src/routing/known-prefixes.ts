@@ -98,7 +98,7 @@ export class KnownPrefixes {
    * nothing more: a key both forgotten and added was added again after, at its new place.
    */
   merge(change: FleetChange): void {
-    this.takeMoves(change);
+    this.applyFleetMoves(change);
     if (!change.whole && change.added.length === 0 && change.forgotten.length === 0) return;
     const added = new Map(change.added);
     const gone = new Set(change.whole ? this.fleet.filter((k) => !added.has(k)) : change.forgotten.filter((k) => !added.has(k) && this.places.has(k)));
@@ -116,15 +116,17 @@ export class KnownPrefixes {
     this.order = next;
   }
 
-  /** The fleet's moves, under those made here and not yet shared, which are newer. */
-  private takeMoves({ whole, moves = [] }: FleetChange): void {
-    if (whole) this.moved.clear();
+  /** The fleet's moves, under those made here and not yet shared, which are newer (and kept through a whole reload). */
+  private applyFleetMoves({ whole, moves = [] }: FleetChange): void {
+    if (whole) {
+      this.moved.clear();
+      for (const [key, to] of this.unsharedMoves) if (to !== '') this.moved.set(key, to);
+    }
     for (const [key, to] of moves) {
       if (this.unsharedMoves.has(key)) continue;
       if (to === '') this.moved.delete(key);
       else this.moved.set(key, to);
     }
-    for (const [key, to] of this.unsharedMoves) if (to !== '') this.moved.set(key, to);
   }
 
   /** Puts a fleet key at its place: almost always the end, as places grow with time. */

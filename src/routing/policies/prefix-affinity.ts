@@ -73,9 +73,13 @@ export class PrefixAffinityPolicy implements RoutingPolicy {
     // (endpoint-score.ts); then the cheapest of the others within the bound and not KV-full, first in the key's
     // order on a tie, so that every replica makes the same choice.
     const reread = rereadMs(request.promptTokens, this.settings.prefillTokensPerSecond);
-    const cost = (c: C) => queueWaitMs(c) + (c === cachedAt ? 0 : reread);
-    const cheapest = preference.filter(usable).reduce<C | undefined>((best, c) => (best === undefined || cost(c) < cost(best) ? c : best), undefined);
-    const chosen = cheapest ?? preference.find(withinBound) ?? preference[0];
+    let cheapest: { c: C; cost: number } | undefined;
+    for (const c of preference) {
+      if (!usable(c)) continue;
+      const cost = queueWaitMs(c) + (c === cachedAt ? 0 : reread);
+      if (cheapest === undefined || cost < cheapest.cost) cheapest = { c, cost };
+    }
+    const chosen = cheapest?.c ?? preference.find(withinBound) ?? preference[0];
     if (chosen !== cachedAt) this.spills++;
     if (!unkept) this.known.move(key, chosen === home ? undefined : chosen.name);
     return [chosen, ...preference.filter((c) => c !== chosen)];
