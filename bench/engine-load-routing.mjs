@@ -21,12 +21,15 @@
 //     share at least 0.85 of ideal (one cache for everything), p90 within 2x
 //     alone.
 //
-//   npm run build && node bench/engine-load-routing.mjs [seconds per phase, 15] [REVISION, c3abe6d] [scenarios, a,b,c]
+//   npm run build && node bench/engine-load-routing.mjs [seconds per phase, 15] [REVISION, c3abe6d] [scenarios, a,b,c] [replicas, 1,3]
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { buildOf, forked, ROOT, startParley, stopAll } from './support.mjs';
 
 const SECONDS = Number(process.argv[2] ?? 15);
 const REVISION = process.argv[3] ?? 'c3abe6d';
 const SCENARIOS = (process.argv[4] ?? 'a,b,c').split(',');
+const REPLICAS = (process.argv[5] ?? '1,3').split(',').map(Number);
 const ENGINES = 4;
 const NEIGHBOUR_IN_FLIGHT = 10;
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -97,8 +100,10 @@ function direct(port, count) {
 async function setUp(root, replicas, kvBlocks, maxSeqs = 8) {
   const engines = await Promise.all(Array.from({ length: ENGINES }, () => forked('bench/vllm-sim-engine.mjs', ['0', String(maxSeqs), String(kvBlocks), '0.05', '20'])));
   // The engines' prefill rate as Parley counts a prompt without a tokenizer (3 bytes a token; these engines' tokens
-  // are words, about 6.6 bytes each, read at 20,000 a second): about 44,000 tokens a second. Main has no such setting.
-  const routing = root === ROOT ? { prefillTokensPerSecond: 44_000 } : {};
+  // are words, about 6.6 bytes each, read at 20,000 a second): about 44,000 tokens a second, for a build that has
+  // the setting.
+  const knowsPrefillRate = readFileSync(join(root, 'dist/config.js'), 'utf8').includes('prefillTokensPerSecond');
+  const routing = knowsPrefillRate ? { prefillTokensPerSecond: 44_000 } : {};
   const models = [{
     id: 'm', contextWindow: 65536, pricesPerMillion: { inputCacheMiss: 1, inputCacheHit: 0.1, output: 2 }, routing,
     endpoints: engines.map((e) => ({ kind: 'vllm', url: `http://127.0.0.1:${e.port}/v1` })),
@@ -272,7 +277,7 @@ try {
   for (const scenario of SCENARIOS) {
     const [title, run] = RUNS[scenario];
     const rows = [];
-    for (const replicas of [1, 3]) for (const [label, root] of builds) rows.push({ build: label, replicas, ...(await run(root, replicas)) });
+    for (const replicas of REPLICAS) for (const [label, root] of builds) rows.push({ build: label, replicas, ...(await run(root, replicas)) });
     console.log(title);
     console.table(rows);
   }

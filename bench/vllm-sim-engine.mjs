@@ -11,8 +11,9 @@
 //
 // GET /metrics serves vLLM's gauges as vllm/v1/metrics/loggers.py names
 // them (vllm:num_requests_running, vllm:num_requests_waiting,
-// vllm:kv_cache_usage_perc, each with engine and model_name labels, and the
-// vllm:num_preemptions_total counter); GET /sim the preemptions, requests
+// vllm:kv_cache_usage_perc, each with engine and model_name labels, the
+// vllm:num_preemptions_total counter, and the vllm:request_inference_time_seconds
+// histogram: from a request's first admission to its last token); GET /sim the preemptions, requests
 // served and the KV use sampled every 100 ms. Streamed chat replies carry
 // usage with cached_tokens, as do whole ones (a batch's lines); the text
 // says the engine's port.
@@ -33,6 +34,8 @@ const waiting = [];
 let prefillFreeAt = 0;
 let preemptions = 0;
 let served = 0;
+/** Requests finished and the seconds they ran in all (vllm:request_inference_time_seconds). */
+const ran = { requests: 0, seconds: 0 };
 const kvSamples = [];
 
 const used = () => inUse.size + privateBlocks;
@@ -68,6 +71,7 @@ function admit(now) {
     const uncached = seq.prompt.length - cachedTokens + seq.generated;
     prefillFreeAt = Math.max(prefillFreeAt, now) + uncached * PREFILL_MS_PER_TOKEN;
     seq.readyAt = prefillFreeAt;
+    seq.admittedAt ??= now;
     running.push(seq);
   }
 }
@@ -108,6 +112,9 @@ function step() {
     if (seq.generated === seq.maxTokens || seq.gone) {
       release(seq);
       served++;
+      if (seq.gone) continue;
+      ran.requests++;
+      ran.seconds += (now - seq.admittedAt) / 1000;
     }
   }
 }
@@ -127,6 +134,8 @@ const metrics = () => {
     '# HELP vllm:num_requests_waiting Number of requests waiting to be processed.', '# TYPE vllm:num_requests_waiting gauge', `vllm:num_requests_waiting${l} ${waiting.length}.0`,
     '# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.', '# TYPE vllm:kv_cache_usage_perc gauge', `vllm:kv_cache_usage_perc${l} ${used() / KV_BLOCKS}`,
     '# HELP vllm:num_preemptions_total Cumulative number of preemption from the engine.', '# TYPE vllm:num_preemptions_total counter', `vllm:num_preemptions_total${l} ${preemptions}.0`,
+    '# HELP vllm:request_inference_time_seconds Histogram of time spent in RUNNING phase for request.', '# TYPE vllm:request_inference_time_seconds histogram',
+    `vllm:request_inference_time_seconds_sum${l} ${ran.seconds}`, `vllm:request_inference_time_seconds_bucket{engine="0",le="+Inf",model_name="m"} ${ran.requests}.0`, `vllm:request_inference_time_seconds_count${l} ${ran.requests}.0`,
     '',
   ].join('\n');
 };

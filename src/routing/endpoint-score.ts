@@ -15,7 +15,8 @@
 // prompt is cached (policies/prefix-affinity.ts): a request stays there
 // while it is within the load bound, not KV-full, and waiting in its queue
 // (the requests ahead, times how long a request holds a slot there, over its
-// capacity) costs less than reading the prompt again elsewhere (its tokens
+// capacity; the hold as the engine reports its requests' run time, else as
+// this replica saw its own) costs less than reading the prompt again elsewhere (its tokens
 // at the model's `prefillTokensPerSecond`); otherwise it goes to the
 // cheapest of the others (queue plus reading), first in the key's order on a
 // tie.

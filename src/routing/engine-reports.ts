@@ -38,13 +38,15 @@ export interface EngineReport {
   external: number;
   /** The requests the engine runs at once, as it showed the last time it had a queue; absent until it has had one. */
   capacity?: number;
+  /** How long a request ran there lately (ms), its queueing not counted, where the engine reports it. */
+  runMs?: number;
 }
 
 /**
  * A reading as the fleet stores it: `seen`, the work from elsewhere this reading found; `external`, what two in a
  * row did; `capacity`, the most the engine ran while it had a queue, `sinceQueue` readings ago at the latest.
  */
-type Reading = (EngineLoad & { seen: number; external: number; capacity?: number; sinceQueue: number }) | { error: string };
+type Reading = (EngineLoad & { seen: number; external: number; capacity?: number; sinceQueue: number; runMs?: number }) | { error: string };
 
 /** Work from elsewhere below this is not told apart from the lag of the fleet's counts: a few requests, and a share of the fleet's. */
 const EXTERNAL_MARGIN = { requests: 2, share: 0.25 };
@@ -89,8 +91,28 @@ const STALE = ownCounts('last reading is stale');
 /** What routing takes from a reading, made once per reading: the request path asks for it at every request. */
 function reportOf(reading: Reading): EngineReport {
   if ('error' in reading) return ownCounts(`last read failed: ${reading.error}`);
-  const { running, waiting, kvCacheUse, external, capacity } = reading;
-  return { source: 'engine', load: { running, waiting, ...(kvCacheUse === undefined ? {} : { kvCacheUse }) }, external, ...(capacity === undefined ? {} : { capacity }) };
+  const { running, waiting, kvCacheUse, external, capacity, runMs } = reading;
+  return {
+    source: 'engine',
+    load: { running, waiting, ...(kvCacheUse === undefined ? {} : { kvCacheUse }) },
+    external,
+    ...(capacity === undefined ? {} : { capacity }),
+    ...(runMs === undefined ? {} : { runMs }),
+  };
+}
+
+/**
+ * How long a request ran at the engine lately: the seconds run by those that finished since the `earlier` reading,
+ * over their number; the earlier figure while none finished (or the engine restarted, its counts starting again).
+ * The engine's own figure counts every request it ran, whichever replica (or client) sent it: one replica's
+ * figure counts only its own (with three replicas on engine-load-routing.mjs's scenario (c), 0.8 s where the
+ * neighbour's requests, sent by the other two, ran 4 s).
+ */
+function runMsSince(earlier: { ran?: EngineLoad['ran']; runMs?: number } | undefined, ran: EngineLoad['ran']): number | undefined {
+  if (!ran) return undefined;
+  const before = earlier?.ran;
+  if (before && ran.requests > before.requests && ran.seconds >= before.seconds) return ((ran.seconds - before.seconds) * 1000) / (ran.requests - before.requests);
+  return earlier?.runMs;
 }
 
 export class EngineReports {
@@ -205,6 +227,14 @@ export class EngineReports {
     const sinceQueue = load.waiting > 0 ? 0 : (earlier?.sinceQueue ?? CAPACITY_READINGS) + 1;
     const kept = earlier && earlier.sinceQueue < CAPACITY_READINGS ? earlier.capacity : undefined;
     const capacity = load.waiting > 0 || kept !== undefined ? Math.max(load.running, kept ?? 0) : undefined;
-    return { ...load, seen, external: Math.min(seen, earlier?.seen ?? seen), sinceQueue, ...(capacity === undefined ? {} : { capacity }) };
+    const runMs = runMsSince(earlier, load.ran);
+    return {
+      ...load,
+      seen,
+      external: Math.min(seen, earlier?.seen ?? seen),
+      sinceQueue,
+      ...(capacity === undefined ? {} : { capacity }),
+      ...(runMs === undefined ? {} : { runMs }),
+    };
   }
 }

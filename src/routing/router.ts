@@ -141,7 +141,7 @@ export class Router {
           const state = this.state(e);
           const engine = this.engines.report(e);
           const load = endpointLoad(state.load + (this.fleet?.othersAt(e.name) ?? 0), engine);
-          return { endpoint: e, name: e.name, load, weight: e.weight, kvCacheUse: engine.load?.kvCacheUse, engineQueue: engine.load?.waiting, capacity: engine.capacity, heldMs: state.heldMs };
+          return { endpoint: e, name: e.name, load, weight: e.weight, kvCacheUse: engine.load?.kvCacheUse, engineQueue: engine.load?.waiting, capacity: engine.capacity, heldMs: engine.runMs ?? state.heldMs };
         });
       endpoints.push(...entry.policy.order(group, request).map((c) => c.endpoint));
     }

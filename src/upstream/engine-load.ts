@@ -13,6 +13,8 @@ export interface EngineLoad {
   waiting: number;
   /** The share of its KV cache in use, 0 to 1, where the engine reports it. */
   kvCacheUse?: number;
+  /** Its requests finished so far and the seconds they ran (not queued) in all, where the engine reports them. */
+  ran?: { requests: number; seconds: number };
 }
 
 /** Where an engine kind serves its load, and which of its gauges say what. */
@@ -23,6 +25,8 @@ export interface EngineLoadSource {
   waiting: string;
   /** The KV-cache gauge's names, old and new (only one is served): the fullest value of any. */
   kvCacheUse?: string[];
+  /** A histogram of the seconds each finished request ran, not counting its queueing: its `_count` and `_sum` are read. */
+  runTime?: string;
 }
 
 /** The engine's metrics served at its root (vLLM, SGLang, llama.cpp's server): `/metrics` beside `/v1`. */
@@ -51,11 +55,18 @@ export function gaugeValues(text: string, names: { sum: string[]; max: string[] 
 /** The engine's load from its metrics text; undefined where the text lacks its running or waiting gauge. */
 export function readEngineLoad(source: EngineLoadSource, text: string): EngineLoad | undefined {
   const kvNames = source.kvCacheUse ?? [];
-  const values = gaugeValues(text, { sum: [source.running, source.waiting], max: kvNames });
+  const ranNames = source.runTime === undefined ? [] : [`${source.runTime}_count`, `${source.runTime}_sum`];
+  const values = gaugeValues(text, { sum: [source.running, source.waiting, ...ranNames], max: kvNames });
   const running = values.get(source.running);
   const waiting = values.get(source.waiting);
   if (running === undefined || waiting === undefined) return undefined;
   const kvValues = kvNames.map((name) => values.get(name)).filter((v) => v !== undefined);
   const kv = kvValues.length > 0 ? Math.max(...kvValues) : undefined;
-  return { running, waiting, ...(kv === undefined ? {} : { kvCacheUse: Math.min(1, Math.max(0, kv)) }) };
+  const [requests, seconds] = ranNames.map((name) => values.get(name));
+  return {
+    running,
+    waiting,
+    ...(kv === undefined ? {} : { kvCacheUse: Math.min(1, Math.max(0, kv)) }),
+    ...(requests === undefined || seconds === undefined ? {} : { ran: { requests, seconds } }),
+  };
 }

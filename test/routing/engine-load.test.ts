@@ -60,6 +60,18 @@ describe('reading an engine’s metrics text', () => {
     expect(readEngineLoad(DIALECTS.vllm.engineLoad!, VLLM_TEXT)).toEqual({ running: 12, waiting: 3, kvCacheUse: 0.62 });
   });
 
+  it('sums vLLM’s run-time histogram over its engines: requests finished and the seconds they ran', () => {
+    const histogram = `# HELP vllm:request_inference_time_seconds Histogram of time spent in RUNNING phase for request.
+# TYPE vllm:request_inference_time_seconds histogram
+vllm:request_inference_time_seconds_bucket{engine="0",le="+Inf",model_name="m"} 40.0
+vllm:request_inference_time_seconds_count{engine="0",model_name="m"} 40.0
+vllm:request_inference_time_seconds_sum{engine="0",model_name="m"} 61.5
+vllm:request_inference_time_seconds_count{engine="1",model_name="m"} 10.0
+vllm:request_inference_time_seconds_sum{engine="1",model_name="m"} 8.5
+`;
+    expect(readEngineLoad(DIALECTS.vllm.engineLoad!, VLLM_TEXT + histogram)).toEqual({ running: 12, waiting: 3, kvCacheUse: 0.62, ran: { requests: 50, seconds: 70 } });
+  });
+
   it('reads vLLM’s KV gauge by its name before 0.10 too', () => {
     const old = VLLM_TEXT.replaceAll('vllm:kv_cache_usage_perc', 'vllm:gpu_cache_usage_perc');
     expect(readEngineLoad(DIALECTS.vllm.engineLoad!, old)?.kvCacheUse).toBe(0.62);
@@ -215,7 +227,7 @@ describe('capacity from the engine', () => {
 });
 
 /** A scripted vLLM: chat replies after `replyMs`, and /metrics with what `load()` says, counting the reads. */
-function scriptedVllm(load: () => { running: number; waiting: number; kv: number }, metrics: 'ok' | 'error' | 'hang' | 'endless' = 'ok', replyMs = 5) {
+function scriptedVllm(load: () => { running: number; waiting: number; kv: number; ran?: { requests: number; seconds: number } }, metrics: 'ok' | 'error' | 'hang' | 'endless' = 'ok', replyMs = 5) {
   const counts = { metricsReads: 0, chats: 0 };
   const script = async (req: ReceivedRequest, res: ServerResponse) => {
     if (req.path === '/metrics') {
@@ -231,7 +243,8 @@ function scriptedVllm(load: () => { running: number; waiting: number; kv: number
       }
       const l = load();
       res.writeHead(200, { 'content-type': 'text/plain' });
-      res.end(`vllm:num_requests_running{engine="0",model_name="m"} ${l.running}.0\nvllm:num_requests_waiting{engine="0",model_name="m"} ${l.waiting}.0\nvllm:kv_cache_usage_perc{engine="0",model_name="m"} ${l.kv}\n`);
+      const ran = l.ran ? `vllm:request_inference_time_seconds_count{engine="0",model_name="m"} ${l.ran.requests}.0\nvllm:request_inference_time_seconds_sum{engine="0",model_name="m"} ${l.ran.seconds}\n` : '';
+      res.end(`vllm:num_requests_running{engine="0",model_name="m"} ${l.running}.0\nvllm:num_requests_waiting{engine="0",model_name="m"} ${l.waiting}.0\nvllm:kv_cache_usage_perc{engine="0",model_name="m"} ${l.kv}\n${ran}`);
       return;
     }
     if (req.path.endsWith('/models')) return replyJson(res, { object: 'list', data: [] });
@@ -243,7 +256,7 @@ function scriptedVllm(load: () => { running: number; waiting: number; kv: number
 }
 
 interface EndpointsView {
-  data: { endpoints: { url: string; flexMaxConcurrent: number; engine: { source: string; reason?: string; load?: { waiting: number }; external: number; capacity?: number }; routingLoad: number }[] }[];
+  data: { endpoints: { url: string; flexMaxConcurrent: number; engine: { source: string; reason?: string; load?: { waiting: number }; external: number; capacity?: number; runMs?: number }; routingLoad: number }[] }[];
 }
 const endpointsView = async (gw: TestGateway) => (await (await fetch(`${gw.url}/admin/v1/endpoints`, { headers: asAdmin })).json()) as EndpointsView;
 
@@ -299,6 +312,62 @@ describe('three replicas reading two engines', () => {
     expect(text).toMatch(/parley_engine_requests_waiting\{[^}]*endpoint="[^"]+"[^}]*\} 30/);
     expect(text).toMatch(/parley_engine_kv_cache_usage\{[^}]*\} 0\.8/);
     expect(text).toMatch(/parley_engine_load_reported\{[^}]*\} 1/);
+  });
+});
+
+describe('how long a request runs, as the engine reports it', () => {
+  it('weighs a queue by the engine’s run time for every request, not by the replicas’ own quick ones', async () => {
+    const INTERVAL_MS = 200;
+    // Each read finds one more request finished, having run `runS` seconds (none while it is undefined); a busy
+    // engine runs 2 with 2 waiting.
+    const engines = [0, 1].map(() => {
+      const state: { busy: boolean; runS?: number; ran: { requests: number; seconds: number } } = { busy: false, runS: 0.001, ran: { requests: 0, seconds: 0 } };
+      const engine = scriptedVllm(() => {
+        if (state.runS !== undefined) state.ran = { requests: state.ran.requests + 1, seconds: state.ran.seconds + state.runS };
+        return { running: state.busy ? 2 : 0, waiting: state.busy ? 2 : 0, kv: 0.1, ran: state.ran };
+      });
+      return { state, ...engine };
+    });
+    const running = await startFleetOn(engines.map((e) => e.script), ([a, b]) => ({
+      gateway: { engineLoad: { intervalMs: INTERVAL_MS, timeoutMs: 150 } },
+      models: [modelEntry('m', [{ kind: 'vllm', url: a }, { kind: 'vllm', url: b }])],
+    }), 3);
+    try {
+      // 3,000 bytes: 1,000 tokens, 100 ms to read again at the default 10,000 a second.
+      const body = { model: 'm', messages: [{ role: 'user', content: 'x'.repeat(3000) }], prompt_cache_key: 'session-1' };
+      const chats = () => engines.map((e) => e.counts.chats);
+      const sendFrom = async (replica: TestGateway) => {
+        const before = chats();
+        expect((await postChat(replica, body)).status).toBe(200);
+        return chats().findIndex((n, i) => n > before[i]);
+      };
+      // Every replica has sent the session home and seen its replies take a few ms.
+      const home = await sendFrom(running.replicas[0]);
+      for (const replica of running.replicas.slice(1)) expect(await sendFrom(replica)).toBe(home);
+      const seeAtHome = async (runMs: number) => {
+        for (let tries = 0; tries < 20; tries++) {
+          const views = await Promise.all(running.replicas.map(async (gw) => (await endpointsView(gw)).data[0].endpoints[home].engine));
+          if (views.every((v) => v.runMs === runMs && v.external === 2 && v.capacity === 2)) return;
+          await sleep(INTERVAL_MS / 2);
+        }
+        throw new Error(`the replicas never saw a run time of ${runMs} ms at home`);
+      };
+      // Home runs 2 and has 2 waiting: 1 ahead of the next request, waiting half a run time for a slot.
+      engines[home].state.busy = true;
+      await seeAtHome(1);
+      expect(await sendFrom(running.replicas[1])).toBe(home);
+      // Its requests now run 4 s: 2 s of queue, against 100 ms to read the prompt again on the idle engine.
+      engines[home].state.runS = 4;
+      await seeAtHome(4000);
+      expect(await sendFrom(running.replicas[2])).toBe(1 - home);
+      // Restarted, its counts begin again: the last figure holds until requests finish.
+      engines[home].state.ran = { requests: 0, seconds: 0 };
+      engines[home].state.runS = undefined;
+      await sleep(3 * INTERVAL_MS);
+      await seeAtHome(4000);
+    } finally {
+      await running.close();
+    }
   });
 });
 

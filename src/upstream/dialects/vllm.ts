@@ -16,6 +16,8 @@ export const vllm = openAiCompatible({
     running: 'vllm:num_requests_running',
     waiting: 'vllm:num_requests_waiting',
     kvCacheUse: ['vllm:kv_cache_usage_perc', 'vllm:gpu_cache_usage_perc'],
+    // The time each request spent running (prefill and decode), its queueing not counted.
+    runTime: 'vllm:request_inference_time_seconds',
   },
   // With --scheduling-policy priority, lower values are scheduled first (0 when not given); the endpoint opts in.
   priorityOf: (tier) => ({ priority: -1, default: 0, flex: 1 })[tier],
