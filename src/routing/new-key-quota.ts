@@ -16,13 +16,21 @@ export const NEW_KEYS_PER_ACCOUNT = MAX_KNOWN_PREFIXES / 8;
 export class NewKeyQuota {
   /** Keys added, by model and account, since the first of them (`noUpdateTTL`: the window does not slide). */
   private readonly added = new LRUCache<string, number>({ max: 10_000, ttl: PREFIX_IDLE_MS, noUpdateTTL: true });
+  /**
+   * The keys counted, so that one counts once: a session's first requests sent at once are each new until the
+   * fleet has placed the key (an agent's parallel tool calls would otherwise spend several of its quota).
+   */
+  private readonly counted = new LRUCache<string, true>({ max: MAX_KNOWN_PREFIXES, ttl: PREFIX_IDLE_MS, noUpdateTTL: true });
 
-  /** Whether `account` may add one more key to `model`'s known keys; counts it where it may. */
-  admits(model: string, account: string): boolean {
+  /** Whether `account` may add `key` to `model`'s known keys; counts it where it may. */
+  admits(model: string, account: string, key: string): boolean {
     const id = `${model}\n${account}`;
+    const keyId = `${id}\n${key}`;
+    if (this.counted.has(keyId)) return true;
     const added = this.added.get(id) ?? 0;
     if (added >= NEW_KEYS_PER_ACCOUNT) return false;
     this.added.set(id, added + 1);
+    this.counted.set(keyId, true);
     return true;
   }
 }

@@ -129,7 +129,7 @@ export class Router {
     const entry = this.policies.get(model.config.id)!;
     const key = model.endpoints.length > 1 && entry.policy.needsKey ? affinityKey() : undefined;
     const isNew = key !== undefined && entry.policy.isKnown?.(key) === false;
-    const unkept = isNew && account !== undefined && !this.newKeys.admits(model.config.id, account);
+    const unkept = isNew && account !== undefined && !this.newKeys.admits(model.config.id, account, key);
     if (this.sharing && isNew && !unkept) await this.sharing.place(model.config.id, key);
     const request: RoutingRequest = { key, promptTokens, unkept };
     const priorities = [...new Set(model.endpoints.map((e) => e.priority))].sort((a, b) => a - b);

@@ -153,6 +153,8 @@ describe('a tenant cycling prompt_cache_key', () => {
         return view.data[0].endpoints.reduce((sum: number, e: { affinityKeys: number }) => sum + e.affinityKeys, 0);
       };
       const cycling = gw.client;
+      // A session's first requests sent at once: each is new until the key is placed, and the key counts once.
+      await Promise.all(Array.from({ length: 8 }, () => ask(cycling, 'cycle-0')));
       for (let i = 0; i < NEW_KEYS_PER_ACCOUNT + 40; i += 8) await Promise.all(Array.from({ length: 8 }, (_, j) => ask(cycling, `cycle-${i + j}`)));
       expect(await keptKeys()).toBe(NEW_KEYS_PER_ACCOUNT);
       // Past its quota, a key still goes to one endpoint each time.
