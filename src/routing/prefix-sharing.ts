@@ -53,14 +53,17 @@ local next_score = math.max(now, tonumber(redis.call('HGET', KEYS[4], 'placed') 
 redis.call('HSETNX', KEYS[4], 'began', now)
 local moves = tonumber(redis.call('HGET', KEYS[4], 'moves') or '0')
 local first_seen = 8 + 2 * tonumber(ARGV[7])
-for i = 8, first_seen - 1, 2 do
-  moves = moves + 1
-  if ARGV[i + 1] == '' then redis.call('HDEL', KEYS[5], ARGV[i]) else redis.call('HSET', KEYS[5], ARGV[i], ARGV[i + 1]) end
-  redis.call('ZADD', KEYS[6], moves, ARGV[i])
-end
 for i = first_seen, #ARGV do
   if redis.call('ZADD', KEYS[1], 'NX', next_score, ARGV[i]) == 1 then next_score = next_score + 1 end
   redis.call('ZADD', KEYS[2], now, ARGV[i])
+end
+-- A move of a key the fleet no longer keeps (forgotten while the move waited to be sent) is dropped, as the key's was.
+for i = 8, first_seen - 1, 2 do
+  if redis.call('ZSCORE', KEYS[1], ARGV[i]) then
+    moves = moves + 1
+    if ARGV[i + 1] == '' then redis.call('HDEL', KEYS[5], ARGV[i]) else redis.call('HSET', KEYS[5], ARGV[i], ARGV[i + 1]) end
+    redis.call('ZADD', KEYS[6], moves, ARGV[i])
+  end
 end
 redis.call('HSET', KEYS[4], 'placed', next_score - 1)
 local gone = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now - tonumber(ARGV[1]) * 1000)

@@ -211,6 +211,11 @@ describe("a key's moves, shared", () => {
       expect(b.known('moved-then-gone').movedTo('k')).toBeUndefined();
       expect(await redis.client.hlen(k.movedTo)).toBe(0);
       expect(await redis.client.zcard(k.moves)).toBe(0);
+      // A move that reaches Redis after its key was forgotten (sent late, the key not seen since) is dropped too.
+      a.known('moved-then-gone').move('k', 'c');
+      await sleep(3 * SHARE_INTERVAL_MS);
+      expect(await redis.client.hlen(k.movedTo)).toBe(0);
+      expect(b.known('moved-then-gone').movedTo('k')).toBeUndefined();
     } finally {
       a.close();
       b.close();
