@@ -17,6 +17,7 @@ import type { Cancellation } from '../upstream/cancellation.js';
 import { CircuitBreaker, type BreakerSettings, type BreakerState } from './circuit-breaker.js';
 import { flexMaxConcurrent, mayAdmit, POLL_MS, RecentPeak } from './admission-rule.js';
 import type { FleetSlots } from './fleet-slots.js';
+import type { Holds } from './engine-reports.js';
 
 export interface EndpointLimits {
   /** Requests at once (the fleet's, where it shares Redis); beyond it, requests wait in a bounded queue. */
@@ -108,6 +109,8 @@ export class EndpointState {
   private latencyEwma: number | undefined;
   /** How long a request holds a slot here, from admission to its last byte (EWMA), in ms; undefined before the first. */
   heldMs: number | undefined;
+  /** This replica's requests that gave back a slot here since takeHolds last took them, for the fleet's figure. */
+  private holds: Holds = { requests: 0, ms: 0 };
   private lastLatency: number | null = null;
   limits: EndpointLimits;
   /** Requests waiting inside the engine, where it reports them (routing/engine-reports.ts). */
@@ -246,12 +249,22 @@ export class EndpointState {
   private slot(tier: ServiceTier, lease: string | undefined): Slot {
     const taken = this.now();
     return new Slot(() => {
-      this.heldMs = ewma(this.heldMs, this.now() - taken);
+      const held = this.now() - taken;
+      this.heldMs = ewma(this.heldMs, held);
+      this.holds.requests++;
+      this.holds.ms += held;
       this.countHeld(tier, -1);
       if (lease) this.fleet?.release(this.name, lease);
       this.wake?.();
       if (this.waiters > 0) void this.admitWaiting();
     });
+  }
+
+  /** The requests that gave back a slot here since the last call, and how long they held it in all (routing/engine-reports.ts). */
+  takeHolds(): Holds {
+    const taken = this.holds;
+    this.holds = { requests: 0, ms: 0 };
+    return taken;
   }
 
   private countHeld(tier: ServiceTier, change: 1 | -1): void {

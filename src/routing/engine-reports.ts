@@ -8,11 +8,15 @@
 // endpoints are its to read this interval (the first replica to ask claims
 // an endpoint for one interval) and what the fleet last read of every one.
 // So an engine is read once per interval whatever the number of replicas,
-// and all of them route on one picture. Without Redis a replica reads every
-// endpoint itself. A read that fails, times out or finds no load gauges is
-// recorded as failed: routing then goes by Parley's own counts for that
-// endpoint (as for a hosted API, which reports nothing), the admin view and
-// /metrics say so, and no request waits on a read.
+// and all of them route on one picture. In the same call each replica sends
+// how long its requests held a slot at each endpoint since its last turn,
+// and takes every replica's, so that a queue is weighed by the fleet's hold
+// time where the engine reports no run time of its own. Without Redis a
+// replica reads every endpoint itself. A read that fails, times out or
+// finds no load gauges is recorded as failed: routing then goes by Parley's
+// own counts for that endpoint (as for a hosted API, which reports
+// nothing), the admin view and /metrics say so, and no request waits on a
+// read.
 import { randomUUID } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import type { EngineLoad } from '../upstream/engine-load.js';
@@ -25,6 +29,12 @@ export interface EngineReadSettings {
   /** How often each engine is read, fleet-wide; 0: never. */
   intervalMs: number;
   timeoutMs: number;
+}
+
+/** Requests that gave back a slot, and how long they held it in all (ms). */
+export interface Holds {
+  requests: number;
+  ms: number;
 }
 
 /** What routing knows of an engine's load, and where it comes from. */
@@ -54,14 +64,19 @@ const EXTERNAL_MARGIN = { requests: 2, share: 0.25 };
 const CAPACITY_READINGS = 30;
 /** A reading older than this many intervals (its reader died, or Redis is away) is not routed on. */
 const STALE_INTERVALS = 3;
+/** A replica's holds count in the fleet's figure for this many intervals after it wrote them. */
+const HELD_INTERVALS = 3;
 
-// KEYS: the fleet's readings. ARGV: this replica, the interval (ms), then the endpoints' names. Claims, for one
-// interval, each endpoint no replica has claimed; returns Redis's time, the names claimed, and each endpoint's
-// last reading ("<written at> <JSON>", or false).
+// KEYS: the fleet's readings. ARGV: this replica, the interval (ms), its holds since its last turn (JSON, '' for
+// none), then the endpoints' names. Claims, for one interval, each endpoint no replica has claimed; keeps this
+// replica's holds (field `held:<replica>`) and drops any replica's older than HELD_INTERVALS intervals; returns
+// Redis's time, the names claimed, each endpoint's last reading ("<written at> <JSON>", or false), and every
+// replica's holds kept.
 const TURN = luaScript(`
 ${LUA_NOW_MS}
-local claimed, readings = {}, {}
-for i = 3, #ARGV do
+if ARGV[3] ~= '' then redis.call('HSET', KEYS[1], 'held:' .. ARGV[1], now_ms .. ' ' .. ARGV[3]) end
+local claimed, readings, holds = {}, {}, {}
+for i = 4, #ARGV do
   local name = ARGV[i]
   local claim = redis.call('HGET', KEYS[1], 'claim:' .. name)
   local ends = claim and tonumber(string.match(claim, '^(%d+)')) or 0
@@ -71,8 +86,18 @@ for i = 3, #ARGV do
   end
   readings[#readings + 1] = redis.call('HGET', KEYS[1], name) or false
 end
+local cursor = '0'
+repeat
+  local page = redis.call('HSCAN', KEYS[1], cursor, 'MATCH', 'held:*', 'COUNT', 100)
+  cursor = page[1]
+  for j = 1, #page[2], 2 do
+    local at, held = string.match(page[2][j + 1], '^(%d+) (.*)$')
+    if tonumber(at) < now_ms - tonumber(ARGV[2]) * ${HELD_INTERVALS} then redis.call('HDEL', KEYS[1], page[2][j])
+    else holds[#holds + 1] = held end
+  end
+until cursor == '0'
 redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[2]) * 10)
-return { now_ms, claimed, readings }
+return { now_ms, claimed, readings, holds }
 `);
 
 // KEYS: the fleet's readings. ARGV: the endpoint, its reading (JSON). Written at Redis's time, which every replica ages it by.
@@ -124,15 +149,26 @@ export class EngineReports {
   private reading = false;
   /** Redis's clock less this replica's, where the fleet shares readings (they are aged by Redis's time). */
   private clockOffset = 0;
+  /** How long the fleet's requests held a slot at each endpoint lately (ms), where the fleet shares its holds. */
+  private readonly fleetHeld = new Map<string, number>();
 
-  /** `fleetLoadAt`: the fleet's requests at an endpoint now, in flight and waiting, to tell the engine's other work from. */
-  constructor(private readonly redis: Redis | undefined, private readonly fleetLoadAt: (name: string) => number) {}
+  /**
+   * `fleetLoadAt`: the fleet's requests at an endpoint now, in flight and waiting, to tell the engine's other work
+   * from. `takeHolds`: this replica's requests that gave back a slot at an endpoint since the last call, and how long
+   * they held it in all.
+   */
+  constructor(
+    private readonly redis: Redis | undefined,
+    private readonly fleetLoadAt: (name: string) => number,
+    private readonly takeHolds: (name: string) => Holds,
+  ) {}
 
   /** Reads these endpoints from now on, every `settings.intervalMs`. */
   apply(endpoints: RoutedEndpoint[], settings: EngineReadSettings): void {
     this.endpoints = endpoints.filter((e) => e.dialect.engineLoad);
     const names = new Set(this.endpoints.map((e) => e.name));
     for (const name of this.readings.keys()) if (!names.has(name)) this.readings.delete(name);
+    for (const name of this.fleetHeld.keys()) if (!names.has(name)) this.fleetHeld.delete(name);
     if (this.timer && this.settings.intervalMs === settings.intervalMs) {
       this.settings = settings;
       return;
@@ -154,6 +190,16 @@ export class EngineReports {
     if (!last) return NOT_READ_YET;
     const fresh = this.now() - last.at <= STALE_INTERVALS * this.settings.intervalMs + this.settings.timeoutMs;
     return fresh || 'error' in last.reading ? last.report : STALE;
+  }
+
+  /**
+   * How long the fleet's requests held a slot at `endpoint` lately (ms): every replica's, over the last
+   * HELD_INTERVALS intervals, the last figure kept while none ended; undefined without Redis (a replica then goes
+   * by its own). One replica's own figure counts only its own requests (with three replicas on
+   * engine-load-routing.mjs's scenario (c), 0.8 s where the neighbour's, sent by the other two, held 4 s).
+   */
+  heldMs(endpoint: RoutedEndpoint): number | undefined {
+    return this.fleetHeld.get(endpoint.name);
   }
 
   /** How old the last reading of `endpoint` (good or failed) is, for operators; undefined where there is none. */
@@ -182,12 +228,19 @@ export class EngineReports {
     try {
       const endpoints = this.endpoints;
       const { redis } = this;
+      const holds: Record<string, [requests: number, ms: number]> = {};
+      for (const e of endpoints) {
+        const { requests, ms } = this.takeHolds(e.name);
+        if (requests > 0) holds[e.name] = [requests, ms];
+      }
       if (!redis) {
         await Promise.all(endpoints.map(async (e) => this.keep(e.name, Date.now(), await this.read(e, this.readings.get(e.name)?.reading))));
         return;
       }
-      const [now, claimed, stored] = (await TURN.run(redis, [redisKeys.engineLoads], [this.replica, this.settings.intervalMs, ...endpoints.map((e) => e.name)])) as [number, string[], (string | null)[]];
+      const sentHolds = Object.keys(holds).length > 0 ? JSON.stringify(holds) : '';
+      const [now, claimed, stored, fleetHolds] = (await TURN.run(redis, [redisKeys.engineLoads], [this.replica, this.settings.intervalMs, sentHolds, ...endpoints.map((e) => e.name)])) as [number, string[], (string | null)[], string[]];
       this.clockOffset = Number(now) - Date.now();
+      this.takeFleetHolds(fleetHolds);
       endpoints.forEach((e, i) => {
         const text = stored[i];
         if (!text) return;
@@ -206,6 +259,21 @@ export class EngineReports {
       // Redis is away: the readings age until they are stale, and routing goes by its own counts.
     } finally {
       this.reading = false;
+    }
+  }
+
+  /** The fleet's figure per endpoint from every replica's holds kept in Redis; the last figure where none ended. */
+  private takeFleetHolds(fleetHolds: string[]): void {
+    const totals = new Map<string, Holds>();
+    for (const text of fleetHolds) {
+      for (const [name, [requests, ms]] of Object.entries(JSON.parse(text) as Record<string, [number, number]>)) {
+        const total = totals.get(name) ?? { requests: 0, ms: 0 };
+        totals.set(name, { requests: total.requests + requests, ms: total.ms + ms });
+      }
+    }
+    for (const e of this.endpoints) {
+      const total = totals.get(e.name);
+      if (total && total.requests > 0) this.fleetHeld.set(e.name, total.ms / total.requests);
     }
   }
 

@@ -35,6 +35,8 @@ export interface EndpointView extends EndpointSnapshot {
   engine: EngineReport & { ageMs?: number };
   /** What the policy compares: fleetLoad plus the engine's requests from elsewhere (routing/endpoint-score.ts). */
   routingLoad: number;
+  /** How long the fleet's requests held a slot there lately (ms), where the fleet shares it. */
+  fleetHeldMs?: number;
   url: string;
   priority: number;
   weight: number;
@@ -60,10 +62,11 @@ export class Router {
   constructor(private readonly sharing?: PrefixSharing, redis?: Redis) {
     this.fleet = redis && new FleetLoad(redis, () => [...this.states].map(([name, state]): [string, number] => [name, state.load]));
     this.slots = redis && new FleetSlots(redis);
-    this.engines = new EngineReports(redis, (name) => {
-      const state = this.states.get(name);
-      return (state?.load ?? 0) + (this.fleet?.othersAt(name) ?? 0);
-    });
+    this.engines = new EngineReports(
+      redis,
+      (name) => (this.states.get(name)?.load ?? 0) + (this.fleet?.othersAt(name) ?? 0),
+      (name) => this.states.get(name)?.takeHolds() ?? { requests: 0, ms: 0 },
+    );
   }
 
   private readonly states = new Map<string, EndpointState>();
@@ -141,7 +144,7 @@ export class Router {
           const state = this.state(e);
           const engine = this.engines.report(e);
           const load = endpointLoad(state.load + (this.fleet?.othersAt(e.name) ?? 0), engine);
-          return { endpoint: e, name: e.name, load, weight: e.weight, kvCacheUse: engine.load?.kvCacheUse, engineQueue: engine.load?.waiting, capacity: engine.capacity, heldMs: engine.runMs ?? state.heldMs };
+          return { endpoint: e, name: e.name, load, weight: e.weight, kvCacheUse: engine.load?.kvCacheUse, engineQueue: engine.load?.waiting, capacity: engine.capacity, heldMs: engine.runMs ?? this.engines.heldMs(e) ?? state.heldMs };
         });
       endpoints.push(...entry.policy.order(group, request).map((c) => c.endpoint));
     }
@@ -176,7 +179,18 @@ export class Router {
           const state = this.state(e).snapshot();
           const fleetLoad = state.inFlight + state.queued + (this.fleet?.othersAt(e.name) ?? 0);
           const engine = this.engines.report(e);
-          return { ...state, fleetLoad, routingLoad: endpointLoad(fleetLoad, engine), engine: { ...engine, ageMs: this.engines.ageMs(e) }, affinityKeys: homes?.get(e.name) ?? 0, url: e.url, priority: e.priority, weight: e.weight };
+          const fleetHeldMs = this.engines.heldMs(e);
+          return {
+            ...state,
+            fleetLoad,
+            routingLoad: endpointLoad(fleetLoad, engine),
+            engine: { ...engine, ageMs: this.engines.ageMs(e) },
+            ...(fleetHeldMs === undefined ? {} : { fleetHeldMs: Math.round(fleetHeldMs) }),
+            affinityKeys: homes?.get(e.name) ?? 0,
+            url: e.url,
+            priority: e.priority,
+            weight: e.weight,
+          };
         }),
       };
     });

@@ -3,7 +3,8 @@
 // fleet of three replicas, work that reaches an engine another way steering
 // new requests elsewhere, a read that fails or hangs failing no request,
 // flex held back while an engine has a queue of its own, and bounded by
-// what the engine has shown it runs.
+// what the engine has shown it runs, and a queue weighed by how long requests
+// hold a slot there (the engine's run time, else the whole fleet's holds).
 import type { ServerResponse } from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readEngineLoad } from '../../src/upstream/engine-load.js';
@@ -14,7 +15,7 @@ import { EndpointState, Slot } from '../../src/routing/endpoint-state.js';
 import { FleetSlots } from '../../src/routing/fleet-slots.js';
 import { connectRedis } from '../../src/redis/connection.js';
 import { startTestRedis } from '../support/redis.js';
-import { completionBody, replyJson, sleep, type ReceivedRequest } from '../support/fake-upstream.js';
+import { completionBody, replyJson, sleep, type ReceivedRequest, type Script } from '../support/fake-upstream.js';
 import { asAdmin, modelEntry, postChat, startFleetOn, startGatewayOn, type FleetOnUpstreams, type TestGateway } from '../support/gateway.js';
 
 const VLLM_TEXT = `# HELP vllm:num_requests_running Number of requests in model execution batches.
@@ -227,7 +228,11 @@ describe('capacity from the engine', () => {
 });
 
 /** A scripted vLLM: chat replies after `replyMs`, and /metrics with what `load()` says, counting the reads. */
-function scriptedVllm(load: () => { running: number; waiting: number; kv: number; ran?: { requests: number; seconds: number } }, metrics: 'ok' | 'error' | 'hang' | 'endless' = 'ok', replyMs = 5) {
+function scriptedVllm(
+  load: () => { running: number; waiting: number; kv: number; ran?: { requests: number; seconds: number } },
+  metrics: 'ok' | 'error' | 'hang' | 'endless' = 'ok',
+  replyMs: number | ((req: ReceivedRequest) => number) = 5,
+) {
   const counts = { metricsReads: 0, chats: 0 };
   const script = async (req: ReceivedRequest, res: ServerResponse) => {
     if (req.path === '/metrics') {
@@ -249,14 +254,14 @@ function scriptedVllm(load: () => { running: number; waiting: number; kv: number
     }
     if (req.path.endsWith('/models')) return replyJson(res, { object: 'list', data: [] });
     counts.chats++;
-    await sleep(replyMs);
+    await sleep(typeof replyMs === 'number' ? replyMs : replyMs(req));
     replyJson(res, completionBody('ok', { prompt_tokens: 5, completion_tokens: 1 }));
   };
   return { counts, script };
 }
 
 interface EndpointsView {
-  data: { endpoints: { url: string; flexMaxConcurrent: number; engine: { source: string; reason?: string; load?: { waiting: number }; external: number; capacity?: number; runMs?: number }; routingLoad: number }[] }[];
+  data: { endpoints: { url: string; flexMaxConcurrent: number; engine: { source: string; reason?: string; load?: { waiting: number }; external: number; capacity?: number; runMs?: number }; routingLoad: number; fleetHeldMs?: number }[] }[];
 }
 const endpointsView = async (gw: TestGateway) => (await (await fetch(`${gw.url}/admin/v1/endpoints`, { headers: asAdmin })).json()) as EndpointsView;
 
@@ -315,9 +320,32 @@ describe('three replicas reading two engines', () => {
   });
 });
 
-describe('how long a request runs, as the engine reports it', () => {
+describe('how long a request holds a slot, as the engine or the fleet reports it', () => {
+  const INTERVAL_MS = 200;
+  /** Three replicas on two scripted engines, read every INTERVAL_MS; `sendFrom` says which engine took the request. */
+  async function fleetOnTwo(engines: { script: Script; counts: { chats: number } }[]) {
+    const running = await startFleetOn(engines.map((e) => e.script), ([a, b]) => ({
+      gateway: { engineLoad: { intervalMs: INTERVAL_MS, timeoutMs: 150 } },
+      models: [modelEntry('m', [{ kind: 'vllm', url: a }, { kind: 'vllm', url: b }])],
+    }), 3);
+    const sendFrom = async (replica: TestGateway, body: unknown) => {
+      const before = engines.map((e) => e.counts.chats);
+      expect((await postChat(replica, body)).status).toBe(200);
+      return engines.findIndex((e, i) => e.counts.chats > before[i]);
+    };
+    /** Waits until every replica's view of endpoint `index` meets `met`. */
+    const until = async (index: number, what: string, met: (e: EndpointsView['data'][number]['endpoints'][number]) => boolean) => {
+      for (let tries = 0; tries < 30; tries++) {
+        const views = await Promise.all(running.replicas.map(async (gw) => (await endpointsView(gw)).data[0].endpoints[index]));
+        if (views.every(met)) return;
+        await sleep(INTERVAL_MS / 2);
+      }
+      throw new Error(`the replicas never saw ${what}`);
+    };
+    return { ...running, sendFrom, until };
+  }
+
   it('weighs a queue by the engine’s run time for every request, not by the replicas’ own quick ones', async () => {
-    const INTERVAL_MS = 200;
     // Each read finds one more request finished, having run `runS` seconds (none while it is undefined); a busy
     // engine runs 2 with 2 waiting.
     const engines = [0, 1].map(() => {
@@ -328,45 +356,55 @@ describe('how long a request runs, as the engine reports it', () => {
       });
       return { state, ...engine };
     });
-    const running = await startFleetOn(engines.map((e) => e.script), ([a, b]) => ({
-      gateway: { engineLoad: { intervalMs: INTERVAL_MS, timeoutMs: 150 } },
-      models: [modelEntry('m', [{ kind: 'vllm', url: a }, { kind: 'vllm', url: b }])],
-    }), 3);
+    const fleet = await fleetOnTwo(engines);
     try {
-      // 3,000 bytes: 1,000 tokens, 100 ms to read again at the default 10,000 a second.
+      // 3,000 bytes, counted as up to 3,000 tokens without a tokenizer: 300 ms to read again at the default 10,000 a second.
       const body = { model: 'm', messages: [{ role: 'user', content: 'x'.repeat(3000) }], prompt_cache_key: 'session-1' };
-      const chats = () => engines.map((e) => e.counts.chats);
-      const sendFrom = async (replica: TestGateway) => {
-        const before = chats();
-        expect((await postChat(replica, body)).status).toBe(200);
-        return chats().findIndex((n, i) => n > before[i]);
-      };
       // Every replica has sent the session home and seen its replies take a few ms.
-      const home = await sendFrom(running.replicas[0]);
-      for (const replica of running.replicas.slice(1)) expect(await sendFrom(replica)).toBe(home);
-      const seeAtHome = async (runMs: number) => {
-        for (let tries = 0; tries < 20; tries++) {
-          const views = await Promise.all(running.replicas.map(async (gw) => (await endpointsView(gw)).data[0].endpoints[home].engine));
-          if (views.every((v) => v.runMs === runMs && v.external === 2 && v.capacity === 2)) return;
-          await sleep(INTERVAL_MS / 2);
-        }
-        throw new Error(`the replicas never saw a run time of ${runMs} ms at home`);
-      };
+      const home = await fleet.sendFrom(fleet.replicas[0], body);
+      for (const replica of fleet.replicas.slice(1)) expect(await fleet.sendFrom(replica, body)).toBe(home);
+      const queuedAtHome = (runMs: number) => fleet.until(home, `a run time of ${runMs} ms at home`, (e) => e.engine.runMs === runMs && e.engine.external === 2 && e.engine.capacity === 2);
       // Home runs 2 and has 2 waiting: 1 ahead of the next request, waiting half a run time for a slot.
       engines[home].state.busy = true;
-      await seeAtHome(1);
-      expect(await sendFrom(running.replicas[1])).toBe(home);
-      // Its requests now run 4 s: 2 s of queue, against 100 ms to read the prompt again on the idle engine.
+      await queuedAtHome(1);
+      expect(await fleet.sendFrom(fleet.replicas[1], body)).toBe(home);
+      // Its requests now run 4 s: 2 s of queue, against 300 ms to read the prompt again on the idle engine.
       engines[home].state.runS = 4;
-      await seeAtHome(4000);
-      expect(await sendFrom(running.replicas[2])).toBe(1 - home);
+      await queuedAtHome(4000);
+      expect(await fleet.sendFrom(fleet.replicas[2], body)).toBe(1 - home);
       // Restarted, its counts begin again: the last figure holds until requests finish.
       engines[home].state.ran = { requests: 0, seconds: 0 };
       engines[home].state.runS = undefined;
       await sleep(3 * INTERVAL_MS);
-      await seeAtHome(4000);
+      await queuedAtHome(4000);
     } finally {
-      await running.close();
+      await fleet.close();
+    }
+  });
+
+  it('goes by the whole fleet’s holds where the engine reports no run time, not by one replica’s quick ones', async () => {
+    // No run-time histogram (as SGLang and llama.cpp serve none); a request whose prompt opens with "slow" takes 600 ms.
+    const engines = [0, 1].map(() => {
+      const state = { busy: false };
+      const engine = scriptedVllm(() => ({ running: state.busy ? 2 : 0, waiting: state.busy ? 2 : 0, kv: 0.1 }), 'ok', (req) => (String(req.body.messages?.[0]?.content).startsWith('slow') ? 600 : 5));
+      return { state, ...engine };
+    });
+    const fleet = await fleetOnTwo(engines);
+    try {
+      // About 300 bytes: 30 ms to read again at the default 10,000 tokens a second.
+      const body = (opening: string) => ({ model: 'm', messages: [{ role: 'user', content: `${opening} ${'x'.repeat(300)}` }], prompt_cache_key: 'session-2' });
+      // Replica 0 sends the session home and sees its replies take a few ms; the other two send its slow requests.
+      const home = await fleet.sendFrom(fleet.replicas[0], body('quick'));
+      const slow = await Promise.all(fleet.replicas.slice(1).map(async (replica) => [await fleet.sendFrom(replica, body('slow')), await fleet.sendFrom(replica, body('slow'))]));
+      expect(slow.flat()).toEqual([home, home, home, home]);
+      await fleet.until(home, 'the fleet’s holds', (e) => (e.fleetHeldMs ?? 0) >= 300);
+      // Home runs 2 and has 2 waiting: 1 ahead, waiting half the fleet's hold (at least 150 ms) against 30 ms to read
+      // the prompt again; half replica 0's own hold would be a few ms.
+      engines[home].state.busy = true;
+      await fleet.until(home, 'the queue at home', (e) => e.engine.external === 2 && e.engine.capacity === 2);
+      expect(await fleet.sendFrom(fleet.replicas[0], body('quick'))).toBe(1 - home);
+    } finally {
+      await fleet.close();
     }
   });
 });

@@ -13,7 +13,7 @@ export interface Candidate {
   engineQueue?: number;
   /** The requests the engine runs at once, where it has shown it (routing/engine-reports.ts). */
   capacity?: number;
-  /** How long a request holds a slot there, lately: as the engine reports its requests' run time, else as this replica saw its own. */
+  /** How long a request holds a slot there lately: the engine's run time where it reports one, else the fleet's holds, else this replica's. */
   heldMs?: number;
 }
 
