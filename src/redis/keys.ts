@@ -84,7 +84,7 @@ export const redisKeys = {
   fleetLoad: `${P}fleet-load`,
   /**
    * Hash: per endpoint, its engine's last load reading (Redis time it was written, then JSON), and `claim:<endpoint>`,
-   * the replica reading it this interval and until when; per replica, `held:<replica>`, its requests that gave back a
+   * the replica reading it this interval and until when; per replica, `#held:<replica>`, its requests that gave back a
    * slot at each endpoint in its last interval and how long they held it (routing/engine-reports.ts).
    */
   engineLoads: `${P}engine-loads`,

@@ -69,12 +69,12 @@ const HELD_INTERVALS = 3;
 
 // KEYS: the fleet's readings. ARGV: this replica, the interval (ms), its holds since its last turn (JSON, '' for
 // none), then the endpoints' names. Claims, for one interval, each endpoint no replica has claimed; keeps this
-// replica's holds (field `held:<replica>`) and drops any replica's older than HELD_INTERVALS intervals; returns
-// Redis's time, the names claimed, each endpoint's last reading ("<written at> <JSON>", or false), and every
-// replica's holds kept.
+// replica's holds (field `#held:<replica>`: no endpoint's name begins with #, as no model id does) and drops any
+// replica's older than HELD_INTERVALS intervals; returns Redis's time, the names claimed, each endpoint's last
+// reading ("<written at> <JSON>", or false), and every replica's holds kept.
 const TURN = luaScript(`
 ${LUA_NOW_MS}
-if ARGV[3] ~= '' then redis.call('HSET', KEYS[1], 'held:' .. ARGV[1], now_ms .. ' ' .. ARGV[3]) end
+if ARGV[3] ~= '' then redis.call('HSET', KEYS[1], '#held:' .. ARGV[1], now_ms .. ' ' .. ARGV[3]) end
 local claimed, readings, holds = {}, {}, {}
 for i = 4, #ARGV do
   local name = ARGV[i]
@@ -88,7 +88,7 @@ for i = 4, #ARGV do
 end
 local cursor = '0'
 repeat
-  local page = redis.call('HSCAN', KEYS[1], cursor, 'MATCH', 'held:*', 'COUNT', 100)
+  local page = redis.call('HSCAN', KEYS[1], cursor, 'MATCH', '#held:*', 'COUNT', 100)
   cursor = page[1]
   for j = 1, #page[2], 2 do
     local at, held = string.match(page[2][j + 1], '^(%d+) (.*)$')
