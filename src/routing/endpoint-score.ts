@@ -16,10 +16,10 @@
 // while it is within the load bound, not KV-full, and waiting in its queue
 // (the requests ahead, times how long a request holds a slot there, over its
 // capacity; the hold as the engine reports its requests' run time, else as
-// the fleet's requests held one there, shared each interval) costs less than reading the prompt again elsewhere (its tokens
-// at the model's `prefillTokensPerSecond`); otherwise it goes to the
-// cheapest of the others (queue plus reading), first in the key's order on a
-// tie.
+// the fleet's requests held one there, shared each interval) costs less
+// than reading the prompt again elsewhere (its tokens at the model's
+// `prefillTokensPerSecond`); otherwise it goes to the cheapest of the others
+// (queue plus reading), first in the key's order on a tie.
 import type { Candidate } from './policies/policy.js';
 import type { EngineReport } from './engine-reports.js';
 

@@ -228,6 +228,7 @@ export class EngineReports {
     try {
       const endpoints = this.endpoints;
       const { redis } = this;
+      // Taken with or without Redis, so that none pile up while it is away.
       const holds: Record<string, [requests: number, ms: number]> = {};
       for (const e of endpoints) {
         const { requests, ms } = this.takeHolds(e.name);
