@@ -16,9 +16,20 @@ import { GEN_AI_OPERATIONS, type RequestRecord } from './request-record.js';
 
 const FLUSH_MS = 100;
 const FLUSH_BYTES = 64 * 1024;
+/**
+ * The most log text left in memory for stdout's reader. Node queues what a pipe cannot take at once, without
+ * bound: a log agent that stalls would have each request's line kept until the process ran out of memory. Past
+ * this, lines are dropped and counted (`parley_request_log_lines_dropped`); the usage events are in Redis.
+ */
+export const MAX_UNWRITTEN_BYTES = 16 * 1024 * 1024;
 
 let pending = '';
+let pendingLines = 0;
+let dropped = 0;
 let flushTimer: NodeJS.Timeout | undefined;
+
+/** Request log lines dropped because stdout's reader fell MAX_UNWRITTEN_BYTES behind. */
+export const requestLogLinesDropped = (): number => dropped;
 
 /** Writes the lines gathered so far. */
 export function flushRequestLog(): void {
@@ -26,13 +37,17 @@ export function flushRequestLog(): void {
   flushTimer = undefined;
   if (pending === '') return;
   const text = pending;
+  const lines = pendingLines;
   pending = '';
-  process.stdout.write(text);
+  pendingLines = 0;
+  if (process.stdout.writableLength >= MAX_UNWRITTEN_BYTES) dropped += lines;
+  else process.stdout.write(text);
 }
 process.once('exit', flushRequestLog);
 
 function writeLine(line: string): void {
   pending += line;
+  pendingLines++;
   if (pending.length >= FLUSH_BYTES) flushRequestLog();
   else flushTimer ??= setTimeout(flushRequestLog, FLUSH_MS).unref();
 }

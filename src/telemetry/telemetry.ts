@@ -21,6 +21,7 @@ import { BasicTracerProvider, BatchSpanProcessor } from '@opentelemetry/sdk-trac
 import type { BatchLineTotals } from '../batches/batch-progress.js';
 import type { Router } from '../routing/router.js';
 import { GEN_AI_OPERATIONS, type RequestRecord } from './request-record.js';
+import { requestLogLinesDropped } from './request-log.js';
 import { HistogramTally, histogramProducer, Tally, type Attributes } from './tallies.js';
 
 const SECONDS_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120];
@@ -115,6 +116,7 @@ export class Telemetry {
       for (const state of ['queued', 'running', 'succeeded', 'errored'] as const) r.observe(batches.totals[state], { state });
     });
     meter.createObservableGauge('parley_batch_lines_running_here', { description: 'Batch lines this replica is running now' }).addCallback((r) => r.observe(this.gateway?.batches?.().runningHere ?? 0));
+    meter.createObservableCounter('parley_request_log_lines_dropped', { description: "Request log lines dropped because stdout's reader fell 16 MiB behind" }).addCallback((r) => r.observe(requestLogLinesDropped()));
     meter.createObservableGauge('parley_redis_up', { description: "1 when this replica's Redis connection is ready" }).addCallback((r) => r.observe(this.gateway?.redisReady() ? 1 : 0));
     // The endpoints' gauges, observed from one snapshot of the router per collection.
     const healthy = meter.createObservableGauge('parley_upstream_healthy', { description: "1 when the endpoint's circuit is closed" });
