@@ -77,7 +77,7 @@ try {
   await Promise.all(targets.map((t) => new Promise((resolve) => (t.parley.child.once('exit', resolve), t.parley.child.kill('SIGTERM')))));
   const measured = targets.map((t, i) => ({ requests: t.requests, ...selfTimes(join(folders[i], readdirSync(folders[i]).find((f) => f.endsWith('.cpuprofile')))) }));
   const total = (m) => [...m.byArea.values()].reduce((s, us) => s + us, 0) / m.requests;
-  console.log(`\n${MODE}, ${CONNECTIONS} connections: main-thread CPU per request (not idle), profiled: this build ${total(measured[0]).toFixed(1)} µs, ${REVISION} ${total(measured[1]).toFixed(1)} µs`);
+  console.log(`\n${MODE}, ${CONNECTIONS} connections, ${targets.map((t) => `${t.name} ${t.requests}`).join(' and ')} requests: main-thread CPU per request (not idle), profiled: this build ${total(measured[0]).toFixed(1)} µs, ${REVISION} ${total(measured[1]).toFixed(1)} µs`);
   printTable('By area', new Set(measured.flatMap((m) => [...m.byArea.keys()])), measured, 'byArea');
   printTable('By function', new Set(measured.flatMap((m) => [...m.byFunction.keys()])), measured, 'byFunction');
 } finally {
