@@ -3,11 +3,12 @@
 // 36 characters would be a tenth of what Parley writes per chunk. The bits
 // come from a pool filled POOL_IDS ids at a time, as Node's randomUUID fills
 // its own: randomBytes asks OpenSSL (and the kernel) at every id, and a UUID
-// takes a hex round trip to become 22 characters. A CPU profile of whole
+// takes a hex round trip to become 22 characters. CPU profiles of whole
 // replies at 32 connections put a request's two ids at 15.2 µs with
-// randomBytes and 5.5 µs through randomUUID (`node bench/cpu-profile.mjs
-// HEAD`, 2026-11-28); in a loop the pool takes 0.14 µs an id, randomBytes
-// 3.0 and the UUID 1.1.
+// randomBytes, 5.5 µs through randomUUID and 1.8 µs from the pool (`node
+// bench/cpu-profile.mjs HEAD` against 985563a, then `... 4e458b7`,
+// 2026-11-28); in a loop the pool takes 0.14 µs an id, randomBytes 3.0 and
+// the UUID 1.1.
 import { randomFillSync } from 'node:crypto';
 
 const ID_BYTES = 16;
