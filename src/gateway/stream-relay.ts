@@ -5,7 +5,7 @@
 import type { ServerResponse } from 'node:http';
 import type { StreamEvent, Usage, ReplyRenderer } from '../protocol/chat-response.js';
 import type { ApiError } from '../protocol/errors.js';
-import { SSE_HEADERS } from '../protocol/http-io.js';
+import { drainedOrClosed, SSE_HEADERS } from '../protocol/http-io.js';
 
 export type StreamOutcome =
   | { kind: 'complete'; usage: Usage; finishReasons: string[] }
@@ -98,7 +98,7 @@ export class StreamRelay {
           continue;
         }
         // A client reading slower than the upstream writes holds the upstream back, not Parley's memory.
-        if (this.res.writableNeedDrain) await this.drained();
+        if (this.res.writableNeedDrain) await drainedOrClosed(this.res);
         this.keepAlive.refresh();
       }
       if (!finished) finish();
@@ -114,18 +114,6 @@ export class StreamRelay {
     } finally {
       clearTimeout(this.keepAlive);
     }
-  }
-
-  private drained(): Promise<void> {
-    return new Promise((resolve) => {
-      const done = () => {
-        this.res.off('drain', done);
-        this.res.off('close', done);
-        resolve();
-      };
-      this.res.on('drain', done);
-      this.res.on('close', done);
-    });
   }
 
   /** Commits the response if it is not yet, and writes `text`. */

@@ -1,6 +1,7 @@
 // Reading a JSON request body and writing JSON answers and event streams in
 // the wire format, shared by the gateway and the local engine.
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Writable } from 'node:stream';
 import { ApiError, bodyTooLarge, Cancelled, invalidJson, malformedUrl, openAiError, unsupportedContentType, type ErrorShape } from './errors.js';
 
 /** One percent-encoded segment of a URL path, decoded; a 400 where its encoding is malformed (`%E0`, a lone `%`). */
@@ -83,11 +84,31 @@ export function sendJsonParts(res: ServerResponse, parts: (string | Buffer)[], h
   res.end();
 }
 
-/** A download of text or bytes as they come, waiting on the client where it reads slower than they come. */
+/**
+ * Resolves once `out` can take more (drain) or is gone (close), whichever comes first, leaving no listener behind:
+ * a client that stops reading and leaves never drains, and a wait per write must not pile up listeners.
+ */
+export function drainedOrClosed(out: Writable): Promise<void> {
+  return new Promise((resolve) => {
+    const done = () => {
+      out.off('drain', done);
+      out.off('close', done);
+      resolve();
+    };
+    out.on('drain', done);
+    out.on('close', done);
+  });
+}
+
+/**
+ * A download of text or bytes as they come, waiting on the client where it reads slower than they come; reading
+ * stops where the client has left.
+ */
 export async function sendDownload(res: ServerResponse, headers: Record<string, string>, parts: AsyncIterable<string | Buffer>): Promise<void> {
   res.writeHead(200, headers);
   for await (const part of parts) {
-    if (!res.write(part)) await new Promise((resolve) => res.once('drain', resolve));
+    if (!res.write(part)) await drainedOrClosed(res);
+    if (res.destroyed) return;
   }
   res.end();
 }

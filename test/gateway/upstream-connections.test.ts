@@ -6,27 +6,15 @@
 // else went wrong meanwhile. A kept-alive connection the upstream closes as
 // it is reused is tried again on a new one (llama.cpp's server does this
 // when its HTTP threads are taken), without counting against the endpoint.
-import { request, type ServerResponse } from 'node:http';
+import { request } from 'node:http';
 import type { Socket } from 'node:net';
 import { describe, expect, it } from 'vitest';
+import { drainedOrClosed } from '../../src/protocol/http-io.js';
 import { Cancellation } from '../../src/upstream/cancellation.js';
 import { postUpstream } from '../../src/upstream/client.js';
 import { DIALECTS } from '../../src/upstream/dialects/index.js';
 import { chunk, completionBody, replyJson, sleep, startFakeUpstream } from '../support/fake-upstream.js';
 import { asAdmin, modelEntry, postChat, startTestGateway } from '../support/gateway.js';
-
-/** Waits for `res` to drain or close, leaving no listener behind (one left per wait piled up past Node's warning). */
-function drainedOrClosed(res: ServerResponse): Promise<void> {
-  return new Promise((resolve) => {
-    const done = () => {
-      res.off('drain', done);
-      res.off('close', done);
-      resolve();
-    };
-    res.on('drain', done);
-    res.on('close', done);
-  });
-}
 
 describe('upstream connections', () => {
   it('are reused after a stream, and a late end of the upstream body does not hold up the client', async () => {

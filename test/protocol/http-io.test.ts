@@ -2,7 +2,7 @@
 import { createServer, request, type IncomingMessage } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { describe, expect, it } from 'vitest';
-import { readJsonBody } from '../../src/protocol/http-io.js';
+import { readJsonBody, sendDownload } from '../../src/protocol/http-io.js';
 import { sleep } from '../support/fake-upstream.js';
 
 /** The server's side of one request whose client sends `body` (of `declared` bytes) and then leaves. */
@@ -43,5 +43,42 @@ describe('readJsonBody', () => {
     const outcome = await Promise.race([reading, sleep(1_000).then(() => 'still waiting')]);
     server.close();
     expect(outcome).toBe('AbortError');
+  });
+});
+
+describe('sendDownload', () => {
+  it('stops reading its parts once a client that stopped reading has left', async () => {
+    let partsRead = 0;
+    let stopped = false;
+    // An endless download of 64 KiB parts.
+    async function* parts() {
+      try {
+        for (;;) {
+          partsRead++;
+          yield Buffer.alloc(64 * 1024, 120);
+        }
+      } finally {
+        stopped = true;
+      }
+    }
+    const server = createServer((_req, res) => void sendDownload(res, { 'content-type': 'application/octet-stream' }, parts()));
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    try {
+      const client = request({ port: (server.address() as AddressInfo).port });
+      client.on('error', () => {});
+      client.end();
+      const reply = await new Promise<IncomingMessage>((resolve) => client.once('response', resolve));
+      // The client reads nothing, so the download waits on it; then it leaves.
+      reply.pause();
+      await sleep(300);
+      expect(partsRead).toBeGreaterThan(1);
+      const readBeforeLeaving = partsRead;
+      client.destroy();
+      for (let i = 0; i < 50 && !stopped; i++) await sleep(20);
+      expect(stopped).toBe(true);
+      expect(partsRead).toBe(readBeforeLeaving);
+    } finally {
+      server.close();
+    }
   });
 });
