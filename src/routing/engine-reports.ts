@@ -195,8 +195,7 @@ export class EngineReports {
   /**
    * How long the fleet's requests held a slot at `endpoint` lately (ms): every replica's, over the last
    * HELD_INTERVALS intervals, the last figure kept while none ended; undefined without Redis (a replica then goes
-   * by its own). One replica's own figure counts only its own requests (with three replicas on
-   * engine-load-routing.mjs's scenario (c), 0.8 s where the neighbour's, sent by the other two, held 4 s).
+   * by its own, which counts only its own requests: see runMsSince).
    */
   heldMs(endpoint: RoutedEndpoint): number | undefined {
     return this.fleetHeld.get(endpoint.name);
