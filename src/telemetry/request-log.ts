@@ -21,7 +21,7 @@ const FLUSH_BYTES = 64 * 1024;
  * bound: a log agent that stalls would have each request's line kept until the process ran out of memory. Past
  * this, lines are dropped and counted (`parley_request_log_lines_dropped`); the usage events are in Redis.
  */
-export const MAX_UNWRITTEN_BYTES = 16 * 1024 * 1024;
+const MAX_UNWRITTEN_BYTES = 16 * 1024 * 1024;
 
 let pending = '';
 let pendingLines = 0;
