@@ -71,6 +71,25 @@ describe('authentication', () => {
     }
   });
 
+  it('a tenant sending more made-up keys than it remembers leaves its caches bounded and a real key served', async () => {
+    const auth = await KeyAuthenticator.start(gw.redis.client, TEST_KEY_SECRET);
+    try {
+      const team = await makeAccount(gw.redis, 1);
+      expect(await auth.authenticate(`Bearer ${team.key}`)).toMatchObject({ account: team.account });
+      for (let i = 0; i < 10_500; i += 500) {
+        const made = Array.from({ length: 500 }, (_, j) => `Bearer sk-parley-${String(i + j).padStart(43, 'x')}`);
+        for (const refused of await Promise.all(made.map((h) => auth.authenticate(h)))) expect(refused).toHaveProperty('refused');
+      }
+      const sizes = Object.values(auth).filter((v): v is Map<string, unknown> => typeof (v as Map<string, unknown>)?.entries === 'function').map((c) => c.size);
+      expect(Math.max(...sizes)).toBeGreaterThanOrEqual(10_000);
+      // The key HMACs remembered stay at 10,000 (the key records at 100,000), and the real key still authenticates.
+      expect(Math.min(...sizes.filter((n) => n >= 10_000))).toBe(10_000);
+      expect(await auth.authenticate(`Bearer ${team.key}`)).toMatchObject({ account: team.account });
+    } finally {
+      await auth.close();
+    }
+  });
+
   it('needs a key for the models list and the balance too', async () => {
     for (const path of ['/v1/models', '/v1/models/m', '/user/balance']) {
       expect((await fetch(`${gw.url}${path}`)).status).toBe(401);
