@@ -19,7 +19,12 @@
 // someone waiting, is never reused. Against asking at every request, `node
 // bench/fast-paths.mjs reused-leases 8 4 1` gave 1.17 and 1.08 times the
 // light-load (one connection) whole requests/s in two runs, and `... 6 4
-// 32` 1.34 times at 32 connections (2026-11-26).
+// 32` 1.34 times at 32 connections (2026-11-26); again on 2026-11-28, 1.42
+// at one connection (470 against 620 µs of main-thread CPU a request) and
+// 1.19 at 32. It earns that only where replies end within REUSE_MS of
+// their grant: short ones, embeddings. Behind a first byte of 5 ms at 16
+// connections (`... 6 4 16 5`) it gave 1.07; behind 20 ms (`... 6 4 16
+// 20`) a lease lapses before its reply ends and is never passed on: 1.00.
 //
 // Admissions asked for within one turn of the event loop go in one script
 // call, applied in order (as holds do: billing/hold-queue.ts). Against one
