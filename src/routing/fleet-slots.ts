@@ -10,21 +10,27 @@
 // from the rest, with the most other-tier leases held at once per step of
 // PEAK_STEP_MS, for the room flex leaves (EndpointState's mayAdmit).
 //
-// A lease Redis granted with room to spare and no one waiting may pass, as
-// it is released, to this replica's next request of its kind, unasked, for
-// REUSE_MS after the grant; then it goes back. So a replica's steady flow
-// asks Redis about once per REUSE_MS, not once per request, and no rule
-// gets more slack than a waiter's poll already has: the count in Redis
-// never grows by a reuse, and a lease that took the last slot, or found
-// someone waiting, is never reused. Against asking at every request, `node
-// bench/fast-paths.mjs reused-leases 8 4 1` gave 1.17 and 1.08 times the
-// light-load (one connection) whole requests/s in two runs, and `... 6 4
-// 32` 1.34 times at 32 connections (2026-11-26); again on 2026-11-28, 1.42
-// at one connection (470 against 620 µs of main-thread CPU a request) and
-// 1.19 at 32. It earns that only where replies end within REUSE_MS of
-// their grant: short ones, embeddings. Behind a first byte of 5 ms at 16
-// connections (`... 6 4 16 5`) it gave 1.07; behind 20 ms (`... 6 4 16
-// 20`) a lease lapses before its reply ends and is never passed on: 1.00.
+// While Redis's latest admission for an endpoint, at most REUSE_MS ago,
+// found room to spare and no one waiting, a lease this replica releases
+// there passes to its next request of the lease's kind, unasked; once that
+// word is older, or an admission found the fleet full or someone waiting,
+// leases go back. So a replica's steady flow asks Redis about once per
+// REUSE_MS, not once per request, and no rule gets more slack than a
+// waiter's poll already has: the count in Redis never grows by a reuse,
+// and Redis is asked again within REUSE_MS of anyone starting to wait.
+// Against asking at every request, `node bench/fast-paths.mjs
+// reused-leases 6 4 1` gave 1.42 times the light-load (one connection)
+// whole requests/s (470 against 620 µs of main-thread CPU a request) and
+// `... 6 4 32` 1.19 times at 32 connections (2026-11-28). The word is the
+// endpoint's, not each lease's own grant: a lease passed on only within
+// REUSE_MS of its own grant never passes behind a GPU, whose replies take
+// longer. Behind a first byte of 10 to 30 ms at 16 connections, whole, a
+// request made 0.2 admissions (script calls) where it had made 0.73, and
+// `node bench/revision-ab.mjs f53c579 whole 16 6 6 20 10` gave 1.04 times
+// the requests/s and 714 against 775 µs of main-thread CPU a request
+// (streamed, 16 and 32 connections: 1.01 and 1.04, within a few µs);
+// first byte at once, 32 connections (`... whole 32 6 4`): 1.11, 275
+// against 305 µs (2026-11-28).
 //
 // Admissions asked for within one turn of the event loop go in one script
 // call, applied in order (as holds do: billing/hold-queue.ts). Against one
@@ -46,7 +52,7 @@ import { PEAK_STEP_MS, PEAK_STEPS, POLL_MS, flexLimit } from './admission-rule.j
 
 const LEASE_MS = 30_000;
 const RENEW_MS = 5_000;
-/** How long after its grant a lease may pass from request to request on this replica: no longer than a waiter takes to look again. */
+/** How long after Redis's word that an endpoint has room and no one waiting its leases may pass from request to request on this replica: no longer than a waiter takes to look again. */
 const REUSE_MS = POLL_MS;
 /** A waiting mark not refreshed for this long is dropped: its replica stopped waiting, or died. */
 const WAITING_MARK_MS = 10 * POLL_MS;
@@ -157,8 +163,10 @@ export class FleetSlots {
   private readonly releases: TurnBatches<Lease>;
   /** Releases Redis did not take (it was away): sent again with the next renewal, so a slot comes back within RENEW_MS of Redis, not LEASE_MS. */
   private unreleased: Lease[] = [];
-  /** Leases this replica holds, by endpoint: in use or spare, each with when it may no longer pass on (0: never). */
-  private readonly held = new Map<string, Map<string, number>>();
+  /** Leases this replica holds, by endpoint: in use or spare. */
+  private readonly held = new Map<string, Set<string>>();
+  /** By endpoint: until when a lease released there may pass on (REUSE_MS after Redis's latest admission there found room and no one waiting; 0 once one did not). */
+  private readonly passOnUntil = new Map<string, number>();
   /** Released leases this replica may hand to its next request, by endpoint and kind (FLEX, OTHER), the latest last. */
   private readonly spares = new Map<string, Record<typeof FLEX | typeof OTHER, string[]>>();
   private sweep: NodeJS.Timeout | undefined;
@@ -175,7 +183,7 @@ export class FleetSlots {
   acquire(endpoint: string, tier: ServiceTier, limits: SlotLimits): Promise<string | undefined> {
     const kind = tier === 'flex' ? FLEX : OTHER;
     const spare = this.spares.get(endpoint)?.[kind].pop();
-    if (spare && (this.held.get(endpoint)?.get(spare) ?? 0) > performance.now()) return Promise.resolve(spare);
+    if (spare && this.mayPassOn(endpoint)) return Promise.resolve(spare);
     if (spare) this.drop(endpoint, spare);
     const lease = `${kind}${randomUUID()}`;
     return new Promise((taken, failed) => this.batches.add({ endpoint, lease, tier, limits, taken, failed }));
@@ -203,18 +211,22 @@ export class FleetSlots {
     const reusableUntil = performance.now() + REUSE_MS;
     part.forEach((a, i) => {
       const grant = Number(granted[i]);
+      this.passOnUntil.set(a.endpoint, grant === GRANT.REUSABLE ? reusableUntil : 0);
       if (grant === GRANT.NOT_TAKEN) return a.taken(undefined);
       let leases = this.held.get(a.endpoint);
-      if (!leases) this.held.set(a.endpoint, (leases = new Map()));
-      leases.set(a.lease, grant === GRANT.REUSABLE ? reusableUntil : 0);
+      if (!leases) this.held.set(a.endpoint, (leases = new Set()));
+      leases.add(a.lease);
       a.taken(a.lease);
     });
   }
 
+  private mayPassOn(endpoint: string): boolean {
+    return (this.passOnUntil.get(endpoint) ?? 0) > performance.now();
+  }
+
   /** Gives a lease back, or keeps it for the next request while it may pass on; off the request's path. */
   release(endpoint: string, lease: string): void {
-    const until = this.held.get(endpoint)?.get(lease) ?? 0;
-    if (until <= performance.now()) return this.drop(endpoint, lease);
+    if (!this.mayPassOn(endpoint)) return this.drop(endpoint, lease);
     let spares = this.spares.get(endpoint);
     if (!spares) this.spares.set(endpoint, (spares = { [FLEX]: [], [OTHER]: [] }));
     spares[kindOf(lease)].push(lease);
@@ -226,18 +238,17 @@ export class FleetSlots {
     this.releases.add({ endpoint, lease });
   }
 
-  /** Takes out of the spares, and out of what this replica holds, those whose time to pass on ends by `until`. */
+  /** Takes out of the spares, and out of what this replica holds, those of endpoints whose time to pass on ends by `until`. */
   private takeSpares(until: number): Lease[] {
     const taken: Lease[] = [];
     for (const [endpoint, kinds] of this.spares) {
-      const held = this.held.get(endpoint);
+      if ((this.passOnUntil.get(endpoint) ?? 0) > until) continue;
       for (const kind of [FLEX, OTHER] as const) {
-        kinds[kind] = kinds[kind].filter((lease) => {
-          if ((held?.get(lease) ?? 0) > until) return true;
-          held?.delete(lease);
+        for (const lease of kinds[kind]) {
+          this.held.get(endpoint)?.delete(lease);
           taken.push({ endpoint, lease });
-          return false;
-        });
+        }
+        kinds[kind] = [];
       }
     }
     return taken;
@@ -274,7 +285,7 @@ export class FleetSlots {
     if (this.unreleased.length > 0) await Promise.all(this.giveBack(this.unreleased.splice(0)));
     for (const [endpoint, leases] of this.held) {
       for (const kind of [FLEX, OTHER]) {
-        const ofKind = [...leases.keys()].filter((l) => l.startsWith(kind));
+        const ofKind = [...leases].filter((l) => l.startsWith(kind));
         if (ofKind.length > 0) await RENEW.run(this.redis, [leasesOf(endpoint, ofKind[0])], [LEASE_MS, ...ofKind]).catch(() => undefined);
       }
     }

@@ -1,7 +1,9 @@
-// The fleet's slot leases: a lease Redis granted with room to spare passes to
-// the replica's next request without a script call, for a poll's time; one
-// that took the last slot, or found a request waiting, does not; spares go
-// back when that time is up, a turn's releases in one ZREM per set of leases.
+// The fleet's slot leases: while Redis's latest admission for an endpoint,
+// at most a poll's time ago, found room to spare and no one waiting, a
+// released lease passes to the replica's next request without a script
+// call; once an admission took the last slot or found a request waiting, it
+// does not; spares go back when that time is up, a turn's releases in one
+// ZREM per set of leases.
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { connectRedis, type Redis } from '../../src/redis/connection.js';
 import { POLL_MS } from '../../src/routing/admission-rule.js';
@@ -48,6 +50,34 @@ describe('fleet slot leases', () => {
     const flex = await slots.acquire(endpoint, 'flex', { maxConcurrent: 8, flexFillsAll: false });
     expect(flex).not.toBe(lease);
     expect(await calls('evalsha')).toBe(scripts + 1);
+  });
+
+  it('passes a lease on while the latest admission is fresh, however long ago that lease itself was granted', async () => {
+    const limits = { maxConcurrent: 8, flexFillsAll: false };
+    const first = await slots.acquire(endpoint, 'default', limits);
+    // A poll's time after its grant: a lease passed on only for that long after its own grant would go back.
+    await pause(POLL_MS);
+    // Another request's admission, with room to spare, is Redis's fresh word on the endpoint.
+    const second = await slots.acquire(endpoint, 'default', limits);
+    await pause(POLL_MS / 4);
+    slots.release(endpoint, first!);
+    const scripts = await calls('evalsha');
+    expect(await slots.acquire(endpoint, 'default', limits)).toBe(first);
+    expect(await calls('evalsha')).toBe(scripts);
+    expect(await leasesHeld()).toBe(2);
+    slots.release(endpoint, second!);
+  });
+
+  it('stops passing leases on once an admission takes the last slot', async () => {
+    const limits = { maxConcurrent: 2, flexFillsAll: false };
+    // One of two taken: room to spare. Then the last: the fleet is full.
+    const first = await slots.acquire(endpoint, 'default', limits);
+    const last = await slots.acquire(endpoint, 'default', limits);
+    expect(last).toBeTypeOf('string');
+    slots.release(endpoint, first!);
+    await pause(5);
+    expect(await leasesHeld()).toBe(1);
+    expect(await slots.acquire(endpoint, 'default', limits)).not.toBe(first);
   });
 
   it('gives spares back once a poll has passed, a turn of them in one ZREM per set of leases', async () => {
