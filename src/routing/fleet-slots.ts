@@ -21,7 +21,8 @@
 // Against asking at every request, `node bench/fast-paths.mjs
 // reused-leases 6 4 1` gave 1.42 times the light-load (one connection)
 // whole requests/s (470 against 620 µs of main-thread CPU a request) and
-// `... 6 4 32` 1.19 times at 32 connections (2026-11-28). The word is the
+// `... 6 4 32` 1.19 times at 32 connections (2026-11-28, under the rule
+// before, which passes on alike where replies are that quick). The word is the
 // endpoint's, not each lease's own grant: a lease passed on only within
 // REUSE_MS of its own grant never passes behind a GPU, whose replies take
 // longer. Behind a first byte of 10 to 30 ms at 16 connections, whole, a
@@ -220,8 +221,9 @@ export class FleetSlots {
     });
   }
 
-  private mayPassOn(endpoint: string): boolean {
-    return (this.passOnUntil.get(endpoint) ?? 0) > performance.now();
+  /** Whether a lease released at `endpoint` may still pass on at `at`. */
+  private mayPassOn(endpoint: string, at = performance.now()): boolean {
+    return (this.passOnUntil.get(endpoint) ?? 0) > at;
   }
 
   /** Gives a lease back, or keeps it for the next request while it may pass on; off the request's path. */
@@ -242,7 +244,7 @@ export class FleetSlots {
   private takeSpares(until: number): Lease[] {
     const taken: Lease[] = [];
     for (const [endpoint, kinds] of this.spares) {
-      if ((this.passOnUntil.get(endpoint) ?? 0) > until) continue;
+      if (this.mayPassOn(endpoint, until)) continue;
       for (const kind of [FLEX, OTHER] as const) {
         for (const lease of kinds[kind]) {
           this.held.get(endpoint)?.delete(lease);
