@@ -4,8 +4,9 @@
 // counts-<pid>.json in the folder COUNT_HOOK_DIR names, on SIGUSR2
 // (support.mjs's hookCounts reads them). Socket writes (system calls on a socket
 // or pipe) by peer: the clients, the upstream, Redis (its unix socket) and
-// stdout; JSON.parse and JSON.stringify calls, and those of 1 KiB or more
-// (a whole body, not a field); the scavenges, and the longest pause of any
+// stdout; the reads of Redis's replies; JSON.parse and JSON.stringify
+// calls, and those of 1 KiB or more (a whole body, not a field); the
+// scavenges, and the longest pause of any
 // collection; how late the event loop ran its timers (its delay:
 // what a request that arrives waits before its turn); and, unless
 // COUNT_HOOK_ALLOCATIONS=0, the bytes allocated, from V8's sampling heap
@@ -20,6 +21,8 @@ import { PerformanceObserver, constants, monitorEventLoopDelay } from 'node:perf
 
 const counts = {
   writes: { client: 0, upstream: 0, redis: 0, stdout: 0 },
+  /** Reads of Redis's replies: a wake of the event loop for Redis, however many replies each brings. */
+  redisReads: 0,
   json: { parse: 0, stringify: 0, parseBig: 0, stringifyBig: 0 },
   gc: { scavenges: 0, longestMs: 0 },
   allocatedBytes: 0,
@@ -32,6 +35,7 @@ net.Socket.prototype.connect = function (...args) {
   const options = Array.isArray(args[0]) ? args[0][0] : args[0];
   const path = typeof options === 'string' ? options : options?.path;
   this[peer] = path ? 'redis' : 'upstream';
+  if (path) this.on('data', () => counts.redisReads++);
   return connect.apply(this, args);
 };
 const writeGeneric = net.Socket.prototype._writeGeneric;

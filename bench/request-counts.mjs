@@ -1,9 +1,11 @@
 // What one request does, counted: socket writes (to the client, the
 // upstream, Redis and stdout), Redis round trips (writes to its socket:
 // each a command or a script call, or a pipeline of them, with its answer
-// awaited) and the commands Redis ran (scripts' own included, from INFO
-// commandstats), JSON parses and stringifies (and those of 1 KiB or more:
-// a whole body), the garbage collector's runs, and the bytes allocated. This build, and a
+// awaited), the reads of Redis's replies (each a wake of the event loop,
+// however many replies it brings) and the commands Redis ran (scripts' own
+// included, from INFO commandstats), JSON parses and stringifies (and those
+// of 1 KiB or more: a whole body), the garbage collector's runs, and the
+// bytes allocated. This build, and a
 // revision's where one is named, each a `parley serve` loaded with
 // count-hook.mjs, the log line per request on, in front of the fast
 // upstream; autocannon at each connection count after a warm-up.
@@ -67,6 +69,7 @@ try {
           'writes: client': per(d((c) => c.writes.client), n),
           upstream: per(d((c) => c.writes.upstream), n),
           'Redis round trips': per(d((c) => c.writes.redis), n),
+          'Redis reply reads': per(d((c) => c.redisReads), n),
           stdout: per(d((c) => c.writes.stdout), n),
           'Redis scripts': per(d((c) => c.redisScripts), n),
           'Redis commands': per(d((c) => c.redisCommands), n),
