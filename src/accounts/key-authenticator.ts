@@ -119,6 +119,11 @@ export class KeyAuthenticator {
     return { account: record.account, keyId: record.id, limits, models: record.models, budget: record.budget, tier: record.tier };
   }
 
+  /** The entries each in-process cache holds: a tenant presenting made-up keys fills the key HMACs' to its bound. */
+  remembered(): { keys: number; keyHmacs: number; keyIdHashes: number } {
+    return { keys: this.cache.size, keyHmacs: this.hmacOfKey.size, keyIdHashes: this.hashOfKeyId.size };
+  }
+
   async close(): Promise<void> {
     this.subscriber.disconnect();
   }

@@ -106,7 +106,7 @@ export async function startGateway(opts: GatewayOptions): Promise<RunningGateway
     server.keepAliveTimeout = 65_000;
     await listen(server, opts.port, opts.host);
     const batches = (context.batches = new BatchRunner(context));
-    telemetry.watch({ settlementsJournaled: () => settlements.journaled, redisReady: () => redis.status === 'ready', batches: () => ({ totals: batches.fleetTotals, runningHere: batches.linesRunning }) });
+    telemetry.watch({ settlementsJournaled: () => settlements.journaled, redisReady: () => redis.status === 'ready', keyCaches: () => keys.remembered(), batches: () => ({ totals: batches.fleetTotals, runningHere: batches.linesRunning }) });
 
     const watcher = applyRoutingFileChanges(opts.configPath, engines, (next) => {
       router.apply(next);

@@ -53,6 +53,8 @@ const generationKey = (r: RequestRecord, errorType = '') =>
 interface GatewayGauges {
   settlementsJournaled(): number;
   redisReady(): boolean;
+  /** Entries in the API-key caches (accounts/key-authenticator.ts). */
+  keyCaches?(): { keys: number; keyHmacs: number; keyIdHashes: number };
   /** The fleet's batch lines by state (as this replica last read them), and this replica's lines running. */
   batches?(): { totals: BatchLineTotals; runningHere: number };
 }
@@ -117,6 +119,13 @@ export class Telemetry {
     });
     meter.createObservableGauge('parley_batch_lines_running_here', { description: 'Batch lines this replica is running now' }).addCallback((r) => r.observe(this.gateway?.batches?.().runningHere ?? 0));
     meter.createObservableCounter('parley_request_log_lines_dropped', { description: "Request log lines dropped because stdout's reader fell 16 MiB behind" }).addCallback((r) => r.observe(requestLogLinesDropped()));
+    meter.createObservableGauge('parley_key_cache_entries', { description: 'Entries in this replica\'s API-key caches: keys looked up (known or not), key HMACs, key ids\' hashes. Made-up keys fill key_hmacs to its bound (10,000)' }).addCallback((r) => {
+      const sizes = this.gateway?.keyCaches?.();
+      if (!sizes) return;
+      r.observe(sizes.keys, { cache: 'keys' });
+      r.observe(sizes.keyHmacs, { cache: 'key_hmacs' });
+      r.observe(sizes.keyIdHashes, { cache: 'key_id_hashes' });
+    });
     meter.createObservableGauge('parley_redis_up', { description: "1 when this replica's Redis connection is ready" }).addCallback((r) => r.observe(this.gateway?.redisReady() ? 1 : 0));
     // The endpoints' gauges, observed from one snapshot of the router per collection.
     const healthy = meter.createObservableGauge('parley_upstream_healthy', { description: "1 when the endpoint's circuit is closed" });

@@ -67,6 +67,23 @@ describe('metrics', () => {
     expect(text).not.toContain('tangerine');
   });
 
+  it("show the API-key caches' entries, so that a tenant presenting made-up keys is seen", async () => {
+    const entries = async () => {
+      const text = await (await fetch(`${gw.url}/metrics`)).text();
+      const of = (cache: string) => Number(new RegExp(`^parley_key_cache_entries\\{cache="${cache}"[^}]*\\} (\\S+)$`, 'm').exec(text)?.[1]);
+      return { keys: of('keys'), keyHmacs: of('key_hmacs'), keyIdHashes: of('key_id_hashes') };
+    };
+    await gw.client.chat.completions.create({ model: 'm', messages });
+    const before = await entries();
+    expect(before.keys).toBeGreaterThanOrEqual(1);
+    expect(before.keyHmacs).toBeGreaterThanOrEqual(1);
+    for (let i = 0; i < 3; i++) {
+      const res = await postChat({ url: gw.url, apiKey: `sk-parley-${String(i).padStart(43, 'z')}` }, { model: 'm', messages });
+      expect(res.status).toBe(401);
+    }
+    expect(await entries()).toEqual({ keys: before.keys + 3, keyHmacs: before.keyHmacs + 3, keyIdHashes: before.keyIdHashes });
+  });
+
   it('give every URL Parley does not serve one shared route label, so a scan of random paths adds no series', async () => {
     const series = async () => (await (await fetch(`${gw.url}/metrics`)).text()).split('\n').filter((l) => l.startsWith('parley_')).length;
     for (let i = 1; i <= 20; i++) await fetch(`${gw.url}/x${i}${'/y'.repeat(i % 3)}?q=${i}`, { method: i % 2 ? 'GET' : 'POST' });
