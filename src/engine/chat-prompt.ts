@@ -12,7 +12,7 @@ export class ChatPrompt {
     this.wrapper = resolveChatWrapper(model);
   }
 
-  tokens(messages: ChatMessage[]): Token[] {
+  tokens(messages: CountedMessage[]): Token[] {
     const history: ChatHistoryItem[] = messages.map((m): ChatHistoryItem => {
       const text = messageText(m);
       switch (m.role) {
@@ -31,12 +31,8 @@ export class ChatPrompt {
   }
 }
 
-/** Counts a conversation's tokens as the model sees them, and says how many bytes of text one token can be at most. */
-export interface PromptCounter {
-  count(messages: ChatMessage[]): number;
-  /** No token of the vocabulary is more UTF-8 bytes than this: a text of b bytes is at least b / maxTokenBytes tokens. */
-  maxTokenBytes: number;
-}
+/** A conversation's text as counted: each message's role and text. */
+export type CountedMessage = Pick<ChatMessage, 'role' | 'content'>;
 
 /**
  * The most UTF-8 bytes one token of `model` stands for: its longest entry in
@@ -50,8 +46,8 @@ export function maxTokenBytes(model: LlamaModel): number {
   return most;
 }
 
-/** A prompt counter for the gateway: only the GGUF's vocabulary and template are loaded. */
-export async function loadPromptCounter(ggufPath: string): Promise<PromptCounter> {
+/** Counts conversations as the model sees them, on the thread that calls it (engine/prompt-count-worker.ts): only the GGUF's vocabulary and template are loaded. */
+export async function loadCountingPrompt(ggufPath: string): Promise<{ count(messages: CountedMessage[]): number; maxTokenBytes: number }> {
   const llama = await localLlama();
   const model = await llama.loadModel({ modelPath: ggufPath, vocabOnly: true });
   const prompt = new ChatPrompt(model);

@@ -45,6 +45,12 @@ interface WholeReply {
   choices?: { finish_reason: string | null }[];
 }
 
+/** Each prompt's tokens, and whether they were counted (not bounded from the text). */
+export interface PromptCount {
+  tokens: number[];
+  exact: boolean;
+}
+
 /** What an API brings to the shared path. `W` is a whole reply as read from the upstream. */
 export interface ApiDescriptor<R, W extends WholeReply = Completion> {
   /** The API, as usage events name it. */
@@ -64,10 +70,11 @@ export interface ApiDescriptor<R, W extends WholeReply = Completion> {
   /** The request field that holds the prompt, where it is not chat's `messages` (Responses: `input`): context errors name it. */
   promptField?: string;
   /**
-   * Each prompt's tokens (one prompt, or a batch): counted exactly where the model has a tokenizer or the prompt is
-   * token ids, else an upper bound from the text. A prompt sure to overflow the window is refused here.
+   * Each prompt's tokens (one prompt, or a batch): counted exactly where the model has a tokenizer (on the
+   * counter's own thread, hence the promise) or the prompt is token ids, else an upper bound from the text. A
+   * prompt sure to overflow the window is refused here.
    */
-  promptTokens(model: RoutedModel, request: R): { tokens: number[]; exact: boolean };
+  promptTokens(model: RoutedModel, request: R): PromptCount | Promise<PromptCount>;
   /** What prefix affinity keys the request by when the client gives no hint (routing/affinity-key.ts). */
   affinityKey(request: R): string;
   /** The client's own name for the cache it needs, where the API has one (`prompt_cache_key`). */
@@ -153,7 +160,7 @@ interface Admitted<R> {
   asked: ReturnType<ApiDescriptor<R>['common']>;
   model: RoutedModel;
   passThrough: Record<string, unknown>;
-  prompts: { tokens: number[]; exact: boolean };
+  prompts: PromptCount;
   promptTokens: number;
   maxReplyTokens: number;
   /** Replies paid for: `n` for each prompt. */
@@ -165,7 +172,7 @@ interface Admitted<R> {
 }
 
 /** Validates the body as the API's request for a model the caller may use, and counts what it may cost. */
-function admit<R>(api: ApiDescriptor<R, WholeReply>, exchange: Exchange, span: Span, record: RequestRecord): Admitted<R> {
+async function admit<R>(api: ApiDescriptor<R, WholeReply>, exchange: Exchange, span: Span, record: RequestRecord): Promise<Admitted<R>> {
   const { caller, table, body } = exchange;
   const request = api.parse(body);
   if (request instanceof ApiError) throw request;
@@ -178,7 +185,7 @@ function admit<R>(api: ApiDescriptor<R, WholeReply>, exchange: Exchange, span: S
   record.modelLabel = isNamedInTable(table, asked.model) ? asked.model : model.config.id;
   const passThrough = api.passThrough(body, model);
   if (passThrough instanceof ApiError) throw passThrough;
-  const prompts = api.promptTokens(model, request);
+  const prompts = await api.promptTokens(model, request);
   const tier = servingTier(asked.serviceTier, caller.tier);
   record.serviceTier = tier;
   const identity: ReplyIdentity = { id: `${api.idPrefix ?? ''}${record.id}`, created: Math.floor(Date.now() / 1000), model: asked.model, serviceTier: tier };
@@ -248,7 +255,7 @@ async function serve<R, W extends WholeReply>(api: ApiDescriptor<R, W>, exchange
   record.arrivedAt = started;
   record.account = caller.account;
   record.keyId = caller.keyId;
-  const a = admit(api, exchange, span, record);
+  const a = await admit(api, exchange, span, record);
   const meter = await Meter.open(ctx, span, {
     table, caller, model: a.model, settlementId: randomId(), clientIds: a.clientIds, promptTokens: a.promptTokens,
     n: a.replies, maxReplyTokens: a.maxReplyTokens, user: a.asked.user, api: api.name, tier: a.tier,

@@ -12,19 +12,20 @@ import { mergeCompletions } from '../upstream/fan-out.js';
 import type { GatewayContext } from './context.js';
 import type { RequestRecord } from '../telemetry/request-record.js';
 import type { RoutedModel } from '../routing/routing-table.js';
-import { handleApiRequest, perChoiceBodies, type ApiDescriptor } from './api-path.js';
+import { handleApiRequest, perChoiceBodies, type ApiDescriptor, type PromptCount } from './api-path.js';
 
 // Without a tokenizer, a prompt is bounded by its UTF-8 bytes (a byte-level
 // tokenizer never makes more tokens than bytes) plus the template's framing.
 const FRAMING_TOKENS_PER_MESSAGE = 8;
 
 /**
- * The largest prompt counted exactly, in UTF-8 bytes of text: tokenizing runs
- * on the main thread, at about 1.2 MB/s on this project's 2-core VM, so this
- * keeps one count under about 100 ms of every other request's time. A larger
- * prompt is bounded by its bytes, as without a tokenizer (held for in full,
- * its window left to the upstream), unless even its fewest possible tokens
- * pass the window, which refuses it at once.
+ * The largest prompt counted exactly, in UTF-8 bytes of text: counting runs
+ * on the counter's own thread (engine/prompt-counter.ts), at 1.2 to 3 MB/s
+ * on this project's 2-core VM, so this keeps one count under about 100 ms of
+ * the counts queued behind it. A larger prompt is bounded by its bytes, as
+ * without a tokenizer (held for in full, its window left to the upstream),
+ * unless even its fewest possible tokens pass the window, which refuses it
+ * at once.
  */
 export const EXACT_COUNT_MAX_BYTES = 128 * 1024;
 
@@ -32,16 +33,20 @@ export const EXACT_COUNT_MAX_BYTES = 128 * 1024;
  * A chat prompt's tokens, as ApiDescriptor's promptTokens; a prompt sure to overflow is refused naming
  * `promptField`, the field the client sent it in (an API mapped to chat names its own).
  */
-export function chatPromptTokens(model: RoutedModel, request: ChatCompletionRequest, promptField?: string): { tokens: number[]; exact: boolean } {
+export function chatPromptTokens(model: RoutedModel, request: ChatCompletionRequest, promptField?: string): PromptCount | Promise<PromptCount> {
   let bytes = 0;
   for (const m of request.messages) bytes += Buffer.byteLength(messageText(m));
+  const bound = { tokens: [bytes + FRAMING_TOKENS_PER_MESSAGE * (request.messages.length + 1)], exact: false };
   const counter = model.promptCounter;
   if (counter) {
     const fewest = Math.ceil(bytes / counter.maxTokenBytes);
     if (fewest >= model.config.contextWindow) throw promptTooLong(fewest, model.config.contextWindow, 'at least', promptField);
-    if (bytes <= EXACT_COUNT_MAX_BYTES) return { tokens: [counter.count(request.messages)], exact: true };
+    if (bytes <= EXACT_COUNT_MAX_BYTES) {
+      const counted = counter.count(request.messages.map((m) => ({ role: m.role, content: messageText(m) })), bytes);
+      return counted.then((tokens) => (tokens === undefined ? bound : { tokens: [tokens], exact: true }));
+    }
   }
-  return { tokens: [bytes + FRAMING_TOKENS_PER_MESSAGE * (request.messages.length + 1)], exact: false };
+  return bound;
 }
 
 export const chat: ApiDescriptor<ChatCompletionRequest> = {

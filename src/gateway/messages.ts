@@ -47,7 +47,7 @@ export async function countMessageTokens(req: IncomingMessage, res: ServerRespon
   // Counting is work done for the caller: it is one of the key's requests, and waits for its window's room.
   const window = await failClosed(countRequest(ctx.redis, rateCheck(caller.account, caller.keyId, limitsOf(caller.limits, table.rateLimits), 0)));
   if (window.full) throw rateLimitRefusal('requests', window.use);
-  const counted = chat.promptTokens(model, request);
+  const counted = await chat.promptTokens(model, request);
   if (counted.exact) return sendJson(res, 200, { input_tokens: counted.tokens[0] });
   const counter = model.endpoints.find((e) => e.dialect.promptCount && ctx.router.state(e).breaker.isAvailable());
   const upstreamCount = counter && (await upstreamPromptCount(counter, request.messages));

@@ -117,7 +117,7 @@ export function passThroughFields(body: unknown, names: readonly string[]): Reco
   return problem ? textRefusal(problem) : picked;
 }
 
-export function messageText(m: ChatMessage): string {
+export function messageText(m: Pick<ChatMessage, 'content'>): string {
   if (m.content == null) return '';
   return typeof m.content === 'string' ? m.content : m.content.map((p) => p.text).join('');
 }

@@ -4,7 +4,7 @@
 import { type BillingSettings, type GatewaySettings, type ModelConfig, type PlatformSettings, type RateLimitSettings, type RoutingFile, type UpstreamKind } from '../config.js';
 import { tokenPrices, type TokenPrices } from '../billing/prices.js';
 import type { ServiceTier } from '../protocol/service-tier.js';
-import { loadPromptCounter, type PromptCounter } from '../engine/chat-prompt.js';
+import { PromptCounter } from '../engine/prompt-counter.js';
 import type { LocalEngines } from '../engine/supervisor.js';
 import type { UpstreamEndpoint } from '../upstream/client.js';
 import { DIALECTS } from '../upstream/dialects/index.js';
@@ -78,7 +78,7 @@ const counters = new Map<string, Promise<PromptCounter>>();
 function promptCounter(gguf: string) {
   let counter = counters.get(gguf);
   if (!counter) {
-    counter = loadPromptCounter(gguf);
+    counter = PromptCounter.load(gguf);
     counters.set(gguf, counter);
     counter.catch(() => counters.delete(gguf));
   }

@@ -1,9 +1,10 @@
 // Nothing one caller sends may hold the main thread long enough to stall the
-// others: prompts are counted by the model's tokenizer on the main thread,
-// so a prompt is counted exactly only up to EXACT_COUNT_MAX_BYTES, one whose
+// others: prompts are counted by the model's tokenizer on a thread of its
+// own, a prompt is counted exactly only up to EXACT_COUNT_MAX_BYTES, one whose
 // fewest possible tokens pass the window is refused without counting, and
 // count_tokens is one of the key's requests, within its rate window.
 import { join } from 'node:path';
+import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { EXACT_COUNT_MAX_BYTES } from '../../src/gateway/chat-completions.js';
 import { ensureDefaultModel } from '../../src/engine/model-maker.js';
@@ -87,6 +88,47 @@ describe('the main thread under large prompts', () => {
     // parley-tiny's vocabulary has no merge of "aa": counted, each "a" is a token; estimated, about 3 bytes are.
     expect(exact.input_tokens).toBeGreaterThan(content.length);
     expect(estimate.input_tokens).toBeLessThan(content.length / 2);
+  });
+
+  describe('counting on a thread of its own', () => {
+    const content = (i: number) => `${i}`.padEnd(EXACT_COUNT_MAX_BYTES - 100, 'a');
+    const counter = async () => {
+      const { key } = await makeAccount(gw.redis, 1);
+      return (text: string) => post('/v1/messages/count_tokens', key, { model: 'big', messages: [{ role: 'user', content: text }] }).then((r) => r.json());
+    };
+
+    it('three prompts counted at once never hold the event loop for one count', async () => {
+      const count = await counter();
+      // One count alone: its time is mostly the tokenizer's (each "a" a token of parley-tiny's).
+      await count(content(0));
+      let started = performance.now();
+      expect((await count(content(1))).input_tokens).toBeGreaterThan(EXACT_COUNT_MAX_BYTES - 100);
+      const oneCount = performance.now() - started;
+      // On the main thread, counts sent together ran back to back, each holding the loop for its whole length.
+      // A round slowed by the machine (two cores shared with other test files) is measured again, up to three.
+      let longestStall = Infinity;
+      for (let round = 1; round <= 3 && longestStall >= oneCount / 2; round++) {
+        const loop = monitorEventLoopDelay({ resolution: 5 });
+        loop.enable();
+        started = performance.now();
+        const answers = await Promise.all([0, 1, 2].map((i) => count(content(round * 10 + i))));
+        loop.disable();
+        for (const a of answers) expect(a.input_tokens).toBeGreaterThan(EXACT_COUNT_MAX_BYTES - 100);
+        longestStall = loop.max / 1e6;
+        console.log(`parley test: one count ${oneCount.toFixed(1)} ms; three at once ${(performance.now() - started).toFixed(1)} ms, the loop's longest stall ${longestStall.toFixed(1)} ms (round ${round})`);
+      }
+      expect(longestStall).toBeLessThan(oneCount / 2);
+    });
+
+    it('past 512 KB of prompts waiting to be counted, bounds the next by its bytes instead of queueing it', async () => {
+      const count = await counter();
+      const answers = await Promise.all(Array.from({ length: 8 }, (_, i) => count(content(100 + i))));
+      const tokens = answers.map((a) => a.input_tokens as number);
+      // Three fit in the queue at once (each 128 KB and a count's own weight); one that finds it full is estimated, at
+      // about 3 bytes a token.
+      expect(tokens.filter((t) => t > EXACT_COUNT_MAX_BYTES - 100).length).toBeGreaterThanOrEqual(3);
+      expect(tokens.filter((t) => t < EXACT_COUNT_MAX_BYTES / 2).length).toBeGreaterThanOrEqual(1);
+    });
   });
 
   it("refuses at once a prompt whose fewest possible tokens pass the window, without counting it", async () => {
