@@ -20,7 +20,7 @@ const FRAMING_TOKENS_PER_MESSAGE = 8;
 
 /**
  * The largest prompt counted exactly, in UTF-8 bytes of text: counting runs
- * on the counter's own thread (engine/prompt-counter.ts), at 1.2 to 3 MB/s
+ * on the counter's own threads (engine/prompt-counter.ts), at 1.2 to 3 MB/s
  * on this project's 2-core VM, so this keeps one count under about 100 ms of
  * the counts queued behind it. A larger prompt is bounded by its bytes, as
  * without a tokenizer (held for in full, its window left to the upstream),

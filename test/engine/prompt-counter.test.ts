@@ -1,6 +1,6 @@
-// The prompt counter's own thread: the same counts as the tokenizer on the
-// caller's thread, and a queue that neither long prompts nor a flood of empty
-// ones can grow past its bound.
+// The prompt counter's own threads: the same counts as the tokenizer on the
+// caller's thread, short prompts apart from long ones, and queues that
+// neither long prompts nor a flood of empty ones can grow past their bounds.
 import { join } from 'node:path';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { loadCountingPrompt } from '../../src/engine/chat-prompt.js';
@@ -19,7 +19,7 @@ const conversation = [
 ];
 
 describe('the prompt counter', () => {
-  it('counts on its thread what the tokenizer counts on the caller\'s', async () => {
+  it('counts on its threads what the tokenizer counts on the caller\'s', async () => {
     const counter = await PromptCounter.load(gguf);
     const here = await loadCountingPrompt(gguf);
     expect(counter.maxTokenBytes).toBe(here.maxTokenBytes);
@@ -27,14 +27,25 @@ describe('the prompt counter', () => {
     expect(await counter.count(conversation, bytes)).toBe(here.count(conversation));
   });
 
-  it('answers at once, uncounted, past 512 KiB queued, where each count weighs 1 KiB beside its text: a flood of empty prompts too', async () => {
+  it('answers at once, uncounted, past 64 KiB of short prompts queued, where each count weighs 1 KiB beside its text: a flood of empty prompts too', async () => {
     const counter = await PromptCounter.load(gguf);
-    const answers = await Promise.all(Array.from({ length: 600 }, () => counter.count([{ role: 'user', content: '' }], 0)));
-    const counted = answers.filter((a) => a !== undefined);
-    // Answers come back while the rest are still being sent only after this turn: all 600 were asked in one.
-    expect(counted.length).toBe(512);
-    expect(answers.slice(512).every((a) => a === undefined)).toBe(true);
+    const answers = await Promise.all(Array.from({ length: 100 }, () => counter.count([{ role: 'user', content: '' }], 0)));
+    // All 100 were asked for in one turn, before any answer could come back.
+    expect(answers.filter((a) => a !== undefined).length).toBe(64);
+    expect(answers.slice(64).every((a) => a === undefined)).toBe(true);
     // Once answered, the queue is empty again.
     expect(await counter.count(conversation, 1000)).toBeGreaterThan(0);
+  });
+
+  it('counts a short prompt on a thread of its own, not behind a long one', async () => {
+    const counter = await PromptCounter.load(gguf);
+    const long = 'a'.repeat(120 * 1024);
+    const order: string[] = [];
+    await Promise.all([
+      counter.count([{ role: 'user', content: long }], long.length).then((n) => order.push(`long ${n}`)),
+      counter.count(conversation, 1000).then((n) => order.push(`short ${n}`)),
+    ]);
+    expect(order[0]).toMatch(/^short \d+$/);
+    expect(order[1]).toMatch(/^long \d+$/);
   });
 });
