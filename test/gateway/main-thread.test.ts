@@ -1,5 +1,5 @@
 // Nothing one caller sends may hold the main thread long enough to stall the
-// others: prompts are counted by the model's tokenizer on a thread of its
+// others: prompts are counted by the model's tokenizer on threads of their
 // own, a prompt is counted exactly only up to EXACT_COUNT_MAX_BYTES, one whose
 // fewest possible tokens pass the window is refused without counting, and
 // count_tokens is one of the key's requests, within its rate window.
