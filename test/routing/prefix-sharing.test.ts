@@ -320,7 +320,7 @@ describe('three gateway replicas on one Redis', () => {
       await released;
       replyJson(res, completionBody(name, { prompt_tokens: 10, completion_tokens: 1 }));
     };
-    await withGatewayOn([held('a'), held('b')], (urls) => ({ gateway: noProbe, models: [modelEntry('m', urls.map((url) => ({ kind: 'vllm', url })))] }), async (gw) => {
+    await withGatewayOn([held('a'), held('b')], (urls) => ({ gateway: noProbe, models: [modelEntry('m', urls.map((url) => ({ kind: 'vllm', url })))] }), async (gw, upstreams) => {
       await asFleet(gw, noProbe, {}, async (replicas) => {
         const messages = [{ role: 'system' as const, content: agentSystemPrompt }, { role: 'user' as const, content: 'one hot tenant' }];
         const sent: Promise<string>[] = [];
@@ -329,7 +329,11 @@ describe('three gateway replicas on one Redis', () => {
           await sleep(30);
         };
         // Six in flight through the first replica, all at the home (under its bound of mean + 4)...
+        const atUpstreams = () => upstreams.reduce((sum, u) => sum + u.received.length, 0);
+        const before = atUpstreams();
         for (let i = 0; i < 6; i++) await send(0);
+        // All six at the upstreams (on a slow machine, 30 ms apart is not enough), then the fleet's loads exchanged.
+        await until(async () => atUpstreams() - before === 6);
         await sleep(5 * FLEET_LOAD_INTERVAL_MS);
         // ... so that the second replica, which alone has none there, spills its third and later ones while the home has
         // more than the bound (mean + 4 of the fleet's requests, the spilled ones included).
