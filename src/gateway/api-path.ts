@@ -304,7 +304,11 @@ interface Served<R, W extends WholeReply> {
 /** Charges a reply that completed (with a batch line's result), and notes its usage where routing and telemetry read it. */
 function settleComplete(s: Pick<Served<unknown, WholeReply>, 'ctx' | 'call' | 'record' | 'meter'>, usage: Usage, batchResult?: BatchLineResult): void {
   s.ctx.router.state(s.call.endpoint).recordUsage(usage.prompt_tokens, usage.cached_tokens);
-  Object.assign(s.record, { promptTokens: usage.prompt_tokens, cachedTokens: usage.cached_tokens, completionTokens: usage.completion_tokens });
+  // Named one by one: Object.assign of a new literal onto the record, whose shape grows as the request goes, took
+  // V8's slow path (0.1 to 0.8 µs a call, where these take tens of ns).
+  s.record.promptTokens = usage.prompt_tokens;
+  s.record.cachedTokens = usage.cached_tokens;
+  s.record.completionTokens = usage.completion_tokens;
   s.record.cost = s.meter.settle('complete', s.call.endpoint.name, usage, undefined, batchResult);
 }
 

@@ -56,7 +56,9 @@ const LONE_SURROGATE_ESCAPE = /(?<!\\)((?:\\\\)*)\\ud[89a-f][0-9a-f]{2}/gi;
  * are, not escaped, so every `\ud800`-`\udfff` escape is a lone one.
  */
 export function luaJson(value: unknown): string {
-  return JSON.stringify(value).replace(LONE_SURROGATE_ESCAPE, '$1\\ufffd');
+  const text = JSON.stringify(value);
+  // JSON writes such escapes in lower case; a text with none (nearly every one) is not scanned again.
+  return text.includes('\\ud') ? text.replace(LONE_SURROGATE_ESCAPE, '$1\\ufffd') : text;
 }
 
 const isNoScript = (err: unknown) => String((err as Error | null)?.message).startsWith('NOSCRIPT');

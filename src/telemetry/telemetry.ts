@@ -218,8 +218,12 @@ export class Telemetry {
     this.charged.add(model, micros, () => ({ model }));
   }
 
-  /** A child span of `parent` (the request's span). */
+  /**
+   * A child span of `parent` (the request's span). A request not traced (no exporter, or sampled out) gets its own
+   * span back, which records nothing either: a child of it would cost a context and a check of its ids for nothing.
+   */
   child(parent: Span, name: string, attributes: Record<string, string | number>): Span {
+    if (!parent.isRecording()) return parent;
     return this.tracer.startSpan(name, { attributes }, trace.setSpan(context.active(), parent));
   }
 
