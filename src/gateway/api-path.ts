@@ -185,7 +185,9 @@ async function admit<R>(api: ApiDescriptor<R, WholeReply>, exchange: Exchange, s
   record.modelLabel = isNamedInTable(table, asked.model) ? asked.model : model.config.id;
   const passThrough = api.passThrough(body, model);
   if (passThrough instanceof ApiError) throw passThrough;
-  const prompts = await api.promptTokens(model, request);
+  const counted = api.promptTokens(model, request);
+  // Awaited only where counted on the counter's thread: an await of a count already made would cost a turn too.
+  const prompts = counted instanceof Promise ? await counted : counted;
   const tier = servingTier(asked.serviceTier, caller.tier);
   record.serviceTier = tier;
   const identity: ReplyIdentity = { id: `${api.idPrefix ?? ''}${record.id}`, created: Math.floor(Date.now() / 1000), model: asked.model, serviceTier: tier };

@@ -7,10 +7,8 @@ import { ApiError, Cancelled, stateUnavailable } from '../protocol/errors.js';
  * meanwhile passes through, and so does a TypeError or RangeError: Parley's own mistake, which no outage message
  * may hide (the server answers it as a 500 and logs it).
  */
-export async function failClosed<T>(work: Promise<T>): Promise<T> {
-  try {
-    return await work;
-  } catch (err) {
+export function failClosed<T>(work: Promise<T>): Promise<T> {
+  return work.catch((err: unknown) => {
     throw err instanceof ApiError || err instanceof Cancelled || err instanceof TypeError || err instanceof RangeError ? err : stateUnavailable();
-  }
+  });
 }
