@@ -111,15 +111,14 @@ export class UpstreamBody implements Dispatcher.DispatchHandler {
     return chunks.length === 1 ? chunks[0] : Buffer.concat(chunks);
   }
 
-  /** The body as it arrives: everything received since the last read. */
-  async *reads(): AsyncGenerator<string> {
-    try {
-      for (let read; (read = await this.nextRead()); ) yield this.decoder.write(read);
-    } finally {
-      this.stopUnlessEnded();
-    }
-    const rest = this.decoder.end();
-    if (rest) yield rest;
+  /**
+   * The text received since the last read, once there is some; at the end, what a character cut short leaves (if
+   * anything), then undefined. A reader that stops before the end calls stopUnlessEnded.
+   */
+  async nextText(): Promise<string | undefined> {
+    const read = await this.nextRead();
+    if (read) return this.decoder.write(read);
+    return this.decoder.end() || undefined;
   }
 
   /** Everything received since the last read, once there is some; undefined once the body has ended. */
@@ -139,7 +138,7 @@ export class UpstreamBody implements Dispatcher.DispatchHandler {
   }
 
   /** A reader that stops early no longer wants the rest. */
-  private stopUnlessEnded(): void {
+  stopUnlessEnded(): void {
     if (!this.ended && !this.discarding) this.controller?.abort(new Error('the reply is no longer read'));
   }
 
@@ -282,18 +281,6 @@ interface NormalizedRead {
 }
 
 /**
- * Yields a read's events (to the client even when a bad one follows), then
- * throws its failure; returns whether the reply is done. Defined once here:
- * a generator function made per stream gives its generators a new prototype
- * each time, and every property read on them misses V8's caches.
- */
-function* delivered({ events, failure }: NormalizedRead): Generator<StreamEvent[], boolean> {
-  if (events.length > 0) yield events;
-  if (failure) throw failure;
-  return events.some((e) => e.done);
-}
-
-/**
  * The upstream's stream as batches of normalized events, one batch per
  * network read. Ends normally only on a complete reply: `[DONE]`, or the end
  * of the body once every choice has its finish_reason. Anything else throws
@@ -327,22 +314,28 @@ async function* readEvents(body: UpstreamBody, parser: SseParser, eventOf: (even
     }
     return { events };
   };
-  let done = false;
   try {
-    for await (const read of body.reads()) {
-      done = yield* delivered(normalize(parser.push(read)));
-      if (done) {
-        body.discardRest();
+    // A read's events go to the client even when a bad one follows; then its failure is thrown.
+    for (;;) {
+      const text = await body.nextText();
+      const { events, failure } = normalize(text === undefined ? parser.end() : parser.push(text));
+      if (events.length > 0) yield events;
+      if (failure) throw failure;
+      if (events.some((e) => e.done)) {
+        // What follows [DONE] is read off and dropped, which keeps the connection for the next request.
+        if (text !== undefined) body.discardRest();
         return;
       }
+      if (text === undefined) break;
     }
-    done = yield* delivered(normalize(parser.end()));
   } catch (err) {
     if (err instanceof UpstreamBrokeOff || err instanceof ApiError) throw err;
     throw new UpstreamBrokeOff(describeFailure(err));
+  } finally {
+    body.stopUnlessEnded();
   }
   // Some servers close without [DONE]; the reply is whole if every choice finished.
-  if (!done && (!sawChoice || open.size > 0)) throw new UpstreamBrokeOff('the upstream closed the stream before the reply was complete');
+  if (!sawChoice || open.size > 0) throw new UpstreamBrokeOff('the upstream closed the stream before the reply was complete');
 }
 
 function describeFailure(err: unknown): string {
