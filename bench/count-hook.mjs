@@ -11,8 +11,10 @@
 // what a request that arrives waits before its turn); and, unless
 // COUNT_HOOK_ALLOCATIONS=0, the bytes allocated, from V8's sampling heap
 // profiler (one sample per SAMPLE_BYTES, objects since freed included),
-// which slows the process down. The delay and the longest pause are since
+// and the promises made (each await of a promise makes one more, and an
+// async function's call one), both of which slow the process down. The delay and the longest pause are since
 // the last dump; the rest are totals.
+import { createHook } from 'node:async_hooks';
 import { writeFileSync } from 'node:fs';
 import { Session } from 'node:inspector/promises';
 import { join } from 'node:path';
@@ -26,6 +28,7 @@ const counts = {
   json: { parse: 0, stringify: 0, parseBig: 0, stringifyBig: 0 },
   gc: { scavenges: 0, longestMs: 0 },
   allocatedBytes: 0,
+  promises: 0,
 };
 const BIG = 1024;
 
@@ -68,6 +71,7 @@ const SAMPLE_BYTES = 16 * 1024;
 const sampling = { samplingInterval: SAMPLE_BYTES, includeObjectsCollectedByMajorGC: true, includeObjectsCollectedByMinorGC: true };
 const profiler = process.env.COUNT_HOOK_ALLOCATIONS === '0' ? undefined : new Session();
 profiler?.connect();
+if (profiler) createHook({ init: (_id, type) => void (type === 'PROMISE' && counts.promises++) }).enable();
 await profiler?.post('HeapProfiler.startSampling', sampling);
 const loopDelay = monitorEventLoopDelay({ resolution: 1 });
 loopDelay.enable();

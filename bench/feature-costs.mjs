@@ -10,6 +10,7 @@
 //   genai-metrics  the request and GenAI metrics recorded per request (telemetry/telemetry.ts), against recording none
 //   fleet-slots    the endpoint's slots taken from the fleet's count in Redis (routing/fleet-slots.ts), against this replica's own count
 //   fleet-load     this replica's loads written to Redis every 100 ms and the others' read (routing/fleet-load.ts), against none
+//   together       the four above off at once
 //
 //   npm run build && node bench/feature-costs.mjs [features, default all, comma-separated] [seconds per run, default 8] [rounds, default 4] [connections, default 32] [upstream first byte ms, default 0] [spread ms, default 0]
 import { abRounds, benchModel, forked, patchedBuild, ROOT, startParley, stopAll } from './support.mjs';
@@ -30,7 +31,9 @@ const FEATURES = {
   'fleet-slots': { patches: [['routing/router.js', 'this.slots = redis && new FleetSlots(redis);', 'this.slots = undefined;']] },
   'fleet-load': { patches: [['routing/router.js', 'this.fleet = redis && new FleetLoad(', 'this.fleet = undefined && new FleetLoad(']] },
 };
-const chosen = (process.argv[2] && process.argv[2] !== 'all' ? process.argv[2] : Object.keys(FEATURES).join(',')).split(',');
+// All four off at once: what they cost together, where each alone is within the VM's spread.
+FEATURES.together = { without: FEATURES['log-line'].without, patches: ['genai-metrics', 'fleet-slots', 'fleet-load'].flatMap((f) => FEATURES[f].patches) };
+const chosen = process.argv[2] && process.argv[2] !== 'all' ? process.argv[2].split(',') : Object.keys(FEATURES).filter((f) => f !== 'together');
 const SECONDS = Number(process.argv[3] ?? 8);
 const ROUNDS = Number(process.argv[4] ?? 4);
 const CONNECTIONS = Number(process.argv[5] ?? 32);

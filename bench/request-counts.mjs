@@ -4,8 +4,8 @@
 // awaited), the reads of Redis's replies (each a wake of the event loop,
 // however many replies it brings) and the commands Redis ran (scripts' own
 // included, from INFO commandstats), JSON parses and stringifies (and those
-// of 1 KiB or more: a whole body), the garbage collector's runs, and the
-// bytes allocated. This build, and a
+// of 1 KiB or more: a whole body), the garbage collector's runs, the
+// bytes allocated and the promises made. This build, and a
 // revision's where one is named, each a `parley serve` loaded with
 // count-hook.mjs, the log line per request on, in front of the fast
 // upstream; autocannon at each connection count after a warm-up.
@@ -77,6 +77,7 @@ try {
           'JSON.stringify (≥1 KiB)': `${per(d((c) => c.json.stringify), n)} (${per(d((c) => c.json.stringifyBig), n)})`,
           'scavenges per 1,000': per(d((c) => c.gc.scavenges), n, 1000),
           'KB allocated': per(d((c) => c.allocatedBytes), n, 1 / 1024),
+          promises: per(d((c) => c.promises), n),
           errors: r.errors + r.non2xx,
         });
       }
