@@ -186,7 +186,8 @@ async function admit<R>(api: ApiDescriptor<R, WholeReply>, exchange: Exchange, s
   const passThrough = api.passThrough(body, model);
   if (passThrough instanceof ApiError) throw passThrough;
   const counted = api.promptTokens(model, request);
-  // Awaited only where counted on the counter's thread: an await of a count already made would cost a turn too.
+  // Awaited only where counted on the counter's thread: an await of a count already made would cost a turn too
+  // (with the rest of 5a1abda, `node bench/revision-ab.mjs 5a1abda~ whole 32 6 8` gave 1.11, 2026-11-29).
   const prompts = counted instanceof Promise ? await counted : counted;
   const tier = servingTier(asked.serviceTier, caller.tier);
   record.serviceTier = tier;
@@ -307,7 +308,8 @@ interface Served<R, W extends WholeReply> {
 function settleComplete(s: Pick<Served<unknown, WholeReply>, 'ctx' | 'call' | 'record' | 'meter'>, usage: Usage, batchResult?: BatchLineResult): void {
   s.ctx.router.state(s.call.endpoint).recordUsage(usage.prompt_tokens, usage.cached_tokens);
   // Named one by one: Object.assign of a new literal onto the record, whose shape grows as the request goes, took
-  // V8's slow path (0.1 to 0.8 µs a call, where these take tens of ns).
+  // V8's slow path (0.1 to 0.8 µs a call in a loop, where these take tens of ns); with the rest of 0327bf4, `node
+  // bench/revision-ab.mjs 0327bf4~ whole 32 6 8` gave 1.07 (2026-11-29).
   s.record.promptTokens = usage.prompt_tokens;
   s.record.cachedTokens = usage.cached_tokens;
   s.record.completionTokens = usage.completion_tokens;

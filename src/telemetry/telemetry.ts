@@ -220,7 +220,8 @@ export class Telemetry {
 
   /**
    * A child span of `parent` (the request's span). A request not traced (no exporter, or sampled out) gets its own
-   * span back, which records nothing either: a child of it would cost a context and a check of its ids for nothing.
+   * span back, which records nothing either: a child of it would cost a context and a check of its ids for nothing
+   * (1.8 µs a whole request in `node bench/cpu-profile.mjs 0327bf4~ whole 32 8 4`, 2026-11-29).
    */
   child(parent: Span, name: string, attributes: Record<string, string | number>): Span {
     if (!parent.isRecording()) return parent;
