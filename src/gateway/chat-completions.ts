@@ -34,15 +34,16 @@ export const EXACT_COUNT_MAX_BYTES = 128 * 1024;
  * `promptField`, the field the client sent it in (an API mapped to chat names its own).
  */
 export function chatPromptTokens(model: RoutedModel, request: ChatCompletionRequest, promptField?: string): PromptCount | Promise<PromptCount> {
+  const texts = request.messages.map(messageText);
   let bytes = 0;
-  for (const m of request.messages) bytes += Buffer.byteLength(messageText(m));
+  for (const text of texts) bytes += Buffer.byteLength(text);
   const bound = { tokens: [bytes + FRAMING_TOKENS_PER_MESSAGE * (request.messages.length + 1)], exact: false };
   const counter = model.promptCounter;
   if (counter) {
     const fewest = Math.ceil(bytes / counter.maxTokenBytes);
     if (fewest >= model.config.contextWindow) throw promptTooLong(fewest, model.config.contextWindow, 'at least', promptField);
     if (bytes <= EXACT_COUNT_MAX_BYTES) {
-      const counted = counter.count(request.messages.map((m) => ({ role: m.role, content: messageText(m) })), bytes);
+      const counted = counter.count(request.messages.map((m, i) => ({ role: m.role, content: texts[i] })), bytes);
       return counted.then((tokens) => (tokens === undefined ? bound : { tokens: [tokens], exact: true }));
     }
   }
