@@ -324,16 +324,18 @@ describe('three gateway replicas on one Redis', () => {
       await asFleet(gw, noProbe, {}, async (replicas) => {
         const messages = [{ role: 'system' as const, content: agentSystemPrompt }, { role: 'user' as const, content: 'one hot tenant' }];
         const sent: Promise<string>[] = [];
-        const send = async (replica: number) => {
-          sent.push(replicas[replica].client.chat.completions.create({ model: 'm', messages }).then((r) => r.choices[0].message.content!));
-          await sleep(30);
-        };
-        // Six in flight through the first replica, all at the home (under its bound of mean + 4)...
         const atUpstreams = () => upstreams.reduce((sum, u) => sum + u.received.length, 0);
-        const before = atUpstreams();
+        // Each request reaches its upstream before the next is sent, so that each is routed with the ones before it
+        // counted (a fixed pause between them was too short on a slow machine, and requests routed at once see
+        // the same loads).
+        const send = async (replica: number) => {
+          const arrived = atUpstreams() + 1;
+          sent.push(replicas[replica].client.chat.completions.create({ model: 'm', messages }).then((r) => r.choices[0].message.content!));
+          await until(async () => atUpstreams() === arrived);
+        };
+        // Six in flight through the first replica, all at the home (under its bound of mean + 4), then the fleet's
+        // loads exchanged...
         for (let i = 0; i < 6; i++) await send(0);
-        // All six at the upstreams (on a slow machine, 30 ms apart is not enough), then the fleet's loads exchanged.
-        await until(async () => atUpstreams() - before === 6);
         await sleep(5 * FLEET_LOAD_INTERVAL_MS);
         // ... so that the second replica, which alone has none there, spills its third and later ones while the home has
         // more than the bound (mean + 4 of the fleet's requests, the spilled ones included).
