@@ -23,8 +23,12 @@ const LINES = 300;
 describe('a batch on a fleet', () => {
   it('is shared by three replicas; one killed with -9 mid-batch loses no line and charges none twice; the batch outlives every replica', async () => {
     // Each reply takes 40 ms, and says which line it answers, so the output can be checked line by line.
+    // While `held` is set, replies wait for it: every replica's lines stay in flight.
+    let held: Promise<void> | undefined;
+    let release = () => {};
     const upstream = await startFakeUpstream(async (req, res) => {
       await sleep(40);
+      await held;
       const content = String(req.body.messages?.[0]?.content ?? '');
       replyJson(res, completionBody(`answer to ${content}`, { prompt_tokens: 20, completion_tokens: 5, total_tokens: 25 }));
     });
@@ -44,12 +48,16 @@ describe('a batch on a fleet', () => {
       const file = await client.files.create({ file: await toFile(Buffer.from(lines.join('\n')), 'fleet.jsonl'), purpose: 'batch' });
       const { id } = await client.batches.create({ input_file_id: file.id, endpoint: '/v1/chat/completions', completion_window: '24h' });
 
-      // Once the lines are well under way on every replica, one replica dies with lines in flight.
-      // Every replica runs lines: each claims under a token of its own (the in-flight set's "<line>:<token>").
+      // Once the lines are well under way, replies are held so that every replica has lines in flight
+      // (each claims under a token of its own: the in-flight set's "<line>:<token>"); then one replica dies.
+      // Without the hold, on a slow machine, the batch could end between the check and the kill.
       const replicasRunning = async () => new Set((await redis.client.zrange(redisKeys.batch(account, id).inFlight, 0, -1)).map((m) => m.split(':')[1])).size;
       await until(async () => (await client.batches.retrieve(id)).request_counts!.completed >= LINES / 4, 20_000);
+      held = new Promise((resolve) => (release = resolve));
       await until(async () => (await replicasRunning()) === 3, 20_000);
       await processes[0].stop('SIGKILL');
+      held = undefined;
+      release();
 
       let batch = await client.batches.retrieve(id);
       await until(async () => (batch = await client.batches.retrieve(id)).status === 'completed', 30_000);
