@@ -100,7 +100,7 @@ describe('priorities', () => {
 
 describe('concurrency limits', () => {
   it('answers 503 queue_full at once when the endpoint is full and its queue too', async () => {
-    await withGatewayOn([answer('slow', 500)], ([a]) => ({ gateway: noProbe, models: [modelEntry('m', [vllm(a, { maxConcurrent: 1, maxQueue: 0 })])] }), async (gw) => {
+    await withGatewayOn([answer('slow', 1_500)], ([a]) => ({ gateway: noProbe, models: [modelEntry('m', [vllm(a, { maxConcurrent: 1, maxQueue: 0 })])] }), async (gw) => {
       const first = postChat(gw, { model: 'm', messages });
       await sleep(100);
       const started = Date.now();
@@ -108,7 +108,8 @@ describe('concurrency limits', () => {
       expect(second.status).toBe(503);
       expect((await second.json()).error.code).toBe('queue_full');
       expect(second.headers.get('retry-after')).toBeTruthy();
-      expect(Date.now() - started).toBeLessThan(200);
+      // At once: well before the first request's 1.5 s are up (a slow machine's margin, not a speed bound).
+      expect(Date.now() - started).toBeLessThan(1_000);
       expect((await first).status).toBe(200);
     });
   });
