@@ -91,6 +91,7 @@ describe('a batch on a fleet', () => {
       expect((await (await again.files.content(batch.output_file_id!)).text()).trim().split('\n')).toHaveLength(LINES);
       expect(await (await again.files.content(file.id)).text()).toBe(lines.join('\n'));
     } finally {
+      release();
       for (const p of processes) await p.stop('SIGKILL');
       await gw.close();
       await redis.stop();
