@@ -275,7 +275,6 @@ export async function readWhole<T>(body: UpstreamBody | string, read: (json: unk
   }
 }
 
-
 /** One network read's events, normalized: those before a bad one, if any, and then its failure. */
 interface NormalizedRead {
   events: StreamEvent[];
