@@ -11,7 +11,6 @@ import { handleChatCompletion } from './chat-completions.js';
 import { handleCompletion } from './completions.js';
 import { handleEmbeddings } from './embeddings.js';
 import { authenticate, requestIdOf } from './exchange.js';
-import { IdentifiedReply } from './identified-reply.js';
 import { countMessageTokens, handleMessages } from './messages.js';
 import { handleResponses, storedResponse } from './responses.js';
 import { anthropicError } from '../protocol/messages-response.js';
@@ -84,15 +83,17 @@ export function createGatewayServer(ctx: GatewayContext): Server {
   // A request's own reading is timed (Node's requestTimeout, looked at every connectionsCheckingInterval); a reply,
   // however long it streams, is not.
   const timeouts = { requestTimeout: requestReadTimeoutMs, headersTimeout: requestReadTimeoutMs, connectionsCheckingInterval: Math.min(1000, requestReadTimeoutMs) };
-  return createServer({ ...timeouts, ServerResponse: IdentifiedReply }, (req, res) => {
+  return createServer(timeouts, (req, res) => {
     const started = performance.now();
     const method = req.method ?? 'GET';
     const [path, search = ''] = (req.url ?? '/').split('?', 2);
     const name = routeLabel(method, path);
+    // Every reply carries the request's id, errors included, so a client can quote it and find its usage event.
     const id = requestIdOf(req);
+    res.setHeader('x-request-id', id);
     const errorShape = anthropicClient(req, path) ? anthropicError : openAiError;
     // Anthropic's clients read the id from their own header.
-    res.ids = errorShape === anthropicError ? { 'x-request-id': id, 'request-id': id } : { 'x-request-id': id };
+    if (errorShape === anthropicError) res.setHeader('request-id', id);
     const span = ctx.telemetry.tracer.startSpan(name, { attributes: { 'http.request.method': method, 'http.route': name, 'parley.request_id': id } });
     let errorCode: string | null = null;
     const record: RequestRecord = { id, attempts: 0 };
