@@ -50,17 +50,23 @@ if [ "$major" -lt 22 ]; then
   echo "parley: note: Node.js $(node --version) runs Parley; Claude Code's current releases (@anthropic-ai/claude-code 2.1.3xx) ask for Node.js 22 or later. npm warns, but their native binary runs on Node.js 20 too (checked with 2.1.328 and 2.1.332)."
 fi
 
-# The agents' tests run the newest Claude Code and Codex as well as the pinned ones (test/agents/): kept in a
-# folder of their own, and installed again when the registry has newer ones.
+# The agents' and SDKs' tests run the newest releases of the clients as well as the pinned ones (test/agents/):
+# kept in a folder of their own, and installed again when the registry has newer ones. The newest openai and AI SDK
+# majors ask for Node.js 22 as well; they run on 20 (checked with openai 7.59 and ai 7.0).
 if [ "${PARLEY_INSTALL_TEST_TOOLS:-0}" = 1 ]; then
-  newest=.parley-test/newest-agents
-  if want="@anthropic-ai/claude-code@$(npm view @anthropic-ai/claude-code version) @openai/codex@$(npm view @openai/codex version)"; then
-    if [ "$(cat "$newest/versions" 2>/dev/null)" != "$want" ]; then
-      echo "parley: installing the newest agents for the tests: $want"
-      # shellcheck disable=SC2086 # two package specs
-      npm install --prefix "$newest" --no-audit --no-fund --loglevel=error $want && echo "$want" > "$newest/versions"
+  newest=.parley-test/newest-clients
+  want=""
+  for package in @anthropic-ai/claude-code @openai/codex openai @anthropic-ai/sdk @openai/agents ai @ai-sdk/openai; do
+    if ! version=$(npm view "$package" version); then
+      echo "parley: could not ask the npm registry for the newest $package; the tests of the newest clients will fail" >&2
+      want=""
+      break
     fi
-  else
-    echo "parley: could not ask the npm registry for the newest Claude Code and Codex; their tests will fail" >&2
+    want="$want $package@$version"
+  done
+  if [ -n "$want" ] && [ "$(cat "$newest/versions" 2>/dev/null)" != "$want" ]; then
+    echo "parley: installing the newest clients for the tests:$want"
+    # shellcheck disable=SC2086 # several package specs
+    npm install --prefix "$newest" --no-audit --no-fund --loglevel=error $want && echo "$want" > "$newest/versions"
   fi
 fi

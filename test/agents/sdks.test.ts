@@ -1,14 +1,12 @@
 // The OpenAI Agents SDK and the AI SDK's OpenAI provider, which call the
-// Responses API by default, through Parley in front of a scripted upstream.
-import { createOpenAI } from '@ai-sdk/openai';
-import { Agent, OpenAIProvider, Runner, tool } from '@openai/agents';
-import { generateText, streamText } from 'ai';
-import OpenAI from 'openai';
+// Responses API by default, through Parley in front of a scripted upstream
+// that calls a tool on cue; each its pinned and its newest release.
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { chunk, completionBody, replyJson, writeEvents, type Script } from '../support/fake-upstream.js';
 import { readUsageEvents } from '../../src/billing/usage-events.js';
 import { modelEntry, withGatewayOn, type TestGateway } from '../support/gateway.js';
+import { eachRelease, sdkReleases } from '../support/sdk-releases.js';
 
 const usage = { prompt_tokens: 40, completion_tokens: 4, total_tokens: 44 };
 
@@ -38,34 +36,38 @@ async function apisUsed(gw: TestGateway): Promise<string[]> {
 
 const config = ([url]: string[]) => ({ models: [modelEntry('coder', [{ kind: 'vllm', url }], { supports: { tools: true } })] });
 
-describe('the OpenAI Agents SDK', () => {
-  it('runs an agent whose function tool the upstream calls, and returns the answer that follows', async () => {
-    await withGatewayOn([weatherUpstream], config, async (gw, [up]) => {
-      const getWeather = tool({ name: 'get_weather', description: 'The weather in a city', parameters: z.object({ city: z.string() }), execute: async ({ city }) => (city === 'Paris' ? 'sunny' : 'unknown') });
-      const agent = new Agent({ name: 'forecaster', instructions: 'Answer with the weather.', model: 'coder', tools: [getWeather] });
-      const provider = new OpenAIProvider({ openAIClient: new OpenAI({ baseURL: `${gw.url}/v1`, apiKey: gw.apiKey, maxRetries: 0 }) as never, useResponses: true });
-      const result = await new Runner({ modelProvider: provider, tracingDisabled: true }).run(agent, 'Weather in Paris?');
-      expect(result.finalOutput).toBe('It is sunny in Paris.');
-      const calls = up.received.filter((r) => r.path.endsWith('/chat/completions'));
-      expect(calls).toHaveLength(2);
-      expect(calls[1].body.messages.at(-1)).toEqual({ role: 'tool', tool_call_id: 'call_w', content: 'sunny' });
-      await expect.poll(() => apisUsed(gw)).toEqual(['responses', 'responses']);
+describe.each(eachRelease(await sdkReleases()))('%s', (_, sdk) => {
+  describe('the OpenAI Agents SDK', () => {
+    it('runs an agent whose function tool the upstream calls, and returns the answer that follows', async () => {
+      await withGatewayOn([weatherUpstream], config, async (gw, [up]) => {
+        const { Agent, OpenAIProvider, Runner, tool } = sdk.agents;
+        const getWeather = tool({ name: 'get_weather', description: 'The weather in a city', parameters: z.object({ city: z.string() }), execute: async ({ city }) => (city === 'Paris' ? 'sunny' : 'unknown') });
+        const agent = new Agent({ name: 'forecaster', instructions: 'Answer with the weather.', model: 'coder', tools: [getWeather] });
+        const provider = new OpenAIProvider({ openAIClient: new sdk.openai.default({ baseURL: `${gw.url}/v1`, apiKey: gw.apiKey, maxRetries: 0 }) as never, useResponses: true });
+        const result = await new Runner({ modelProvider: provider, tracingDisabled: true }).run(agent, 'Weather in Paris?');
+        expect(result.finalOutput).toBe('It is sunny in Paris.');
+        const calls = up.received.filter((r) => r.path.endsWith('/chat/completions'));
+        expect(calls).toHaveLength(2);
+        expect(calls[1].body.messages.at(-1)).toEqual({ role: 'tool', tool_call_id: 'call_w', content: 'sunny' });
+        await expect.poll(() => apisUsed(gw)).toEqual(['responses', 'responses']);
+      });
     });
   });
-});
 
-describe("the AI SDK's OpenAI provider", () => {
-  it('answers generateText and streamText through the Responses API', async () => {
-    await withGatewayOn([weatherUpstream], config, async (gw, [up]) => {
-      const openai = createOpenAI({ baseURL: `${gw.url}/v1`, apiKey: gw.apiKey });
-      const whole = await generateText({ model: openai('coder'), prompt: 'hi' });
-      expect(whole.text).toBe('Hello from the upstream');
-      expect(whole.usage.inputTokens).toBe(40);
-      const streamed = streamText({ model: openai('coder'), prompt: 'hi' });
-      expect(await streamed.text).toBe('Hello from the upstream');
-      expect((await streamed.usage).outputTokens).toBe(4);
-      expect(up.received.filter((r) => r.path.endsWith('/chat/completions'))).toHaveLength(2);
-      await expect.poll(() => apisUsed(gw)).toEqual(['responses', 'responses']);
+  describe("the AI SDK's OpenAI provider", () => {
+    it('answers generateText and streamText through the Responses API', async () => {
+      await withGatewayOn([weatherUpstream], config, async (gw, [up]) => {
+        const { generateText, streamText } = sdk.ai;
+        const openai = sdk.aiOpenAI.createOpenAI({ baseURL: `${gw.url}/v1`, apiKey: gw.apiKey });
+        const whole = await generateText({ model: openai('coder'), prompt: 'hi' });
+        expect(whole.text).toBe('Hello from the upstream');
+        expect(whole.usage.inputTokens).toBe(40);
+        const streamed = streamText({ model: openai('coder'), prompt: 'hi' });
+        expect(await streamed.text).toBe('Hello from the upstream');
+        expect((await streamed.usage).outputTokens).toBe(4);
+        expect(up.received.filter((r) => r.path.endsWith('/chat/completions'))).toHaveLength(2);
+        await expect.poll(() => apisUsed(gw)).toEqual(['responses', 'responses']);
+      });
     });
   });
 });

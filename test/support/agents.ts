@@ -1,5 +1,5 @@
 // The coding agents the tests run: the releases package.json pins, and the
-// newest ones, which scripts/install.sh puts in .parley-test/newest-agents when
+// newest ones, which scripts/install.sh puts in .parley-test/newest-clients when
 // it installs the test tools.
 import { execFileSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
@@ -7,7 +7,8 @@ import { join } from 'node:path';
 
 const ROOT = join(import.meta.dirname, '../..');
 const PINNED = join(ROOT, 'node_modules/.bin');
-const NEWEST = join(ROOT, '.parley-test/newest-agents/node_modules/.bin');
+export const NEWEST_CLIENTS = join(ROOT, '.parley-test/newest-clients');
+const NEWEST = join(NEWEST_CLIENTS, 'node_modules/.bin');
 
 export interface AgentBinary {
   kind: 'claude' | 'codex';
