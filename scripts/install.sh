@@ -56,7 +56,7 @@ fi
 if [ "${PARLEY_INSTALL_TEST_TOOLS:-0}" = 1 ]; then
   newest=.parley-test/newest-clients
   want=""
-  for package in @anthropic-ai/claude-code @openai/codex openai @anthropic-ai/sdk @openai/agents ai @ai-sdk/openai; do
+  for package in @anthropic-ai/claude-code @openai/codex openai @anthropic-ai/sdk @openai/agents ai @ai-sdk/openai @ai-sdk/anthropic; do
     if ! version=$(npm view "$package" version); then
       echo "parley: could not ask the npm registry for the newest $package; the tests of the newest clients will fail" >&2
       want=""

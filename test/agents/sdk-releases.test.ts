@@ -1,7 +1,8 @@
-// The openai package, Anthropic's SDK and the AI SDK, each its pinned and its
-// newest release, on Parley's own engine (the quickstart's model): every API
-// a team calls through them answers in the shape that release reads, and
-// each request is charged what its usage says.
+// The openai package, Anthropic's SDK and the AI SDK's OpenAI and Anthropic
+// providers, each its pinned and its newest release, on Parley's own engine
+// (the quickstart's model): every API a team calls through them answers in
+// the shape that release reads, and each request is charged what its usage
+// says.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readUsageEvents, type UsageEvent } from '../../src/billing/usage-events.js';
 import { readBalance } from '../../src/billing/credit-ledger.js';
@@ -89,11 +90,21 @@ describe.each(eachRelease(await sdkReleases()))('%s', (_, sdk) => {
     }
   });
 
+  it("the AI SDK's Anthropic provider: generateText and streamText through Messages", async () => {
+    const provider = sdk.aiAnthropic.createAnthropic({ baseURL: `${gw.url}/v1`, apiKey: key });
+    const whole = await sdk.ai.generateText({ model: provider(MODEL), prompt: 'hello', maxOutputTokens: 6 });
+    expect(whole.text.length).toBeGreaterThan(0);
+    expect(whole.usage.outputTokens).toBeGreaterThan(0);
+    const streamed = sdk.ai.streamText({ model: provider(MODEL), prompt: 'stream', maxOutputTokens: 6 });
+    expect((await streamed.text).length).toBeGreaterThan(0);
+    expect((await streamed.usage).outputTokens).toBeGreaterThan(0);
+  });
+
   it('charged each request once, what its usage says: the balance fell by the sum, the refused one cost nothing', async () => {
-    await expect.poll(async () => (await usageOf(account)).length).toBe(12);
+    await expect.poll(async () => (await usageOf(account)).length).toBe(14);
     const events = await usageOf(account);
     const byApi = (api: string) => events.filter((e) => e.api === api).length;
-    expect([byApi('chat'), byApi('embeddings'), byApi('responses'), byApi('messages')]).toEqual([4, 2, 4, 2]);
+    expect([byApi('chat'), byApi('embeddings'), byApi('responses'), byApi('messages')]).toEqual([4, 2, 4, 4]);
     expect(events.every((e) => e.outcome === 'complete' && e.charged === e.cost && e.cost > 0)).toBe(true);
     expect(new Set(events.map((e) => e.requestId)).size).toBe(events.length);
     const balance = (await readBalance(gw.redis.client, account))!;

@@ -6,6 +6,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import * as pinnedAnthropic from '@anthropic-ai/sdk';
+import * as pinnedAiAnthropic from '@ai-sdk/anthropic';
 import * as pinnedAiOpenAI from '@ai-sdk/openai';
 import * as pinnedAgents from '@openai/agents';
 import * as pinnedAi from 'ai';
@@ -21,9 +22,10 @@ export interface SdkRelease {
   agents: typeof pinnedAgents;
   ai: typeof pinnedAi;
   aiOpenAI: typeof pinnedAiOpenAI;
+  aiAnthropic: typeof pinnedAiAnthropic;
 }
 
-const PACKAGES = ['openai', '@anthropic-ai/sdk', '@openai/agents', 'ai', '@ai-sdk/openai'] as const;
+const PACKAGES = ['openai', '@anthropic-ai/sdk', '@openai/agents', 'ai', '@ai-sdk/openai', '@ai-sdk/anthropic'] as const;
 
 function packageJson(folder: string, name: string): { version: string; exports?: unknown } {
   try {
@@ -49,9 +51,9 @@ export const eachRelease = (releases: SdkRelease[]) => releases.map((release) =>
 
 /** The pinned SDKs, and the newest. */
 export async function sdkReleases(): Promise<SdkRelease[]> {
-  const [openai, anthropic, agents, ai, aiOpenAI] = await Promise.all(PACKAGES.map((name) => import(moduleEntry(NEWEST_CLIENTS, name))));
+  const [openai, anthropic, agents, ai, aiOpenAI, aiAnthropic] = await Promise.all(PACKAGES.map((name) => import(moduleEntry(NEWEST_CLIENTS, name))));
   return [
-    { name: `pinned (${versionsIn(join(import.meta.dirname, '../..'))})`, openai: pinnedOpenAI, anthropic: pinnedAnthropic, agents: pinnedAgents, ai: pinnedAi, aiOpenAI: pinnedAiOpenAI },
-    { name: `newest (${versionsIn(NEWEST_CLIENTS)})`, openai, anthropic, agents, ai, aiOpenAI },
+    { name: `pinned (${versionsIn(join(import.meta.dirname, '../..'))})`, openai: pinnedOpenAI, anthropic: pinnedAnthropic, agents: pinnedAgents, ai: pinnedAi, aiOpenAI: pinnedAiOpenAI, aiAnthropic: pinnedAiAnthropic },
+    { name: `newest (${versionsIn(NEWEST_CLIENTS)})`, openai, anthropic, agents, ai, aiOpenAI, aiAnthropic },
   ];
 }
