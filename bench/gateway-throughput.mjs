@@ -21,17 +21,24 @@
 // measured with its code compiled, as a long-running server is, not while
 // the JIT is still at work.
 //
-//   npm run build && node bench/gateway-throughput.mjs [seconds per run, default 10] [overload seconds, default 60] [rounds, default 3] [modes, default whole,streamed,embeddings]
+// With a revision as the sixth argument, that revision's Parley (built from
+// git, as revision-ab.mjs builds it) is one more target, on the same
+// settings (chat loads only: before embeddings, a model named no APIs):
+// what the ratios were before a change, measured in the same run on the
+// same machine (a ratio moves from day to day with the VM).
+//
+//   npm run build && node bench/gateway-throughput.mjs [seconds per run, default 10] [overload seconds, default 60] [rounds, default 3] [modes, default whole,streamed,embeddings] [a revision beside, default none]
 import { execFileSync, spawn } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { apiLoad, benchModel, forked, median, ROOT, startParley, stopAll, track, waitForPort, WARMUP_SECONDS } from './support.mjs';
+import { apiLoad, benchModel, buildOf, forked, median, ROOT, startParley, stopAll, track, waitForPort, WARMUP_SECONDS } from './support.mjs';
 
 const SECONDS = Number(process.argv[2] ?? 10);
 const OVERLOAD_SECONDS = Number(process.argv[3] ?? 60);
 const ROUNDS = Number(process.argv[4] ?? 3);
 /** Which loads to measure (LOADS in support.mjs): by default all three. */
 const MODES = (process.argv[5] ?? 'whole,streamed,embeddings').split(',');
+const REVISION = process.argv[6];
 const DEMO_CREDIT_MICROS = 1_000_000 * 1_000_000;
 
 async function startPortkey() {
@@ -76,16 +83,20 @@ try {
   const { port: proxyPort } = await forked('bench/bare-proxy.mjs', [upstream, '0']);
   const parley = await startParley([benchModel(upstream)], { failover: { queueTimeoutMs: 200 } });
   const quiet = await startParley([benchModel(upstream)], { failover: { queueTimeoutMs: 200 }, requestLog: false });
+  // Revisions before embeddings knew no `api`: the revision beside serves the chat loads.
+  const { api, ...chatModel } = benchModel(upstream);
+  const earlier = REVISION && (await startParley([chatModel], { failover: { queueTimeoutMs: 200 } }, [], undefined, buildOf(REVISION)));
   const portkeyPort = await startPortkey();
   const targets = [
     ['direct', `${upstream}/v1`, {}],
     ['bare http-proxy-3', `http://127.0.0.1:${proxyPort}/v1`, {}],
     ['parley', `${parley.url}/v1`, { authorization: `Bearer ${parley.key}` }],
     ['parley, no log line', `${quiet.url}/v1`, { authorization: `Bearer ${quiet.key}` }],
+    ...(earlier ? [[`parley at ${REVISION}`, `${earlier.url}/v1`, { authorization: `Bearer ${earlier.key}` }]] : []),
     ...(portkeyPort ? [['portkey', `http://127.0.0.1:${portkeyPort}/v1`, { 'x-portkey-provider': 'openai', 'x-portkey-custom-host': `${upstream}/v1`, authorization: 'Bearer x' }]] : []),
   ];
   const rows = [];
-  const ratios = Object.fromEntries(MODES.map((mode) => [mode, { bare: [], portkey: [], logged: [] }]));
+  const ratios = Object.fromEntries(MODES.map((mode) => [mode, { bare: [], portkey: [], logged: [], earlier: [] }]));
   for (const mode of MODES) {
     const runs = new Map(targets.map(([name]) => [name, []]));
     for (const [, url, headers] of targets) await load(url, headers, mode, 32, WARMUP_SECONDS);
@@ -100,6 +111,7 @@ try {
       ratios[mode].bare.push(reqs.parley / reqs['bare http-proxy-3']);
       ratios[mode].logged.push(reqs.parley / reqs['parley, no log line']);
       if (reqs.portkey) ratios[mode].portkey.push(reqs.parley / reqs.portkey);
+      if (earlier) ratios[mode].earlier.push(reqs[`parley at ${REVISION}`] / reqs['bare http-proxy-3']);
     }
     for (const [name, list] of runs) {
       const mid = [...list].sort((a, b) => a['req/s'] - b['req/s'])[Math.floor(list.length / 2)];
@@ -108,9 +120,10 @@ try {
   }
   console.table(rows);
   for (const mode of MODES) {
-    const { bare, portkey, logged } = ratios[mode];
+    const { bare, portkey, logged, earlier: before } = ratios[mode];
     const vsPortkey = portkey.length > 0 && mode === 'whole' ? `, parley / portkey = ${median(portkey).toFixed(2)}` : '';
     console.log(`${mode}: parley / bare pass-through = ${median(bare).toFixed(2)} (rounds: ${bare.map((x) => x.toFixed(2)).join(' ')})${vsPortkey}; with / without its log line = ${median(logged).toFixed(2)}`);
+    if (before.length > 0) console.log(`${mode}: parley at ${REVISION} / bare pass-through = ${median(before).toFixed(2)} (rounds: ${before.map((x) => x.toFixed(2)).join(' ')})`);
   }
   if (OVERLOAD_SECONDS > 0) await overload(parley);
 } finally {
