@@ -105,7 +105,9 @@ describe.each(eachRelease(await sdkReleases()))('%s', (_, sdk) => {
     const events = await usageOf(account);
     const byApi = (api: string) => events.filter((e) => e.api === api).length;
     expect([byApi('chat'), byApi('embeddings'), byApi('responses'), byApi('messages')]).toEqual([4, 2, 4, 4]);
-    expect(events.every((e) => e.outcome === 'complete' && e.charged === e.cost && e.cost > 0)).toBe(true);
+    // modelEntry's prices: 1, 0.1 and 2 a million tokens, so 1, 0.1 and 2 micro-units a token, rounded up a reply.
+    const priced = (e: UsageEvent) => Math.ceil(((e.promptTokens - e.cachedTokens) * 10 + e.cachedTokens + 20 * e.completionTokens) / 10);
+    expect(events.every((e) => e.outcome === 'complete' && (e.api === 'embeddings' || e.completionTokens > 0) && e.cost === priced(e) && e.charged === e.cost)).toBe(true);
     expect(new Set(events.map((e) => e.requestId)).size).toBe(events.length);
     const balance = (await readBalance(gw.redis.client, account))!;
     expect(balance).toEqual({ granted: 10_000_000 - events.reduce((sum, e) => sum + e.charged, 0), toppedUp: 0, held: 0 });
