@@ -31,7 +31,7 @@ function packageJson(folder: string, name: string): { version: string; exports?:
   try {
     return JSON.parse(readFileSync(join(folder, 'node_modules', name, 'package.json'), 'utf8'));
   } catch {
-    throw new Error(`the newest ${name} is not installed in ${folder}: run PARLEY_INSTALL_TEST_TOOLS=1 sh scripts/install.sh (it asks the npm registry)`);
+    throw new Error(`${name} is not installed in ${folder}: run PARLEY_INSTALL_TEST_TOOLS=1 sh scripts/install.sh (it asks the npm registry for the newest)`);
   }
 }
 
