@@ -4,9 +4,10 @@
 // the shape that release reads, and each request is charged what its usage
 // says.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { readUsageEvents, type UsageEvent } from '../../src/billing/usage-events.js';
+import type { UsageEvent } from '../../src/billing/usage-events.js';
 import { readBalance } from '../../src/billing/credit-ledger.js';
 import { makeAccount, modelEntry, startTestGateway, type TestGateway } from '../support/gateway.js';
+import { usageEventsOf } from '../support/ledger.js';
 import { eachRelease, sdkReleases } from '../support/sdk-releases.js';
 
 const MODEL = 'parley-tiny';
@@ -17,12 +18,6 @@ beforeAll(async () => {
   gw = await startTestGateway({ models: [modelEntry(MODEL, [{ kind: 'parley-engine', local }], { api: ['chat', 'embeddings'] })] });
 }, 120_000);
 afterAll(() => gw?.close());
-
-async function usageOf(account: string): Promise<UsageEvent[]> {
-  const events: UsageEvent[] = [];
-  for await (const e of readUsageEvents(gw.redis.client, account)) events.push(e);
-  return events;
-}
 
 describe.each(eachRelease(await sdkReleases()))('%s', (_, sdk) => {
   let account: string;
@@ -101,8 +96,8 @@ describe.each(eachRelease(await sdkReleases()))('%s', (_, sdk) => {
   });
 
   it('charged each request once, what its usage says: the balance fell by the sum, the refused one cost nothing', async () => {
-    await expect.poll(async () => (await usageOf(account)).length).toBe(14);
-    const events = await usageOf(account);
+    await expect.poll(async () => (await usageEventsOf(gw.redis.client, account)).length).toBe(14);
+    const events = await usageEventsOf(gw.redis.client, account);
     const byApi = (api: string) => events.filter((e) => e.api === api).length;
     expect([byApi('chat'), byApi('embeddings'), byApi('responses'), byApi('messages')]).toEqual([4, 2, 4, 4]);
     // modelEntry's prices: 1, 0.1 and 2 a million tokens, so 1, 0.1 and 2 micro-units a token, rounded up a reply.
