@@ -11,7 +11,7 @@
 import { mkdtempSync, readdirSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { apiLoad, benchModel, buildOf, forked, startParley, stopAll } from './support.mjs';
+import { apiLoad, buildOf, forked, revisionModel, startParley, stopAll } from './support.mjs';
 
 const REVISION = process.argv[2] ?? '4e458b7';
 const MODE = process.argv[3] ?? 'whole';
@@ -59,8 +59,7 @@ function printTable(title, names, [a, b], key) {
 try {
   const other = buildOf(REVISION);
   const { port } = await forked('bench/fast-upstream.mjs', ['0', '0']);
-  // Revisions before embeddings knew no `api`.
-  const { api, ...model } = benchModel(`http://127.0.0.1:${port}`);
+  const model = revisionModel(`http://127.0.0.1:${port}`, MODE);
   const folders = [mkdtempSync(join(tmpdir(), 'parley-profile-')), mkdtempSync(join(tmpdir(), 'parley-profile-'))];
   const roots = [undefined, other];
   const targets = await Promise.all(['this build', REVISION].map(async (name, i) => ({ name, requests: 0, parley: await startParley([model], {}, ['--cpu-prof', `--cpu-prof-dir=${folders[i]}`], undefined, roots[i]) })));

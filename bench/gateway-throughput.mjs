@@ -31,7 +31,7 @@
 import { execFileSync, spawn } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { apiLoad, benchModel, buildOf, forked, median, ROOT, startParley, stopAll, track, waitForPort, WARMUP_SECONDS } from './support.mjs';
+import { apiLoad, benchModel, buildOf, forked, median, revisionModel, ROOT, startParley, stopAll, track, waitForPort, WARMUP_SECONDS } from './support.mjs';
 
 const SECONDS = Number(process.argv[2] ?? 10);
 const OVERLOAD_SECONDS = Number(process.argv[3] ?? 60);
@@ -83,9 +83,7 @@ try {
   const { port: proxyPort } = await forked('bench/bare-proxy.mjs', [upstream, '0']);
   const parley = await startParley([benchModel(upstream)], { failover: { queueTimeoutMs: 200 } });
   const quiet = await startParley([benchModel(upstream)], { failover: { queueTimeoutMs: 200 }, requestLog: false });
-  // Revisions before embeddings knew no `api`: the revision beside serves the chat loads.
-  const { api, ...chatModel } = benchModel(upstream);
-  const earlier = REVISION && (await startParley([chatModel], { failover: { queueTimeoutMs: 200 } }, [], undefined, buildOf(REVISION)));
+  const earlier = REVISION && (await startParley([revisionModel(upstream)], { failover: { queueTimeoutMs: 200 } }, [], undefined, buildOf(REVISION)));
   const portkeyPort = await startPortkey();
   const targets = [
     ['direct', `${upstream}/v1`, {}],

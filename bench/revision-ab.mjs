@@ -7,7 +7,7 @@
 // build with it against a revision without it.
 //
 //   npm run build && node bench/revision-ab.mjs [revision, default 95dfa38] [mode: whole|streamed|embeddings, default whole] [connections, default 1] [seconds per run, default 10] [rounds, default 4] [upstream first byte ms, default 0] [spread ms either side, default 0]
-import { abRounds, benchModel, buildOf, forked, startParley, stopAll } from './support.mjs';
+import { abRounds, buildOf, forked, revisionModel, startParley, stopAll } from './support.mjs';
 
 const REVISION = process.argv[2] ?? '95dfa38';
 const MODE = process.argv[3] ?? 'whole';
@@ -20,9 +20,7 @@ const SPREAD_MS = Number(process.argv[8] ?? 0);
 try {
   const other = buildOf(REVISION);
   const { port } = await forked('bench/fast-upstream.mjs', ['0', String(FIRST_BYTE_MS), String(SPREAD_MS)]);
-  // Revisions before embeddings knew no `api`: chat loads leave it out, so that both read the routing file.
-  const { api, ...chatModel } = benchModel(`http://127.0.0.1:${port}`);
-  const models = [MODE === 'embeddings' ? { ...chatModel, api } : chatModel];
+  const models = [revisionModel(`http://127.0.0.1:${port}`, MODE)];
   const targets = [['this build', await startParley(models)], [REVISION, await startParley(models, {}, [], undefined, other)]];
   await abRounds(`${MODE}, ${CONNECTIONS} connection(s), upstream first byte ${FIRST_BYTE_MS} ms${SPREAD_MS ? ` ± ${SPREAD_MS}` : ''}`, targets, { mode: MODE, connections: CONNECTIONS, seconds: SECONDS, rounds: ROUNDS });
 } finally {

@@ -6,7 +6,7 @@
 // bisection by measurement in one run.
 //
 //   npm run build && node bench/revision-walk.mjs [revisions, comma-separated; "this" is this checkout's build, 4e458b7,this] [mode, whole] [connections, 32] [seconds per run, 6] [rounds, 4]
-import { apiLoad, benchModel, buildOf, forked, mainThreadCpuMicros, median, startParley, stopAll, WARMUP_SECONDS } from './support.mjs';
+import { apiLoad, buildOf, forked, mainThreadCpuMicros, median, revisionModel, startParley, stopAll, WARMUP_SECONDS } from './support.mjs';
 
 const REVISIONS = (process.argv[2] ?? '4e458b7,this').split(',');
 const MODE = process.argv[3] ?? 'whole';
@@ -17,9 +17,7 @@ const ROUNDS = Number(process.argv[6] ?? 4);
 try {
   const roots = REVISIONS.map((r) => (r === 'this' ? undefined : buildOf(r)));
   const { port } = await forked('bench/fast-upstream.mjs', ['0', '0', '0']);
-  // Revisions before embeddings knew no `api`: chat loads leave it out.
-  const { api, ...chatModel } = benchModel(`http://127.0.0.1:${port}`);
-  const models = [MODE === 'embeddings' ? { ...chatModel, api } : chatModel];
+  const models = [revisionModel(`http://127.0.0.1:${port}`, MODE)];
   const targets = [];
   for (const [i, name] of REVISIONS.entries()) targets.push({ name, parley: await startParley(models, {}, [], undefined, roots[i]), rates: [], micros: [] });
   const load = (t, seconds) => apiLoad(`${t.parley.url}/v1`, { authorization: `Bearer ${t.parley.key}` }, MODE, CONNECTIONS, seconds);

@@ -62,6 +62,15 @@ export const benchModel = (upstream) => ({
   endpoints: [{ kind: 'vllm', url: `${upstream}/v1`, maxConcurrent: 64, maxQueue: 64 }],
 });
 
+/**
+ * benchModel as any revision reads it: revisions before embeddings knew no `api`, so a chat load leaves it out
+ * (an embeddings load keeps it, and needs a revision that has embeddings).
+ */
+export function revisionModel(upstream, mode = 'whole') {
+  const { api, ...chat } = benchModel(upstream);
+  return mode === 'embeddings' ? { ...chat, api } : chat;
+}
+
 /** What each benchmark mode posts, and where under /v1: a chat completion of 256 tokens, whole or streamed (as chat, Anthropic's Messages or OpenAI's Responses), or 16 texts to embed. */
 export const LOADS = {
   whole: { path: '/chat/completions', body: { model: 'bench', messages: [{ role: 'system', content: 'You are a benchmark.' }, { role: 'user', content: 'Say 256 tokens.' }], max_tokens: 256, stream: false } },
