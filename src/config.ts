@@ -156,7 +156,8 @@ const gatewaySettings = z
      * only while few of its lines wait for a slot), each claimed for `leaseMs`, renewed while it runs, after which
      * a lost line runs again; `completionWindowS`: the time a
      * batch's `24h` window gives it; `keepDays`: how long files, ended batches and their results are kept;
-     * `storedBytesPerAccount`: the most bytes of files one account may keep (they live in Redis).
+     * `storedBytesPerAccount`: the most bytes one account may keep in Redis for its batches, its uploaded files and
+     * its batches' lines (batches/stored-bytes.ts).
      */
     batches: z
       .strictObject({

@@ -107,6 +107,6 @@ export async function takeBatch(b: BatchIntake): Promise<BatchRecord> {
   const model = String(b.lines[0]?.body.model ?? '');
   const base = { id: b.id, api: b.api, account: b.caller.account, keyId: b.caller.keyId, endpoint: b.endpoint, inputFileId: b.inputFileId, metadata: b.metadata, model, windowMs };
   if (b.problems.length > 0) await createFailedBatch(b.redis, base, b.problems, keepMs);
-  else await createBatch(b.redis, { ...base, lines: b.lines, order: await cacheAwareOrder(b.lines) }, keepMs);
+  else await createBatch(b.redis, { ...base, lines: b.lines, order: await cacheAwareOrder(b.lines) }, { ms: keepMs, capBytes: settings.storedBytesPerAccount });
   return (await readBatch(b.redis, b.caller.account, b.id))!;
 }

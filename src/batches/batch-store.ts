@@ -10,6 +10,7 @@
 import type { Redis } from 'ioredis';
 import { redisKeys } from '../redis/keys.js';
 import { LUA_INT, LUA_NOW_MS, luaScript } from '../redis/lua-script.js';
+import { LUA_KEEP_STORED_FOR, releaseStoredBytes, reserveStoredBytes } from './stored-bytes.js';
 
 export type BatchApi = 'openai' | 'anthropic';
 export type BatchStatus = 'validating' | 'failed' | 'in_progress' | 'finalizing' | 'completed' | 'expired' | 'cancelling' | 'cancelled';
@@ -81,31 +82,50 @@ const metaFields = (b: Omit<NewBatch, 'lines' | 'order'>, status: BatchStatus, n
   model: b.model, status, created_at: now, expires_at: now + b.windowMs,
 });
 
+/** Each line as stored, [custom id, body] as JSON: a thousand at a time, letting other requests be served between. */
+async function storedLines(lines: StoredLine[]): Promise<string[]> {
+  const texts: string[] = [];
+  for (const [i, l] of lines.entries()) {
+    if (i % WRITE_CHUNK === WRITE_CHUNK - 1) await new Promise((r) => setImmediate(r));
+    texts.push(JSON.stringify([l.customId, l.body]));
+  }
+  return texts;
+}
+
 /**
- * Stores a batch and puts it in the fleet's queue. The queue's entry goes first (it is in another slot, so it
- * cannot join the transaction below; a runner leaves an entry whose batch is not there yet for a minute, and so
- * one whose replica died part-way through storing it goes then). Lines go next, in chunks (a file of 50,000
- * lines would otherwise hold Redis in one command); the batch's hash, which makes it visible, goes last, in one
- * transaction with its counters and its place in the account's list. Lines a replica lost part-way expire.
+ * Stores a batch and puts it in the fleet's queue. Its lines' bytes are counted against the account's cap first
+ * (refused past it: stored-bytes.ts), for as long as they are kept. The queue's entry goes next (it is in another
+ * slot, so it cannot join the transaction below; a runner leaves an entry whose batch is not there yet for a
+ * minute, and so one whose replica died part-way through storing it goes then). Lines go next, in chunks (a file of
+ * 50,000 lines would otherwise hold Redis in one command); the batch's hash, which makes it visible, goes last, in
+ * one transaction with its counters and its place in the account's list. Lines a replica lost part-way expire.
  */
-export async function createBatch(redis: Redis, b: NewBatch, keepMs: number): Promise<void> {
+export async function createBatch(redis: Redis, b: NewBatch, keep: { ms: number; capBytes: number }): Promise<void> {
   const keys = redisKeys.batch(b.account, b.id);
-  await redis.zadd(redisKeys.activeBatches, Date.now(), activeMember(b.account, b.id));
-  for (let i = 0; i < b.lines.length; i += WRITE_CHUNK) {
-    const fields: string[] = [];
-    b.lines.slice(i, i + WRITE_CHUNK).forEach((l, j) => fields.push(String(i + j), JSON.stringify([l.customId, l.body])));
-    await redis.pipeline().hset(keys.lines, ...fields).pexpire(keys.lines, keepMs + b.windowMs).exec();
+  const linesMs = keep.ms + b.windowMs;
+  const texts = await storedLines(b.lines);
+  const item = `batch:${b.id}` as const;
+  await reserveStoredBytes(redis, b.account, item, texts.reduce((sum, t) => sum + Buffer.byteLength(t), 0), keep.capBytes, linesMs, null);
+  try {
+    await redis.zadd(redisKeys.activeBatches, Date.now(), activeMember(b.account, b.id));
+    for (let i = 0; i < texts.length; i += WRITE_CHUNK) {
+      const fields = texts.slice(i, i + WRITE_CHUNK).flatMap((text, j) => [String(i + j), text]);
+      await redis.pipeline().hset(keys.lines, ...fields).pexpire(keys.lines, linesMs).exec();
+    }
+    for (let i = 0; i < b.order.length; i += WRITE_CHUNK) {
+      await redis.pipeline().rpush(keys.todo, ...b.order.slice(i, i + WRITE_CHUNK).map(String)).pexpire(keys.todo, linesMs).exec();
+    }
+    const now = Date.now();
+    await redis
+      .multi()
+      .hset(keys.meta, { ...metaFields(b, 'in_progress', now), in_progress_at: now })
+      .hset(keys.results, '#total', b.lines.length)
+      .zadd(redisKeys.accountBatches(b.account, b.api), now, b.id)
+      .exec();
+  } catch (err) {
+    await releaseStoredBytes(redis, b.account, item).catch(() => {});
+    throw err;
   }
-  for (let i = 0; i < b.order.length; i += WRITE_CHUNK) {
-    await redis.pipeline().rpush(keys.todo, ...b.order.slice(i, i + WRITE_CHUNK).map(String)).pexpire(keys.todo, keepMs + b.windowMs).exec();
-  }
-  const now = Date.now();
-  await redis
-    .multi()
-    .hset(keys.meta, { ...metaFields(b, 'in_progress', now), in_progress_at: now })
-    .hset(keys.results, '#total', b.lines.length)
-    .zadd(redisKeys.accountBatches(b.account, b.api), now, b.id)
-    .exec();
 }
 
 /** Stores a batch whose input was refused: `failed` at once, with its problems, and nothing to run. */
@@ -191,6 +211,7 @@ export async function cancelBatch(redis: Redis, account: string, id: string): Pr
 /** Deletes a batch and its results (its lines have ended). */
 export async function deleteBatch(redis: Redis, account: string, id: string, api: BatchApi): Promise<void> {
   await redis.multi().del(...allKeys(account, id)).zrem(redisKeys.accountBatches(account, api), id).exec();
+  await releaseStoredBytes(redis, account, `batch:${id}`);
 }
 
 // KEYS: meta, todo, in-flight, results, tries, lines. ARGV: how many, lease ms, the claim's token.
@@ -336,11 +357,13 @@ export async function* resultPages(redis: Redis, account: string, id: string, to
   }
 }
 
-// KEYS: meta, every other key of the batch, then the output and error files' hashes and the account's file list.
-// ARGV: status, keep ms, then per file (output, error) its id, its bytes, its name and when made ('' id: none).
+// KEYS: meta, every other key of the batch, then the output and error files' hashes, the account's file list and its
+// stored bytes' two keys. ARGV: status, keep ms, then per file (output, error) its id, its bytes, its name and when
+// made ('' id: none).
 const FINISH = luaScript(`
 ${LUA_NOW_MS}
 ${LUA_INT}
+${LUA_KEEP_STORED_FOR(10, 11)}
 if redis.call('HGET', KEYS[1], 'status') ~= 'finalizing' then return 0 end
 local keep = tonumber(ARGV[2])
 local at = { completed = 'completed_at', expired = 'expired_at', cancelled = 'cancelled_at' }
@@ -354,6 +377,7 @@ for i, part in ipairs({ 'output', 'error' }) do
   end
 end
 for i = 1, 6 do redis.call('PEXPIRE', KEYS[i], keep) end
+keep_for('batch:' .. string.match(KEYS[1], '[^:]+$'), keep)
 return 1
 `);
 
@@ -368,7 +392,9 @@ export async function finishBatch(redis: Redis, account: string, id: string, sta
   const k = redisKeys.batch(account, id);
   const fileKey = (f: FinishedFile | null) => redisKeys.file(account, f?.id ?? `none-${id}`).meta;
   const args = [files.output, files.error].flatMap((f) => [f?.id ?? '', f?.bytes ?? 0, f?.filename ?? '']);
-  await FINISH.run(redis, [k.meta, k.lines, k.todo, k.inFlight, k.tries, k.results, fileKey(files.output), fileKey(files.error), redisKeys.accountFiles(account)], [status, keepMs, ...args]);
+  const stored = redisKeys.storedBytes(account);
+  const fileKeys = [fileKey(files.output), fileKey(files.error), redisKeys.accountFiles(account)];
+  await FINISH.run(redis, [k.meta, k.lines, k.todo, k.inFlight, k.tries, k.results, ...fileKeys, stored.items, stored.sizes], [status, keepMs, ...args]);
 }
 
 /** How a finalizing batch ends: cancelled, expired (its window ended its queue), or completed. */

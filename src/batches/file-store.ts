@@ -6,6 +6,7 @@
 import type { Redis } from 'ioredis';
 import { redisKeys } from '../redis/keys.js';
 import { luaScript } from '../redis/lua-script.js';
+import { keepStoredFor, releaseStoredBytes, reserveStoredBytes } from './stored-bytes.js';
 
 export interface FileRecord {
   id: string;
@@ -20,20 +21,35 @@ export interface FileRecord {
 
 const CHUNK = 1024 * 1024;
 
-export async function createFile(redis: Redis, account: string, f: { id: string; filename: string; purpose: string; content: Buffer }, keepMs: number): Promise<FileRecord> {
+/** How long an upload's bytes are counted before it is stored: a replica that dies part-way gives them back then. */
+const UPLOAD_MS = 10 * 60_000;
+
+/**
+ * Stores an upload: its bytes counted against the account's cap first (refused past it: stored-bytes.ts), for as
+ * long as an upload may take, then for as long as the file is kept.
+ */
+export async function createFile(redis: Redis, account: string, f: { id: string; filename: string; purpose: string; content: Buffer }, keep: { ms: number; capBytes: number }): Promise<FileRecord> {
+  const item = `file:${f.id}` as const;
+  await reserveStoredBytes(redis, account, item, f.content.length, keep.capBytes, UPLOAD_MS, 'file');
   const keys = redisKeys.file(account, f.id);
-  for (let at = 0; at < f.content.length; at += CHUNK) {
-    await redis.pipeline().append(keys.content, f.content.subarray(at, at + CHUNK)).pexpire(keys.content, keepMs).exec();
+  try {
+    for (let at = 0; at < f.content.length; at += CHUNK) {
+      await redis.pipeline().append(keys.content, f.content.subarray(at, at + CHUNK)).pexpire(keys.content, keep.ms).exec();
+    }
+    const now = Date.now();
+    const record: FileRecord = { id: f.id, filename: f.filename, purpose: f.purpose, bytes: f.content.length, createdAt: now, expiresAt: now + keep.ms, batch: null };
+    await redis
+      .multi()
+      .hset(keys.meta, { filename: f.filename, purpose: f.purpose, bytes: f.content.length, created_at: now, expires_at: now + keep.ms })
+      .pexpire(keys.meta, keep.ms)
+      .zadd(redisKeys.accountFiles(account), now, f.id)
+      .exec();
+    await keepStoredFor(redis, account, item, keep.ms);
+    return record;
+  } catch (err) {
+    await releaseStoredBytes(redis, account, item).catch(() => {});
+    throw err;
   }
-  const now = Date.now();
-  const record: FileRecord = { id: f.id, filename: f.filename, purpose: f.purpose, bytes: f.content.length, createdAt: now, expiresAt: now + keepMs, batch: null };
-  await redis
-    .multi()
-    .hset(keys.meta, { filename: f.filename, purpose: f.purpose, bytes: f.content.length, created_at: now, expires_at: now + keepMs })
-    .pexpire(keys.meta, keepMs)
-    .zadd(redisKeys.accountFiles(account), now, f.id)
-    .exec();
-  return record;
 }
 
 function recordOf(id: string, m: Record<string, string>): FileRecord {
@@ -94,6 +110,7 @@ return 0
 export async function deleteFile(redis: Redis, account: string, file: FileRecord): Promise<boolean> {
   const keys = redisKeys.file(account, file.id);
   const [[, deleted]] = (await redis.multi().del(keys.meta, keys.content).zrem(redisKeys.accountFiles(account), file.id).exec()) as [unknown, number][];
+  await releaseStoredBytes(redis, account, `file:${file.id}`);
   if (file.batch) {
     const batch = redisKeys.batch(account, file.batch.id);
     const [output, error] = await redis.hmget(batch.meta, 'output_file_id', 'error_file_id');

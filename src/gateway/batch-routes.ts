@@ -51,12 +51,8 @@ async function files(req: IncomingMessage, res: ServerResponse, ctx: GatewayCont
     let lines = 0;
     for (let at = file.data.indexOf(10); at >= 0; at = file.data.indexOf(10, at + 1)) lines++;
     if (lines > MAX_BATCH_LINES) throw invalidParameter('file', `A batch file may hold at most ${MAX_BATCH_LINES} lines.`);
-    const { storedBytesPerAccount } = ctx.routing().settings.batches;
-    const kept = (await listFiles(redis, account, { limit: 10_000, order: 'desc' })).files.reduce((sum, f) => sum + f.bytes, 0);
-    if (kept + file.data.length > storedBytesPerAccount) {
-      throw new ApiError(400, 'invalid_request_error', `This account keeps ${kept} bytes of files, and may keep at most ${storedBytesPerAccount}: delete files it no longer needs, then upload again.`, 'storage_limit_reached', 'file');
-    }
-    const stored = await createFile(redis, account, { id: `file-${randomId()}`, filename: (file.filename ?? 'input.jsonl').slice(0, 256), purpose, content: file.data }, keepMs(ctx));
+    const keep = { ms: keepMs(ctx), capBytes: ctx.routing().settings.batches.storedBytesPerAccount };
+    const stored = await createFile(redis, account, { id: `file-${randomId()}`, filename: (file.filename ?? 'input.jsonl').slice(0, 256), purpose, content: file.data }, keep);
     return sendJson(res, 200, renderOpenAiFile(stored));
   }
   if (rest.length === 0 && method === 'GET') {

@@ -103,6 +103,11 @@ export const redisKeys = {
   file: (account: string, id: string) => ({ meta: `${accountTag(account)}file:${id}`, content: `${accountTag(account)}file:${id}:content` }),
   /** Sorted set of an account's files by creation time. */
   accountFiles: (account: string) => `${accountTag(account)}files`,
+  /**
+   * What an account keeps for its batches, counted (batches/stored-bytes.ts): each uploaded file's and batch's
+   * lines' end (member → when Redis drops its data), and their sizes (member → bytes, and `#total`).
+   */
+  storedBytes: (account: string) => ({ items: `${accountTag(account)}stored`, sizes: `${accountTag(account)}stored:bytes` }),
   /** Sorted set of the batches with lines to run, fleet-wide, as "<account> <batch id>", by creation time. */
   activeBatches: `${P}batches:active`,
   /** Set when the demo account was made, so it is made once per Redis. */

@@ -1,6 +1,6 @@
 // Many teams share the batch runners: each account takes its turn however
-// many batches it has, and no account may keep more than its share of files
-// or of running batches.
+// many batches it has, and no account may keep more than its share of Redis
+// (its files and its batches' lines) or of running batches.
 import Anthropic from '@anthropic-ai/sdk';
 import OpenAI, { toFile } from 'openai';
 import { describe, expect, it } from 'vitest';
@@ -9,6 +9,8 @@ import { greeting, sleep, until, type Script } from '../support/fake-upstream.js
 import { makeAccount, modelEntry, withGatewayOn } from '../support/gateway.js';
 
 const config = (batches: Record<string, unknown>, script = 'm') => ([url]: string[]) => ({ gateway: { batches }, models: [modelEntry(script, [{ kind: 'vllm', url }])] });
+/** A chat line of a batch file, about 1.6 KB. */
+const chatLine = (id: string) => JSON.stringify({ custom_id: id, method: 'POST', url: '/v1/chat/completions', body: { model: 'm', messages: [{ role: 'user', content: 'a'.repeat(1500) }] } });
 const requests = (n: number) => Array.from({ length: n }, (_, i) => ({ custom_id: `r${i}`, params: { model: 'm', max_tokens: 4, messages: [{ role: 'user' as const, content: `q${i}` }] } }));
 
 describe('batches of many teams', () => {
@@ -31,23 +33,51 @@ describe('batches of many teams', () => {
     });
   });
 
-  it('refuses an upload past what the account may keep, and a batch past the most it may have running', async () => {
-    await withGatewayOn([greeting()], config({ concurrency: 0, storedBytesPerAccount: 4096 }), async (gw) => {
-      const line = JSON.stringify({ custom_id: 'x', method: 'POST', url: '/v1/chat/completions', body: { model: 'm', messages: [{ role: 'user', content: 'a'.repeat(1500) }] } });
-      const upload = () => toFile(Buffer.from(line), 'x.jsonl').then((file) => gw.client.files.create({ file, purpose: 'batch' }));
-      const first = await upload();
-      await upload();
-      await expect(upload()).rejects.toMatchObject({ status: 400, error: { code: 'storage_limit_reached' } });
-      await gw.client.files.delete(first.id);
-      await upload();
-
+  it('refuses a batch past the most an account may have running, and another team is not held back', async () => {
+    await withGatewayOn([greeting()], config({ concurrency: 0 }), async (gw) => {
       const client = new Anthropic({ baseURL: gw.url, apiKey: gw.apiKey, maxRetries: 0 });
       for (let i = 0; i < MAX_ACTIVE_BATCHES; i++) await client.messages.batches.create({ requests: requests(1) });
       await expect(client.messages.batches.create({ requests: requests(1) })).rejects.toMatchObject({ status: 429 });
-      // Another team is not held back by this one's batches.
       const other = new OpenAI({ baseURL: `${gw.url}/v1`, apiKey: (await makeAccount(gw.redis, 1)).key, maxRetries: 0 });
-      const file = await other.files.create({ file: await toFile(Buffer.from(line), 'y.jsonl'), purpose: 'batch' });
+      const file = await other.files.create({ file: await toFile(Buffer.from(chatLine('y')), 'y.jsonl'), purpose: 'batch' });
       expect((await other.batches.create({ input_file_id: file.id, endpoint: '/v1/chat/completions', completion_window: '24h' })).status).toBe('in_progress');
+    });
+  });
+
+  it('counts every upload and every batch\'s lines against what the account may keep, however many arrive at once', async () => {
+    const line = chatLine('x');
+    const size = Buffer.byteLength(line);
+    await withGatewayOn([greeting()], config({ concurrency: 0, storedBytesPerAccount: Math.floor(4.5 * size) }), async (gw) => {
+      const upload = () => toFile(Buffer.from(line), 'x.jsonl').then((file) => gw.client.files.create({ file, purpose: 'batch' }));
+      const refused = { status: 400, error: { code: 'storage_limit_reached' } };
+      // Twelve at once: each was checked against what was listed before any was stored, and all twelve were kept.
+      const uploads = await Promise.allSettled(Array.from({ length: 12 }, upload));
+      const kept = uploads.flatMap((u) => (u.status === 'fulfilled' ? [u.value] : []));
+      expect(kept).toHaveLength(4);
+      for (const u of uploads) if (u.status === 'rejected') expect(u.reason).toMatchObject(refused);
+      expect((await gw.client.files.list()).data.map((f) => f.id).sort()).toEqual(kept.map((f) => f.id).sort());
+
+      // A batch keeps its lines beside its file: each batch made from one file counts again.
+      const batchOf = (fileId: string) => gw.client.batches.create({ input_file_id: fileId, endpoint: '/v1/chat/completions', completion_window: '24h' });
+      await expect(batchOf(kept[0].id)).rejects.toMatchObject(refused);
+      expect((await gw.client.batches.list()).data).toEqual([]);
+      await gw.client.files.delete(kept[1].id);
+      await gw.client.files.delete(kept[2].id);
+      expect((await batchOf(kept[0].id)).status).toBe('in_progress');
+      expect((await batchOf(kept[0].id)).status).toBe('in_progress');
+      await expect(batchOf(kept[0].id)).rejects.toMatchObject(refused);
+      expect((await gw.client.batches.list()).data).toHaveLength(2);
+
+      // Anthropic's batches too, refused in Anthropic's error shape.
+      const anthropic = new Anthropic({ baseURL: gw.url, apiKey: gw.apiKey, maxRetries: 0 });
+      const big = [{ custom_id: 'big', params: { model: 'm', max_tokens: 4, messages: [{ role: 'user' as const, content: 'a'.repeat(size) }] } }];
+      await expect(anthropic.messages.batches.create({ requests: big })).rejects.toMatchObject({ status: 400, error: { type: 'error', error: { type: 'invalid_request_error' } } });
+      await gw.client.files.delete(kept[3].id);
+      expect((await anthropic.messages.batches.create({ requests: big })).processing_status).toBe('in_progress');
+
+      // Another team keeps its own.
+      const other = new OpenAI({ baseURL: `${gw.url}/v1`, apiKey: (await makeAccount(gw.redis, 1)).key, maxRetries: 0 });
+      expect((await other.files.create({ file: await toFile(Buffer.from(line), 'y.jsonl'), purpose: 'batch' })).bytes).toBe(size);
     });
   });
 });

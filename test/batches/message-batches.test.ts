@@ -5,6 +5,7 @@
 import Anthropic from '@anthropic-ai/sdk';
 import { describe, expect, it } from 'vitest';
 import { readUsageEvents } from '../../src/billing/usage-events.js';
+import { redisKeys } from '../../src/redis/keys.js';
 import { greeting, sleep, until, type Script } from '../support/fake-upstream.js';
 import { makeAccount, modelEntry, withGatewayOn, type TestGateway } from '../support/gateway.js';
 
@@ -73,6 +74,9 @@ describe("Anthropic's Message Batches", () => {
       expect(listed).toEqual([batch.id]);
       expect(await client.messages.batches.delete(batch.id)).toEqual({ id: batch.id, type: 'message_batch_deleted' });
       await expect(client.messages.batches.retrieve(batch.id)).rejects.toMatchObject({ status: 404 });
+      // Its lines no longer count against what the account may keep.
+      const stored = redisKeys.storedBytes(gw.account);
+      expect(await gw.redis.client.exists(stored.items, stored.sizes)).toBe(0);
     });
   });
 

@@ -213,12 +213,17 @@ describe("OpenAI's Batch API", () => {
     await withGatewayOn([greeting()], oneModel({}, { batches: { keepDays: 0.00002 } }), async (gw) => {
       const batch = await ended(gw.client, (await runBatch(gw.client, [chatLine(0)])).id);
       expect((await gw.client.files.list()).data).toHaveLength(2);
+      // Its lines are counted against what the account may keep as long as they are kept: from its end, not from
+      // the end of its 24-hour window.
+      const stored = redisKeys.storedBytes(gw.account);
+      expect(Number(await gw.redis.client.zscore(stored.items, `batch:${batch.id}`))).toBeLessThan(Date.now() + 2_000);
       await sleep(2_000);
       await expect(gw.client.batches.retrieve(batch.id)).rejects.toMatchObject({ status: 404 });
       await expect(gw.client.files.content(batch.output_file_id!)).rejects.toMatchObject({ status: 404 });
       expect((await gw.client.batches.list()).data).toEqual([]);
       expect((await gw.client.files.list()).data).toEqual([]);
       expect(await gw.redis.client.keys(`*${batch.id}*`)).toEqual([]);
+      expect(await gw.redis.client.exists(stored.items, stored.sizes)).toBe(0);
     });
   });
 
