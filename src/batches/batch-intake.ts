@@ -9,9 +9,7 @@ import type { ClientApi } from '../config.js';
 import { findModel, type RoutingTable } from '../routing/routing-table.js';
 import { createBatch, createFailedBatch, keepMsOf, readBatch, type BatchApi, type BatchRecord, type InputProblem, type StoredLine } from './batch-store.js';
 import type { Redis } from 'ioredis';
-import { ApiError } from '../protocol/errors.js';
 import { PROBLEMS_LISTED } from '../protocol/openai-batches.js';
-import { redisKeys } from '../redis/keys.js';
 
 /**
  * The most lines a batch may have, and the most bytes of input (a file, or Anthropic's create body). Every line
@@ -21,12 +19,6 @@ import { redisKeys } from '../redis/keys.js';
  */
 export const MAX_BATCH_LINES = 50_000;
 export const MAX_BATCH_BYTES = 32 * 1024 * 1024;
-
-/**
- * The most batches an account may have running at once: the fleet's runners give each account its turn, and
- * read every active batch each second.
- */
-export const MAX_ACTIVE_BATCHES = 100;
 
 /** How much of a prompt's first part decides its group: enough for any system prompt's start, cheap to hash. */
 const PREFIX_CHARS = 2048;
@@ -98,9 +90,6 @@ export interface BatchIntake {
 
 /** Stores the batch: queued to run, or, where its input has problems, failed with them (OpenAI's way). Answers it as stored. */
 export async function takeBatch(b: BatchIntake): Promise<BatchRecord> {
-  const prefix = `${b.caller.account} `;
-  const active = (await b.redis.zrange(redisKeys.activeBatches, 0, -1)).filter((m) => m.startsWith(prefix)).length;
-  if (active >= MAX_ACTIVE_BATCHES) throw new ApiError(429, 'rate_limit_error', `This account has ${active} batches running, the most it may have at once; wait for one to end, or cancel one.`, 'too_many_batches');
   const settings = b.table.settings.batches;
   const keepMs = keepMsOf(settings);
   const windowMs = settings.completionWindowS * 1000;

@@ -8,6 +8,7 @@
 // written once: the charge's script refuses a second, and a failure is
 // written only where there is none.
 import type { Redis } from 'ioredis';
+import { ApiError } from '../protocol/errors.js';
 import { redisKeys } from '../redis/keys.js';
 import { LUA_INT, LUA_NOW_MS, luaScript } from '../redis/lua-script.js';
 import { LUA_KEEP_STORED_FOR, releaseStoredBytes, reserveStoredBytes } from './stored-bytes.js';
@@ -67,6 +68,14 @@ export const keepMsOf = (settings: { keepDays: number }) => Math.round(settings.
 /** The member of the fleet's active set for a batch. */
 export const activeMember = (account: string, id: string) => `${account} ${id}`;
 
+/**
+ * The most batches an account may have running at once: the fleet's runners give each account its turn, and
+ * read every active batch each second.
+ */
+export const MAX_ACTIVE_BATCHES = 100;
+
+const activeBatchesOf = async (redis: Redis, account: string) => (await redis.zrange(redisKeys.activeBatches, 0, -1)).filter((m) => m.startsWith(`${account} `)).length;
+
 const allKeys = (account: string, id: string) => Object.values(redisKeys.batch(account, id));
 
 export interface NewBatch extends Pick<BatchRecord, 'id' | 'api' | 'account' | 'keyId' | 'endpoint' | 'inputFileId' | 'metadata' | 'model'> {
@@ -94,11 +103,12 @@ async function storedLines(lines: StoredLine[]): Promise<string[]> {
 
 /**
  * Stores a batch and puts it in the fleet's queue. Its lines' bytes are counted against the account's cap first
- * (refused past it: stored-bytes.ts), for as long as they are kept. The queue's entry goes next (it is in another
- * slot, so it cannot join the transaction below; a runner leaves an entry whose batch is not there yet for a
- * minute, and so one whose replica died part-way through storing it goes then). Lines go next, in chunks (a file of
- * 50,000 lines would otherwise hold Redis in one command); the batch's hash, which makes it visible, goes last, in
- * one transaction with its counters and its place in the account's list. Lines a replica lost part-way expire.
+ * (refused past it: stored-bytes.ts), for as long as they are kept. The queue's entry goes next, and with it the
+ * account's batches running are counted (a 429 past MAX_ACTIVE_BATCHES). It is in another slot, so it cannot join
+ * the transaction below; a runner leaves an entry whose batch is not there yet for a minute, and so one whose
+ * replica died part-way through storing it goes then. Lines go next, in chunks (a file of 50,000 lines would
+ * otherwise hold Redis in one command); the batch's hash, which makes it visible, goes last, in one transaction
+ * with its counters and its place in the account's list. Lines a replica lost part-way expire.
  */
 export async function createBatch(redis: Redis, b: NewBatch, keep: { ms: number; capBytes: number }): Promise<void> {
   const keys = redisKeys.batch(b.account, b.id);
@@ -108,6 +118,12 @@ export async function createBatch(redis: Redis, b: NewBatch, keep: { ms: number;
   await reserveStoredBytes(redis, b.account, item, texts.reduce((sum, t) => sum + Buffer.byteLength(t), 0), keep.capBytes, linesMs, null);
   try {
     await redis.zadd(redisKeys.activeBatches, Date.now(), activeMember(b.account, b.id));
+    // Counted with its own entry in, so batches made at once cannot pass the most together: each sees the others.
+    const active = await activeBatchesOf(redis, b.account);
+    if (active > MAX_ACTIVE_BATCHES) {
+      await redis.zrem(redisKeys.activeBatches, activeMember(b.account, b.id));
+      throw new ApiError(429, 'rate_limit_error', `This account has ${active - 1} batches running, the most it may have at once; wait for one to end, or cancel one.`, 'too_many_batches');
+    }
     for (let i = 0; i < texts.length; i += WRITE_CHUNK) {
       const fields = texts.slice(i, i + WRITE_CHUNK).flatMap((text, j) => [String(i + j), text]);
       await redis.pipeline().hset(keys.lines, ...fields).pexpire(keys.lines, linesMs).exec();

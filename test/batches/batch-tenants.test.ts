@@ -4,7 +4,7 @@
 import Anthropic from '@anthropic-ai/sdk';
 import OpenAI, { toFile } from 'openai';
 import { describe, expect, it } from 'vitest';
-import { MAX_ACTIVE_BATCHES } from '../../src/batches/batch-intake.js';
+import { MAX_ACTIVE_BATCHES } from '../../src/batches/batch-store.js';
 import { greeting, sleep, until, type Script } from '../support/fake-upstream.js';
 import { makeAccount, modelEntry, withGatewayOn } from '../support/gateway.js';
 
@@ -36,7 +36,17 @@ describe('batches of many teams', () => {
   it('refuses a batch past the most an account may have running, and another team is not held back', async () => {
     await withGatewayOn([greeting()], config({ concurrency: 0 }), async (gw) => {
       const client = new Anthropic({ baseURL: gw.url, apiKey: gw.apiKey, maxRetries: 0 });
-      for (let i = 0; i < MAX_ACTIVE_BATCHES; i++) await client.messages.batches.create({ requests: requests(1) });
+      for (let i = 0; i < MAX_ACTIVE_BATCHES - 10; i++) await client.messages.batches.create({ requests: requests(1) });
+      // Thirty at once, with room for ten: each is counted with the others, so together they cannot pass the most.
+      const burst = await Promise.allSettled(Array.from({ length: 30 }, () => client.messages.batches.create({ requests: requests(1) })));
+      for (const b of burst) if (b.status === 'rejected') expect(b.reason).toMatchObject({ status: 429 });
+      const running = async () => {
+        let n = 0;
+        for await (const b of client.messages.batches.list({ limit: 100 })) n += b.processing_status === 'in_progress' ? 1 : 0;
+        return n;
+      };
+      expect(await running()).toBeLessThanOrEqual(MAX_ACTIVE_BATCHES);
+      while ((await running()) < MAX_ACTIVE_BATCHES) await client.messages.batches.create({ requests: requests(1) });
       await expect(client.messages.batches.create({ requests: requests(1) })).rejects.toMatchObject({ status: 429 });
       const other = new OpenAI({ baseURL: `${gw.url}/v1`, apiKey: (await makeAccount(gw.redis, 1)).key, maxRetries: 0 });
       const file = await other.files.create({ file: await toFile(Buffer.from(chatLine('y')), 'y.jsonl'), purpose: 'batch' });
