@@ -208,7 +208,9 @@ describe('on a Redis Cluster of 3 primaries, each with a replica', () => {
     const tenants = await makeTenants(fleet.redis, 6, 1_000_000);
     const load = loadUntilStopped(fleet, tenants, 12);
     await sleep(1_000);
-    await cluster.killPrimary(await cluster.primaryOf(redisKeys.account(tenants[0].account)));
+    const killed = await cluster.primaryOf(redisKeys.account(tenants[0].account));
+    await cluster.killPrimary(killed);
+    expect(await cluster.primaryOf(redisKeys.account(tenants[0].account))).not.toBe(killed);
     await sleep(3_000);
     await load.stop();
     // Every node and every replica's client learns the new slot map within seconds: refused meanwhile, served after.
@@ -218,8 +220,8 @@ describe('on a Redis Cluster of 3 primaries, each with a replica', () => {
       return ok;
     };
     await until(async () => (await Promise.all(tenants.map(probe))).every(Boolean), 15_000);
+    // A request the failover reaches is refused, or waits it out and is served: which, and how many, is timing.
     const refused = load.answers.filter((a) => a.status !== 200);
-    expect(refused.length).toBeGreaterThan(0);
     expect(refused.every((a) => a.status === 503 && a.retryAfter === '1')).toBe(true);
     await expectBooksExact(fleet, tenants, load.servedBy);
   }, 90_000);
