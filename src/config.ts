@@ -128,6 +128,12 @@ const gatewaySettings = z
     upstreamIdleTimeoutMs: z.int().min(10).default(60_000),
     maxBodyBytes: z.int().min(1024).default(4 * 1024 * 1024),
     /**
+     * The most bytes of request bodies one account's requests may hold on a replica at once, read or being read
+     * (gateway/body-budget.ts): past it a request is refused (429) as its bytes arrive. Keep it above a batch
+     * file's 32 MiB.
+     */
+    bodyBytesPerAccount: z.int().min(1024).default(128 * 1024 * 1024),
+    /**
      * The longest a client may take to send a request, headers and body, on any route: then 408 and the
      * connection is closed (a stalled body must not hold a socket for ever). Read when the replica starts.
      */

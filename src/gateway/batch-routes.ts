@@ -12,7 +12,7 @@ import { cancelBatch, deleteBatch, hasEnded, keepMsOf, listBatches, readBatch, t
 import { createFile, deleteFile, listFiles, readFile, uploadedContent } from '../batches/file-store.js';
 import { parseAnthropicBatchCreate, renderAnthropicBatch } from '../protocol/anthropic-batches.js';
 import { ApiError, invalidParameter, routeNotFound } from '../protocol/errors.js';
-import { decodePathSegment, readJsonBody, sendDownload, sendJson } from '../protocol/http-io.js';
+import { decodePathSegment, readJsonBody, sendDownload, sendJson, type BodyAllowance } from '../protocol/http-io.js';
 import { readMultipart } from '../protocol/multipart.js';
 import { parseOpenAiBatchCreate, readInputFile, renderOpenAiBatch, renderOpenAiFile } from '../protocol/openai-batches.js';
 import type { GatewayContext } from './context.js';
@@ -38,11 +38,11 @@ function pageLimit(query: URLSearchParams, fallback: number, max: number): numbe
 
 const keepMs = (ctx: GatewayContext) => keepMsOf(ctx.routing().settings.batches);
 
-async function files(req: IncomingMessage, res: ServerResponse, ctx: GatewayContext, caller: Caller, method: string, rest: string[], query: URLSearchParams): Promise<void> {
+async function files(req: IncomingMessage, res: ServerResponse, ctx: GatewayContext, caller: Caller, body: BodyAllowance, method: string, rest: string[], query: URLSearchParams): Promise<void> {
   const { redis } = ctx;
   const account = caller.account;
   if (rest.length === 0 && method === 'POST') {
-    const parts = await readMultipart(req, MAX_BATCH_BYTES + MULTIPART_OVERHEAD);
+    const parts = await readMultipart(req, MAX_BATCH_BYTES + MULTIPART_OVERHEAD, body);
     const purpose = parts.find((p) => p.name === 'purpose')?.data.toString('utf8');
     const file = parts.find((p) => p.name === 'file' && p.filename !== null);
     if (purpose !== 'batch') throw invalidParameter('purpose', "Parley keeps files for batches: purpose must be 'batch'.");
@@ -79,10 +79,10 @@ async function files(req: IncomingMessage, res: ServerResponse, ctx: GatewayCont
   throw routeNotFound(method, `/v1/files/${rest.join('/')}`);
 }
 
-async function openAiBatches(req: IncomingMessage, res: ServerResponse, ctx: GatewayContext, caller: Caller, method: string, rest: string[], query: URLSearchParams): Promise<void> {
+async function openAiBatches(req: IncomingMessage, res: ServerResponse, ctx: GatewayContext, caller: Caller, body: BodyAllowance, method: string, rest: string[], query: URLSearchParams): Promise<void> {
   const { redis } = ctx;
   if (rest.length === 0 && method === 'POST') {
-    const request = parseOpenAiBatchCreate(await readJsonBody(req, ctx.routing().settings.maxBodyBytes));
+    const request = parseOpenAiBatchCreate(await readJsonBody(req, ctx.routing().settings.maxBodyBytes, body));
     if (request instanceof ApiError) throw request;
     const file = await readFile(redis, caller.account, request.input_file_id);
     if (!file) throw invalidParameter('input_file_id', `No file with id '${request.input_file_id}' was found.`);
@@ -129,11 +129,11 @@ function resultsUrl(req: IncomingMessage, id: string): string {
   return `${proto}://${host}/v1/messages/batches/${encodeURIComponent(id)}/results`;
 }
 
-async function messageBatches(req: IncomingMessage, res: ServerResponse, ctx: GatewayContext, caller: Caller, method: string, rest: string[], query: URLSearchParams): Promise<void> {
+async function messageBatches(req: IncomingMessage, res: ServerResponse, ctx: GatewayContext, caller: Caller, body: BodyAllowance, method: string, rest: string[], query: URLSearchParams): Promise<void> {
   const { redis } = ctx;
   const render = (b: BatchRecord) => renderAnthropicBatch(b, resultsUrl(req, b.id));
   if (rest.length === 0 && method === 'POST') {
-    const request = parseAnthropicBatchCreate(await readJsonBody(req, MAX_BATCH_BYTES), MAX_BATCH_LINES);
+    const request = parseAnthropicBatchCreate(await readJsonBody(req, MAX_BATCH_BYTES, body), MAX_BATCH_LINES);
     if (request instanceof ApiError) throw request;
     const lines = request.requests.map((r) => ({ customId: r.custom_id, body: r.params as Record<string, unknown> }));
     const table = ctx.routing();
@@ -185,6 +185,8 @@ export async function handleBatchApis(req: IncomingMessage, res: ServerResponse,
   // and stores up to MAX_BATCH_BYTES.
   const window = await failClosed(countRequest(ctx.redis, rateCheck(caller.account, caller.keyId, limitsOf(caller.limits, ctx.routing().rateLimits), 0)));
   if (window.full) throw rateLimitRefusal('requests', window.use);
-  await failClosed(root[1](req, res, ctx, caller, method, rest, new URLSearchParams(search)));
+  const body = ctx.bodies.allowance(caller.account);
+  res.once('close', body.giveBack);
+  await failClosed(root[1](req, res, ctx, caller, body, method, rest, new URLSearchParams(search)));
   return true;
 }

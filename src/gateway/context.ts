@@ -3,6 +3,7 @@
 import type { Redis } from 'ioredis';
 import type { KeyAuthenticator } from '../accounts/key-authenticator.js';
 import type { BatchRunner } from './batch-runner.js';
+import type { BodyBudget } from './body-budget.js';
 import type { HoldQueue } from '../billing/hold-queue.js';
 import type { SettlementQueue } from '../billing/settlement-queue.js';
 import type { Router } from '../routing/router.js';
@@ -14,6 +15,8 @@ export interface GatewayContext {
   routing(): RoutingTable;
   router: Router;
   lifecycle: Lifecycle;
+  /** The bytes of request bodies each account has in flight here. */
+  bodies: BodyBudget;
   telemetry: Telemetry;
   redis: Redis;
   keys: KeyAuthenticator;

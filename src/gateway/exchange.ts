@@ -11,6 +11,7 @@ import { apiNotServed, invalidApiKey, modelNotFound } from '../protocol/errors.j
 import { readJsonBody } from '../protocol/http-io.js';
 import { findModel, type RoutedModel, type RoutingTable } from '../routing/routing-table.js';
 import { Cancellation } from '../upstream/cancellation.js';
+import type { BodyBudget } from './body-budget.js';
 import type { GatewayContext } from './context.js';
 import { failClosed } from './fail-closed.js';
 import { randomId } from './random-ids.js';
@@ -48,7 +49,9 @@ export function requestIdOf(req: IncomingMessage): string {
 export async function openExchange(req: IncomingMessage, res: ServerResponse, ctx: GatewayContext): Promise<Exchange> {
   const upstreamCall = new Cancellation();
   let clientGone = false;
+  let allowance: ReturnType<BodyBudget['allowance']> | undefined;
   res.once('close', () => {
+    allowance?.giveBack();
     if (res.writableFinished) return;
     clientGone = true;
     upstreamCall.cancel();
@@ -56,7 +59,8 @@ export async function openExchange(req: IncomingMessage, res: ServerResponse, ct
   ctx.lifecycle.onStop(res, () => upstreamCall.cancel());
   const caller = await authenticate(req, ctx);
   const table = ctx.routing();
-  const body = await readJsonBody(req, table.settings.maxBodyBytes);
+  allowance = ctx.bodies.allowance(caller.account);
+  const body = await readJsonBody(req, table.settings.maxBodyBytes, allowance);
   return { caller, table, body, headers: req.headers, upstreamCall, clientGone: () => clientGone };
 }
 

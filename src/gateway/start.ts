@@ -24,6 +24,7 @@ import { buildRoutingTable, type RoutingTable } from '../routing/routing-table.j
 import type { GatewayContext } from './context.js';
 import { flushRequestLog } from '../telemetry/request-log.js';
 import { Telemetry } from '../telemetry/telemetry.js';
+import { BodyBudget } from './body-budget.js';
 import { Lifecycle } from './lifecycle.js';
 import { BatchRunner } from './batch-runner.js';
 import { createGatewayServer } from './server.js';
@@ -101,7 +102,8 @@ export async function startGateway(opts: GatewayOptions): Promise<RunningGateway
     const telemetry = parts.add(new Telemetry(router), (t) => t.shutdown());
     const settlements = openSettlements(redis, opts.dataDir, () => table, parts);
     const lifecycle = new Lifecycle();
-    const context: GatewayContext = { routing: () => table, router, lifecycle, telemetry, redis, keys, holds: new HoldQueue(redis), settlements, keySecret: secret };
+    const bodies = new BodyBudget(() => table.settings.bodyBytesPerAccount);
+    const context: GatewayContext = { routing: () => table, router, lifecycle, bodies, telemetry, redis, keys, holds: new HoldQueue(redis), settlements, keySecret: secret };
     const server = createGatewayServer(context);
     server.keepAliveTimeout = 65_000;
     await listen(server, opts.port, opts.host);

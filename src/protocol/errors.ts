@@ -105,6 +105,16 @@ export const malformedUrl = () => new ApiError(400, 'invalid_request_error', 'Th
 export const bodyTooLarge = (limitBytes: number) =>
   new ApiError(413, 'invalid_request_error', `The request body is larger than the limit of ${limitBytes} bytes.`, 'request_too_large');
 
+export const bodiesInFlight = (limitBytes: number) =>
+  new ApiError(
+    429,
+    'rate_limit_error',
+    `This account's requests in flight on this server hold ${limitBytes} bytes of request bodies, the most they may; send this one again once some have finished.`,
+    'request_bodies_in_flight',
+    null,
+    { 'retry-after': '1' },
+  );
+
 export const noHealthyUpstream = (model: string, retryAfterSeconds: number) =>
   new ApiError(503, 'service_unavailable', `No upstream for model \`${model}\` can take this request right now. Retry after ${retryAfterSeconds} s.`, 'upstream_unavailable', null, { 'retry-after': String(retryAfterSeconds) });
 

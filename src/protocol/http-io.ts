@@ -24,18 +24,23 @@ function parseJson(chunks: Buffer[], size: number): unknown {
   }
 }
 
-export function readJsonBody(req: IncomingMessage, limitBytes: number): Promise<unknown> {
+/** Where a body's bytes are counted as they arrive: the refusal once they pass what the caller may have in flight. */
+export interface BodyAllowance {
+  take(bytes: number): ApiError | null;
+}
+
+export function readJsonBody(req: IncomingMessage, limitBytes: number, allowance?: BodyAllowance): Promise<unknown> {
   if (req.destroyed) return Promise.reject(new Cancelled());
   const type = req.headers['content-type'];
   if (type !== undefined && !/^application\/(.+\+)?json\b/i.test(type)) return Promise.reject(unsupportedContentType(type));
-  return readBody(req, limitBytes, parseJson);
+  return readBody(req, limitBytes, parseJson, allowance);
 }
 
 /**
- * A request's body, up to `limitBytes` (past it, a 413), as `decode` makes it of the chunks that came; what
- * `decode` throws rejects. A client gone part-way is Cancelled.
+ * A request's body, up to `limitBytes` (past it, a 413) and what `allowance` lets it take, as `decode` makes it of
+ * the chunks that came; what `decode` throws rejects. A client gone part-way is Cancelled.
  */
-export function readBody<T>(req: IncomingMessage, limitBytes: number, decode: (chunks: Buffer[], size: number) => T): Promise<T> {
+export function readBody<T>(req: IncomingMessage, limitBytes: number, decode: (chunks: Buffer[], size: number) => T, allowance?: BodyAllowance): Promise<T> {
   // A client that left before the body was read (while its key was looked up) sends no more events: waiting would be for ever.
   if (req.destroyed) return Promise.reject(new Cancelled());
   const declared = Number(req.headers['content-length']);
@@ -46,10 +51,11 @@ export function readBody<T>(req: IncomingMessage, limitBytes: number, decode: (c
     let size = 0;
     const onData = (chunk: Buffer) => {
       size += chunk.length;
-      if (size <= limitBytes) return void chunks.push(chunk);
+      const refusal = size > limitBytes ? bodyTooLarge(limitBytes) : (allowance?.take(chunk.length) ?? null);
+      if (!refusal) return void chunks.push(chunk);
       req.off('data', onData);
       req.off('end', onEnd);
-      reject(bodyTooLarge(limitBytes));
+      reject(refusal);
     };
     const onEnd = () => {
       try {

@@ -4,7 +4,7 @@
 // boundary; a body that is not well formed is a 400.
 import type { IncomingMessage } from 'node:http';
 import { ApiError, invalidParameter } from './errors.js';
-import { readBody } from './http-io.js';
+import { readBody, type BodyAllowance } from './http-io.js';
 
 export interface FormPart {
   name: string;
@@ -20,12 +20,12 @@ function dispositionParam(headers: string, name: string): string | null {
   return m ? m[1].replace(/\\(.)/g, '$1') : null;
 }
 
-/** The form's parts, in order. */
-export async function readMultipart(req: IncomingMessage, limitBytes: number): Promise<FormPart[]> {
+/** The form's parts, in order; its bytes counted by `allowance` as they arrive. */
+export async function readMultipart(req: IncomingMessage, limitBytes: number, allowance?: BodyAllowance): Promise<FormPart[]> {
   const type = req.headers['content-type'] ?? '';
   const boundary = /^multipart\/form-data\s*;.*\bboundary=(?:"([^"]+)"|([^\s;]+))/i.exec(type);
   if (!boundary) throw notMultipart();
-  const body = await readBody(req, limitBytes, (chunks, size) => Buffer.concat(chunks, size));
+  const body = await readBody(req, limitBytes, (chunks, size) => Buffer.concat(chunks, size), allowance);
   const delimiter = Buffer.from(`--${boundary[1] ?? boundary[2]}`);
   const parts: FormPart[] = [];
   let at = body.indexOf(delimiter);

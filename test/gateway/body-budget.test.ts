@@ -1,0 +1,62 @@
+// One tenant's request bodies in flight on a replica are bounded: past
+// `bodyBytesPerAccount` its next body is refused as its bytes arrive (429, in
+// the API's error shape), while every other tenant is served, and the bytes
+// come back as its requests end.
+import { connect, type Socket } from 'node:net';
+import OpenAI, { toFile } from 'openai';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { completionBody, replyJson } from '../support/fake-upstream.js';
+import { makeAccount, modelEntry, startGatewayOn, type GatewayOnUpstreams, type TestGateway } from '../support/gateway.js';
+
+const LIMIT = 64 * 1024;
+let running: GatewayOnUpstreams;
+let gw: TestGateway;
+
+beforeAll(async () => {
+  running = await startGatewayOn([(_req, res) => replyJson(res, completionBody('ok', { prompt_tokens: 3, completion_tokens: 1 }))], ([url]) => ({
+    gateway: { bodyBytesPerAccount: LIMIT },
+    models: [modelEntry('m', [{ kind: 'vllm', url }])],
+  }));
+  ({ gw } = running);
+});
+afterAll(() => running.close());
+
+/** A chat request whose body stops after `sent` of its declared `declared` bytes, its socket left open. */
+function stalledBody(apiKey: string, sent: number, declared: number): Socket {
+  const url = new URL(gw.url);
+  const socket = connect(Number(url.port), url.hostname, () => {
+    socket.write(`POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${apiKey}\r\nContent-Type: application/json\r\nContent-Length: ${declared}\r\n\r\n`);
+    socket.write(`{"model":"m","messages":[{"role":"user","content":"${'a'.repeat(sent - 45)}`);
+  });
+  socket.on('error', () => {});
+  return socket;
+}
+
+const chat = (apiKey: string, model: string, bytes: number) =>
+  fetch(`${gw.url}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${apiKey}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ model, max_tokens: 1, messages: [{ role: 'user', content: 'a'.repeat(bytes) }] }),
+  });
+
+describe('request bodies in flight, per account', () => {
+  it("refuse a tenant's body past its bytes in flight, serve the others, and give the bytes back as its requests end", async () => {
+    const stalled = [stalledBody(gw.apiKey, 30_000, 40_000), stalledBody(gw.apiKey, 30_000, 40_000)];
+    // A model that does not exist: 404 once the body is read whole, 429 where its bytes were refused first.
+    await expect.poll(async () => (await chat(gw.apiKey, 'none', 10_000)).status, { timeout: 5000 }).toBe(429);
+    const refused = await chat(gw.apiKey, 'm', 10_000);
+    expect(refused.status).toBe(429);
+    expect(refused.headers.get('retry-after')).toBe('1');
+    expect(await refused.json()).toMatchObject({ error: { type: 'rate_limit_error', code: 'request_bodies_in_flight' } });
+    const upload = new OpenAI({ baseURL: `${gw.url}/v1`, apiKey: gw.apiKey, maxRetries: 0 }).files.create({ file: await toFile(Buffer.alloc(20_000, 'a'), 'x.jsonl'), purpose: 'batch' });
+    await expect(upload).rejects.toMatchObject({ status: 429, error: { code: 'request_bodies_in_flight' } });
+
+    const other = await makeAccount(gw.redis, 1);
+    expect((await chat(other.key, 'm', 10_000)).status).toBe(200);
+
+    for (const socket of stalled) socket.destroy();
+    await expect.poll(async () => (await chat(gw.apiKey, 'm', 10_000)).status, { timeout: 5000 }).toBe(200);
+    // Each request's bytes come back when it is answered: many after one another never add up.
+    for (let i = 0; i < 10; i++) expect((await chat(gw.apiKey, 'm', 20_000)).status).toBe(200);
+  });
+});
