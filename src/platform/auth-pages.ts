@@ -6,7 +6,7 @@ import { redisKeys } from '../redis/keys.js';
 import type { PlatformServices } from './services.js';
 import { html, type Html } from './html.js';
 import { page, redirect, sendPage } from './layout.js';
-import { allowLoginAttempt, csrfToken, endSession, startSession, type Session } from './sessions.js';
+import { allowAttempt, csrfToken, endSession, startSession, type Session } from './sessions.js';
 
 const COMMON_PASSWORDS = new Set(['password123', '1234567890', 'qwertyuiop', 'iloveyou12', 'password12', 'letmein123']);
 
@@ -54,6 +54,7 @@ export async function signUp(req: IncomingMessage, res: ServerResponse, ctx: Pla
   if (!isEmail(email)) return showAuth(req, res, ctx, 'signup', 400, 'Enter a valid email address.', email);
   const weak = passwordProblem(password, email);
   if (weak) return showAuth(req, res, ctx, 'signup', 400, weak, email);
+  if (!(await allowAttempt(ctx.redis, req, 'signup'))) return showAuth(req, res, ctx, 'signup', 429, 'Too many accounts made from here lately. Wait an hour and try again.', email);
   try {
     const account = await createAccount(ctx.redis, { email, password });
     await startSession(ctx.redis, req, res, account.id, email);
@@ -66,7 +67,7 @@ export async function signUp(req: IncomingMessage, res: ServerResponse, ctx: Pla
 
 export async function logIn(req: IncomingMessage, res: ServerResponse, ctx: PlatformServices, form: URLSearchParams): Promise<void> {
   const email = (form.get('email') ?? '').trim().toLowerCase();
-  if (!(await allowLoginAttempt(ctx.redis, req))) return showAuth(req, res, ctx, 'login', 429, 'Too many attempts. Wait 15 minutes and try again.', email);
+  if (!(await allowAttempt(ctx.redis, req, 'login'))) return showAuth(req, res, ctx, 'login', 429, 'Too many attempts. Wait 15 minutes and try again.', email);
   const member = await ctx.redis.hgetall(redisKeys.member(email));
   const ok = member.password !== undefined && (await verifyPassword(form.get('password') ?? '', member.password));
   if (!ok) return showAuth(req, res, ctx, 'login', 401, 'Wrong email or password.', email);

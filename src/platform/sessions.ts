@@ -11,8 +11,15 @@ import { redisKeys } from '../redis/keys.js';
 const SESSION_COOKIE = 'parley_session';
 const CSRF_COOKIE = 'parley_csrf';
 const SESSION_TTL_S = 7 * 24 * 3600;
-const LOGIN_WINDOW_S = 15 * 60;
-export const LOGIN_ATTEMPTS_PER_WINDOW = 10;
+
+/**
+ * What one client address may try, per window: log in 10 times in 15 minutes (guessing passwords); sign up 20
+ * times an hour (each is an account kept in Redis and a password hashed, asked of anyone, with no key).
+ */
+export const CLIENT_ATTEMPTS = {
+  login: { max: 10, windowS: 15 * 60 },
+  signup: { max: 20, windowS: 3600 },
+} as const;
 
 export interface Session {
   id: string;
@@ -85,9 +92,10 @@ export async function endSession(redis: Redis, req: IncomingMessage, res: Server
   addCookie(res, cookie(req, SESSION_COOKIE, '', 0));
 }
 
-/** Counts a login attempt from this client; false once the window's attempts are spent. */
-export async function allowLoginAttempt(redis: Redis, req: IncomingMessage): Promise<boolean> {
-  const key = redisKeys.loginAttempts(req.socket.remoteAddress ?? 'unknown');
-  const [[, count]] = (await redis.multi().incr(key).expire(key, LOGIN_WINDOW_S, 'NX').exec()) as [[null, number]];
-  return count <= LOGIN_ATTEMPTS_PER_WINDOW;
+/** Counts an attempt of this kind from this client; false once its window's attempts are spent. */
+export async function allowAttempt(redis: Redis, req: IncomingMessage, kind: keyof typeof CLIENT_ATTEMPTS): Promise<boolean> {
+  const { max, windowS } = CLIENT_ATTEMPTS[kind];
+  const key = redisKeys.clientAttempts(kind, req.socket.remoteAddress ?? 'unknown');
+  const [[, count]] = (await redis.multi().incr(key).expire(key, windowS, 'NX').exec()) as [[null, number]];
+  return count <= max;
 }

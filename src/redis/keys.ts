@@ -53,8 +53,8 @@ export const redisKeys = {
   creditCode: (hash: string) => `${P}credit-code:${hash}`,
   /** Hash: a platform login session's account and member email; expires. */
   session: (id: string) => `${P}session:${id}`,
-  /** Counter of login attempts per client address in a window. */
-  loginAttempts: (client: string) => `${P}login-attempts:${client}`,
+  /** Counter of a kind of platform attempt (login, signup) per client address in a window. */
+  clientAttempts: (kind: string, client: string) => `${P}${kind}-attempts:${client}`,
   /**
    * A model's affinity keys (routing/affinity-key.ts): sorted sets by when the fleet first and last saw each (Redis
    * time, µs); the keys it forgot lately, by a count of forgettings; hash of that count, the highest of it no longer
