@@ -11,7 +11,7 @@ import type { Redis } from 'ioredis';
 import { ApiError } from '../protocol/errors.js';
 import { redisKeys } from '../redis/keys.js';
 import { LUA_INT, LUA_NOW_MS, luaScript } from '../redis/lua-script.js';
-import { LUA_KEEP_STORED_FOR, releaseStoredBytes, reserveStoredBytes } from './stored-bytes.js';
+import { LUA_KEEP_STORED_FOR, releaseStoredBytes, storeCounted } from './stored-bytes.js';
 
 export type BatchApi = 'openai' | 'anthropic';
 export type BatchStatus = 'validating' | 'failed' | 'in_progress' | 'finalizing' | 'completed' | 'expired' | 'cancelling' | 'cancelled';
@@ -114,9 +114,8 @@ export async function createBatch(redis: Redis, b: NewBatch, keep: { ms: number;
   const keys = redisKeys.batch(b.account, b.id);
   const linesMs = keep.ms + b.windowMs;
   const texts = await storedLines(b.lines);
-  const item = `batch:${b.id}` as const;
-  await reserveStoredBytes(redis, b.account, item, texts.reduce((sum, t) => sum + Buffer.byteLength(t), 0), keep.capBytes, linesMs, null);
-  try {
+  const bytes = texts.reduce((sum, t) => sum + Buffer.byteLength(t), 0);
+  await storeCounted(redis, b.account, `batch:${b.id}`, { bytes, capBytes: keep.capBytes, keepMs: linesMs, param: null }, async () => {
     await redis.zadd(redisKeys.activeBatches, Date.now(), activeMember(b.account, b.id));
     // Counted with its own entry in, so batches made at once cannot pass the most together: each sees the others.
     const active = await activeBatchesOf(redis, b.account);
@@ -138,10 +137,7 @@ export async function createBatch(redis: Redis, b: NewBatch, keep: { ms: number;
       .hset(keys.results, '#total', b.lines.length)
       .zadd(redisKeys.accountBatches(b.account, b.api), now, b.id)
       .exec();
-  } catch (err) {
-    await releaseStoredBytes(redis, b.account, item).catch(() => {});
-    throw err;
-  }
+  });
 }
 
 /** Stores a batch whose input was refused: `failed` at once, with its problems, and nothing to run. */

@@ -6,7 +6,7 @@
 import type { Redis } from 'ioredis';
 import { redisKeys } from '../redis/keys.js';
 import { luaScript } from '../redis/lua-script.js';
-import { keepStoredFor, releaseStoredBytes, reserveStoredBytes } from './stored-bytes.js';
+import { keepStoredFor, releaseStoredBytes, storeCounted } from './stored-bytes.js';
 
 export interface FileRecord {
   id: string;
@@ -30,14 +30,12 @@ const UPLOAD_MS = 10 * 60_000;
  */
 export async function createFile(redis: Redis, account: string, f: { id: string; filename: string; purpose: string; content: Buffer }, keep: { ms: number; capBytes: number }): Promise<FileRecord> {
   const item = `file:${f.id}` as const;
-  await reserveStoredBytes(redis, account, item, f.content.length, keep.capBytes, UPLOAD_MS, 'file');
-  const keys = redisKeys.file(account, f.id);
-  try {
+  return storeCounted(redis, account, item, { bytes: f.content.length, capBytes: keep.capBytes, keepMs: UPLOAD_MS, param: 'file' }, async () => {
+    const keys = redisKeys.file(account, f.id);
     for (let at = 0; at < f.content.length; at += CHUNK) {
       await redis.pipeline().append(keys.content, f.content.subarray(at, at + CHUNK)).pexpire(keys.content, keep.ms).exec();
     }
     const now = Date.now();
-    const record: FileRecord = { id: f.id, filename: f.filename, purpose: f.purpose, bytes: f.content.length, createdAt: now, expiresAt: now + keep.ms, batch: null };
     await redis
       .multi()
       .hset(keys.meta, { filename: f.filename, purpose: f.purpose, bytes: f.content.length, created_at: now, expires_at: now + keep.ms })
@@ -45,11 +43,8 @@ export async function createFile(redis: Redis, account: string, f: { id: string;
       .zadd(redisKeys.accountFiles(account), now, f.id)
       .exec();
     await keepStoredFor(redis, account, item, keep.ms);
-    return record;
-  } catch (err) {
-    await releaseStoredBytes(redis, account, item).catch(() => {});
-    throw err;
-  }
+    return { id: f.id, filename: f.filename, purpose: f.purpose, bytes: f.content.length, createdAt: now, expiresAt: now + keep.ms, batch: null };
+  });
 }
 
 function recordOf(id: string, m: Record<string, string>): FileRecord {

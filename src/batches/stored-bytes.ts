@@ -98,3 +98,17 @@ export async function keepStoredFor(redis: Redis, account: string, item: StoredI
 export async function releaseStoredBytes(redis: Redis, account: string, item: StoredItem): Promise<void> {
   await RELEASE.run(redis, keysOf(account), [item]);
 }
+
+/**
+ * Writes an item's data once its bytes are counted (refused past the cap, as reserveStoredBytes), for
+ * `count.keepMs` while it is written; where writing fails, they are given back.
+ */
+export async function storeCounted<T>(redis: Redis, account: string, item: StoredItem, count: { bytes: number; capBytes: number; keepMs: number; param: string | null }, write: () => Promise<T>): Promise<T> {
+  await reserveStoredBytes(redis, account, item, count.bytes, count.capBytes, count.keepMs, count.param);
+  try {
+    return await write();
+  } catch (err) {
+    await releaseStoredBytes(redis, account, item).catch(() => {});
+    throw err;
+  }
+}

@@ -185,8 +185,6 @@ export async function handleBatchApis(req: IncomingMessage, res: ServerResponse,
   // and stores up to MAX_BATCH_BYTES.
   const window = await failClosed(countRequest(ctx.redis, rateCheck(caller.account, caller.keyId, limitsOf(caller.limits, ctx.routing().rateLimits), 0)));
   if (window.full) throw rateLimitRefusal('requests', window.use);
-  const body = ctx.bodies.allowance(caller.account);
-  res.once('close', body.giveBack);
-  await failClosed(root[1](req, res, ctx, caller, body, method, rest, new URLSearchParams(search)));
+  await failClosed(root[1](req, res, ctx, caller, ctx.bodies.allowance(caller.account, res), method, rest, new URLSearchParams(search)));
   return true;
 }

@@ -5,6 +5,7 @@
 // could take the replica's memory from every other tenant; past
 // `gateway.bodyBytesPerAccount` a request is refused as its bytes arrive,
 // and the others' are served.
+import type { ServerResponse } from 'node:http';
 import { bodiesInFlight } from '../protocol/errors.js';
 import type { BodyAllowance } from '../protocol/http-io.js';
 
@@ -13,9 +14,14 @@ export class BodyBudget {
 
   constructor(private readonly limitBytes: () => number) {}
 
-  /** A request's share of its account's bytes: refused past the limit; `giveBack`, once it is answered, returns it all. */
-  allowance(account: string): BodyAllowance & { giveBack(): void } {
+  /** A request's share of its account's bytes: refused past the limit; all it took is given back when its reply closes. */
+  allowance(account: string, res: ServerResponse): BodyAllowance {
     let taken = 0;
+    res.once('close', () => {
+      const left = (this.held.get(account) ?? 0) - taken;
+      if (left > 0) this.held.set(account, left);
+      else this.held.delete(account);
+    });
     return {
       take: (bytes) => {
         const limit = this.limitBytes();
@@ -24,12 +30,6 @@ export class BodyBudget {
         this.held.set(account, after);
         taken += bytes;
         return null;
-      },
-      giveBack: () => {
-        const left = (this.held.get(account) ?? 0) - taken;
-        taken = 0;
-        if (left > 0) this.held.set(account, left);
-        else this.held.delete(account);
       },
     };
   }

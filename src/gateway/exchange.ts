@@ -11,7 +11,6 @@ import { apiNotServed, invalidApiKey, modelNotFound } from '../protocol/errors.j
 import { readJsonBody } from '../protocol/http-io.js';
 import { findModel, type RoutedModel, type RoutingTable } from '../routing/routing-table.js';
 import { Cancellation } from '../upstream/cancellation.js';
-import type { BodyBudget } from './body-budget.js';
 import type { GatewayContext } from './context.js';
 import { failClosed } from './fail-closed.js';
 import { randomId } from './random-ids.js';
@@ -49,9 +48,7 @@ export function requestIdOf(req: IncomingMessage): string {
 export async function openExchange(req: IncomingMessage, res: ServerResponse, ctx: GatewayContext): Promise<Exchange> {
   const upstreamCall = new Cancellation();
   let clientGone = false;
-  let allowance: ReturnType<BodyBudget['allowance']> | undefined;
   res.once('close', () => {
-    allowance?.giveBack();
     if (res.writableFinished) return;
     clientGone = true;
     upstreamCall.cancel();
@@ -59,8 +56,7 @@ export async function openExchange(req: IncomingMessage, res: ServerResponse, ct
   ctx.lifecycle.onStop(res, () => upstreamCall.cancel());
   const caller = await authenticate(req, ctx);
   const table = ctx.routing();
-  allowance = ctx.bodies.allowance(caller.account);
-  const body = await readJsonBody(req, table.settings.maxBodyBytes, allowance);
+  const body = await readJsonBody(req, table.settings.maxBodyBytes, ctx.bodies.allowance(caller.account, res));
   return { caller, table, body, headers: req.headers, upstreamCall, clientGone: () => clientGone };
 }
 
