@@ -2,7 +2,9 @@
 // replica killed with -9 mid-batch loses none and has none charged twice;
 // every replica stopped and one started again finds every batch, file and
 // result. And the settlement that charges a line writes its result, so a line
-// run a second time is never charged a second time.
+// run a second time is never charged a second time. What an account keeps is
+// counted fleet-wide: uploads and batches sent through three replicas at once
+// cannot pass its cap together.
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -154,6 +156,34 @@ describe('a batch on a fleet', () => {
       expect(await redis.client.exists(results)).toBe(0);
       expect(await readBalance(redis.client, account)).toMatchObject({ granted: 1_000_000 - 20, held: 0 });
     } finally {
+      await redis.stop();
+    }
+  });
+  it("counts one account's uploads and batches against its cap across three replicas at once, and each account's apart", async () => {
+    const redis = await startTestRedis();
+    const line = JSON.stringify({ custom_id: 'x', method: 'POST', url: '/v1/chat/completions', body: { model: 'm', messages: [{ role: 'user', content: 'a'.repeat(1500) }] } });
+    const size = Buffer.byteLength(line);
+    const config = { gateway: { batches: { concurrency: 0, storedBytesPerAccount: Math.floor(4.5 * size) } }, models: [modelEntry('m', [{ kind: 'vllm', url: 'http://127.0.0.1:9/v1' }])] };
+    const replicas = [await startTestGateway(config, { redis }), await startTestGateway(config, { redis }), await startTestGateway(config, { redis })];
+    try {
+      const tenants = [await makeAccount(redis, 1), await makeAccount(redis, 1)];
+      const clients = tenants.map(({ key }) => replicas.map((r) => new OpenAI({ baseURL: `${r.url}/v1`, apiKey: key, maxRetries: 0 })));
+      const upload = (client: OpenAI) => toFile(Buffer.from(line), 'x.jsonl').then((file) => client.files.create({ file, purpose: 'batch' }));
+      // Twelve uploads from each account at once, four through each replica.
+      const uploads = await Promise.all(clients.map((own) => Promise.allSettled(Array.from({ length: 12 }, (_, i) => upload(own[i % 3])))));
+      for (const results of uploads) {
+        expect(results.filter((u) => u.status === 'fulfilled')).toHaveLength(4);
+        for (const u of results) if (u.status === 'rejected') expect(u.reason).toMatchObject({ status: 400, error: { code: 'storage_limit_reached' } });
+      }
+      // With room for one more copy of a file's lines, three batches made from it at once through three replicas: one is made.
+      const [own] = clients;
+      const kept = (await own[0].files.list()).data;
+      await own[0].files.delete(kept[0].id);
+      const batches = await Promise.allSettled(own.map((client) => client.batches.create({ input_file_id: kept[1].id, endpoint: '/v1/chat/completions', completion_window: '24h' })));
+      expect(batches.filter((b) => b.status === 'fulfilled')).toHaveLength(1);
+      expect((await own[1].batches.list()).data).toHaveLength(1);
+    } finally {
+      for (const r of replicas) await r.close();
       await redis.stop();
     }
   });
