@@ -31,7 +31,7 @@ try {
   const hold = (id) =>
     holdCredits(redis, [{
       hold: { account, requestId: id, ttlMs: 120_000, prices, promptTokens: 30, n: 1, maxReplyTokens: 256 },
-      rate: rateCheck(account, 'key', { requestsPerMinute: 1e8, tokensPerMinute: 2e9 }, 286),
+      rate: rateCheck(account, { requestsPerMinute: 1e8, tokensPerMinute: 2e9 }, 286),
     }]);
   const settle = (id) =>
     settleHolds(redis, [{

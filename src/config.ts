@@ -225,7 +225,7 @@ const billingSettings = z
 
 const rateLimitSettings = z
   .strictObject({
-    /** Per API key; an operator may set other limits per account. */
+    /** Per account, whichever of its keys a request comes with; an operator may set other limits per account. */
     requestsPerMinute: z.int().positive().default(1_000),
     /** Counted at admission: prompt tokens plus the most the reply may take. */
     tokensPerMinute: z.int().positive().default(2_000_000),

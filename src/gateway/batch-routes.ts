@@ -183,7 +183,7 @@ export async function handleBatchApis(req: IncomingMessage, res: ServerResponse,
   const caller = await authenticate(req, ctx);
   // Each call is one of the key's requests, and waits for its window's room: an upload or a create reads, checks
   // and stores up to MAX_BATCH_BYTES.
-  const window = await failClosed(countRequest(ctx.redis, rateCheck(caller.account, caller.keyId, limitsOf(caller.limits, ctx.routing().rateLimits), 0)));
+  const window = await failClosed(countRequest(ctx.redis, rateCheck(caller.account, limitsOf(caller.limits, ctx.routing().rateLimits), 0)));
   if (window.full) throw rateLimitRefusal('requests', window.use);
   await failClosed(root[1](req, res, ctx, caller, ctx.bodies.allowance(caller.account, res), method, rest, new URLSearchParams(search)));
   return true;

@@ -96,7 +96,7 @@ export class Meter {
    * pays for none of it, 503 when Redis is unreachable.
    */
   static async open(ctx: GatewayContext, span: Span, m: MeterRequest): Promise<Meter> {
-    const rate = rateCheck(m.caller.account, m.caller.keyId, limitsOf(m.caller.limits, m.table.rateLimits), m.promptTokens + m.n * m.maxReplyTokens);
+    const rate = rateCheck(m.caller.account, limitsOf(m.caller.limits, m.table.rateLimits), m.promptTokens + m.n * m.maxReplyTokens);
     const { table } = m;
     const { budget } = m.caller;
     const now = Date.now();

@@ -1,11 +1,13 @@
-// Requests and tokens per minute per API key, counted in Redis so that every
-// replica draws on one budget. A fixed one-minute window: cheap (one hash per
-// key and minute) and exact at the window's edges. Tokens are counted at
+// Requests and tokens per minute per account, counted in Redis so that every
+// replica draws on one budget, and every key of the account too: a member can
+// make keys, so a window per key would let each new key bring the account's
+// limits again. A fixed one-minute window: cheap (one hash per
+// account and minute) and exact at the window's edges. Tokens are counted at
 // admission as OpenAI does: the prompt plus the most the reply may take.
 //
 // The check runs inside the credit hold's script (billing/credit-ledger.ts),
 // so a request is admitted by one script, shared with the holds of its turn,
-// and a request refused for want of credit spends none of the key's budget.
+// and a request refused for want of credit spends none of the account's budget.
 import type { Redis } from 'ioredis';
 import { redisKeys } from '../redis/keys.js';
 import { LUA_INT, luaScript } from '../redis/lua-script.js';
@@ -17,13 +19,13 @@ export interface RateLimits {
 
 const WINDOW_MS = 60_000;
 
-/** The limits a key's requests are held to: its account's own where an operator set them, else the routing file's. */
+/** The limits an account's requests are held to: its account's own where an operator set them, else the routing file's. */
 export const limitsOf = (own: Partial<RateLimits>, defaults: RateLimits): RateLimits => ({
   requestsPerMinute: own.requestsPerMinute ?? defaults.requestsPerMinute,
   tokensPerMinute: own.tokensPerMinute ?? defaults.tokensPerMinute,
 });
 
-/** One request's place in its key's budget: the window's key and what the script is given. */
+/** One request's place in its account's budget: the window's key and what the script is given. */
 export interface RateCheck {
   key: string;
   /** Requests limit, tokens limit, tokens of this request. */
@@ -32,9 +34,9 @@ export interface RateCheck {
   now: number;
 }
 
-export function rateCheck(account: string, keyId: string, limits: RateLimits, tokens: number, now = Date.now()): RateCheck {
+export function rateCheck(account: string, limits: RateLimits, tokens: number, now = Date.now()): RateCheck {
   const minute = Math.floor(now / WINDOW_MS);
-  return { key: redisKeys.rateWindow(account, keyId, minute), args: [limits.requestsPerMinute, limits.tokensPerMinute, tokens], limits, now };
+  return { key: redisKeys.rateWindow(account, minute), args: [limits.requestsPerMinute, limits.tokensPerMinute, tokens], limits, now };
 }
 
 /**

@@ -45,10 +45,12 @@ export const redisKeys = {
   accountMembers: (account: string) => `${accountTag(account)}members`,
   /** Sorted set of an account's key ids by creation time. */
   accountKeys: (account: string) => `${accountTag(account)}keys`,
+  /** Sorted set of the account's revoked key ids by when they were revoked: the oldest are forgotten first. */
+  revokedKeys: (account: string) => `${accountTag(account)}keys-revoked`,
   /** Pub/sub channel: the hash of each revoked key, so every replica drops it from its cache. */
   keyRevocations: `${P}keys:revoked`,
-  /** Hash per key and minute window: requests, tokens; in its account's slot, for the hold script. */
-  rateWindow: (account: string, keyId: string, minute: number) => `${accountTag(account)}ratelimit:${keyId}:${minute}`,
+  /** Hash per account and minute window: requests, tokens; in the account's slot, for the hold script. */
+  rateWindow: (account: string, minute: number) => `${accountTag(account)}ratelimit:${minute}`,
   /** Hash: a credit code's amount and who redeemed it. */
   creditCode: (hash: string) => `${P}credit-code:${hash}`,
   /** Hash: a platform login session's account and member email; expires. */

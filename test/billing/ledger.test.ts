@@ -234,9 +234,9 @@ describe.each(TOPOLOGIES)('on $topology', ({ oneServer, start }) => {
     // One instant for every check of a test, so that they share a window even across a minute's end.
     const now = Date.now();
 
-    it("counts a held request against its key and says where the key stands in its window", async () => {
+    it("counts a held request against its account and says where the account stands in its window", async () => {
       const { account } = await makeAccount(redis, 1);
-      const check = rateCheck(account, 'key-a', limits, 30, now);
+      const check = rateCheck(account, limits, 30, now);
       const hold = await holdCredit(redis.client, { account, requestId: 'r1', ttlMs: 60_000, prices, promptTokens: 10, n: 1, maxReplyTokens: 20 }, check);
       expect(hold).toMatchObject({ kind: 'held', rate: { limits, requests: 1, tokens: 30 } });
       // The window expires on its own, a little after its minute.
@@ -247,7 +247,7 @@ describe.each(TOPOLOGIES)('on $topology', ({ oneServer, start }) => {
 
     it('refuses past the budget, saying which limit, and holds nothing for the refused request', async () => {
       const { account } = await makeAccount(redis, 1);
-      const ask = (id: string) => holdCredit(redis.client, { account, requestId: id, ttlMs: 60_000, prices, promptTokens: 10, n: 1, maxReplyTokens: 20 }, rateCheck(account, 'key-b', limits, 30, now));
+      const ask = (id: string) => holdCredit(redis.client, { account, requestId: id, ttlMs: 60_000, prices, promptTokens: 10, n: 1, maxReplyTokens: 20 }, rateCheck(account, limits, 30, now));
       await ask('b1');
       await ask('b2');
       const held = (await readBalance(redis.client, account))!.held;
@@ -255,9 +255,9 @@ describe.each(TOPOLOGIES)('on $topology', ({ oneServer, start }) => {
       expect((await readBalance(redis.client, account))!.held).toBe(held);
     });
 
-    it('spends none of the key\'s budget on a request refused for want of credit', async () => {
+    it('spends none of the account\'s budget on a request refused for want of credit', async () => {
       const { account } = await makeAccount(redis, 0);
-      const ask = () => holdCredit(redis.client, { account, requestId: 'c', ttlMs: 60_000, prices, promptTokens: 10, n: 1, maxReplyTokens: 20 }, rateCheck(account, 'key-c', limits, 30, now));
+      const ask = () => holdCredit(redis.client, { account, requestId: 'c', ttlMs: 60_000, prices, promptTokens: 10, n: 1, maxReplyTokens: 20 }, rateCheck(account, limits, 30, now));
       for (let i = 0; i < 3; i++) expect((await ask()).kind).toBe('no_credit');
       expect(await ask()).toMatchObject({ kind: 'no_credit', rate: { requests: 0 } });
     });
@@ -274,13 +274,13 @@ describe.each(TOPOLOGIES)('on $topology', ({ oneServer, start }) => {
         const now = Date.now();
         const requests = tenants.flatMap(({ account }) => Array.from({ length: 12 }, (_, i) => ({ account, id: `${account}-r${i}`, on: queues[i % 3] })));
         await Promise.all(requests.map(async ({ account, id, on }) => {
-          const held = await on.holds.hold({ hold: { account, requestId: id, ttlMs: 60_000, prices, promptTokens: 10, n: 1, maxReplyTokens: 20 }, rate: rateCheck(account, 'k', limits, 30, now) });
+          const held = await on.holds.hold({ hold: { account, requestId: id, ttlMs: 60_000, prices, promptTokens: 10, n: 1, maxReplyTokens: 20 }, rate: rateCheck(account, limits, 30, now) });
           expect(held.kind).toBe('held');
           await on.settlements.settle(settlement(account, id, 7));
         }));
         for (const { account } of tenants) {
           expect(await redis.client.hmget(redisKeys.dailyUsage(account, utcDay(now)), 'm\trequests', 'm\tprompt_tokens', 'm\tcost')).toEqual(['12', '120', '84']);
-          expect(await redis.client.hmget(rateCheck(account, 'k', limits, 30, now).key, 'requests', 'tokens')).toEqual(['12', '360']);
+          expect(await redis.client.hmget(rateCheck(account, limits, 30, now).key, 'requests', 'tokens')).toEqual(['12', '360']);
           expect(await readBalance(redis.client, account)).toEqual({ granted: 1_000_000 - 84, toppedUp: 0, held: 0 });
         }
       } finally {
@@ -319,10 +319,10 @@ describe.each(TOPOLOGIES)('on $topology', ({ oneServer, start }) => {
       expect(await redis.client.exists(redisKeys.account('no-such-account'))).toBe(0);
     });
 
-    it('counts each held request against its key in order and refuses the one past the budget', async () => {
+    it('counts each held request against its account in order and refuses the one past the budget', async () => {
       const { account } = await makeAccount(redis, 1);
       const holds = new HoldQueue(redis.client);
-      const check = rateCheck(account, 'key-batch', { requestsPerMinute: 2, tokensPerMinute: 1_000 }, 30);
+      const check = rateCheck(account, { requestsPerMinute: 2, tokensPerMinute: 1_000 }, 30);
       const results = await Promise.all(['r1', 'r2', 'r3'].map((id) => holds.hold({ hold: ask(account, id), rate: check })));
       expect(results.map((r) => (r.kind === 'rate_limited' ? 'refused' : r.kind === 'held' ? r.rate!.requests : r.kind))).toEqual([1, 2, 'refused']);
       expect(await redis.client.hgetall(check.key)).toEqual({ requests: '2', tokens: '60' });
@@ -359,7 +359,7 @@ describe.each(TOPOLOGIES)('on $topology', ({ oneServer, start }) => {
       const b = await makeAccount(redis, 1);
       const items: [string, string, number][] = [[a.account, 'ia1', 30], [b.account, 'ib1', 40], [b.account, 'ib2', 20], [a.account, 'ia2', 50]];
       const holds = new HoldQueue(redis.client);
-      const held = await Promise.all(items.map(([account, id]) => holds.hold({ hold: ask(account, id), rate: rateCheck(account, `key-${account}`, { requestsPerMinute: 10, tokensPerMinute: 1_000 }, 30) })));
+      const held = await Promise.all(items.map(([account, id]) => holds.hold({ hold: ask(account, id), rate: rateCheck(account, { requestsPerMinute: 10, tokensPerMinute: 1_000 }, 30) })));
       expect(held.map((h) => h.kind)).toEqual(['held', 'held', 'held', 'held']);
       expect(await redis.client.hgetall(redisKeys.holdAmounts(a.account))).toEqual({ ia1: '50', ia2: '50' });
       expect(await redis.client.hgetall(redisKeys.holdAmounts(b.account))).toEqual({ ib1: '50', ib2: '50' });

@@ -1,8 +1,9 @@
-// Requests and tokens per minute per key, through Parley with a real
+// Requests and tokens per minute per account, through Parley with a real
 // redis-server: the 429 and OpenAI's x-ratelimit headers.
 import { describe, expect, it } from 'vitest';
+import { createApiKey } from '../../src/accounts/api-keys.js';
 import { answering, startFakeUpstream } from '../support/fake-upstream.js';
-import { makeAccount, modelEntry, postChat, startTestGateway } from '../support/gateway.js';
+import { makeAccount, modelEntry, postChat, startTestGateway, TEST_KEY_SECRET } from '../support/gateway.js';
 
 const messages = [{ role: 'user' as const, content: 'hello' }];
 
@@ -56,6 +57,31 @@ describe('rate limits', () => {
       const third = await ask();
       expect(third.status).toBe(429);
       expect((await third.json()).error.message).toContain('500 tokens per minute');
+    } finally {
+      await gw.close();
+      await upstream.close();
+    }
+  });
+
+  // A member can make keys: a window per key would give each new key the account's limits again.
+  it("counts every key of an account in the account's one window, and another account in its own", async () => {
+    const upstream = await startFakeUpstream(answering({ prompt_tokens: 5, completion_tokens: 5 }));
+    const gw = await startTestGateway({ rateLimits: { requestsPerMinute: 3 }, models: [modelEntry('m', [{ kind: 'vllm', url: upstream.url }])] });
+    try {
+      const team = await makeAccount(gw.redis, 1);
+      const other = await makeAccount(gw.redis, 1);
+      const keys = [team.key, ...(await Promise.all([1, 2, 3].map(async (i) => (await createApiKey(gw.redis.client, TEST_KEY_SECRET, team.account, `extra ${i}`)).key)))];
+      await startWithinOneMinute();
+      const ask = (apiKey: string) => postChat({ url: gw.url, apiKey }, { model: 'm', messages, max_tokens: 10 });
+      const statuses = [];
+      for (const key of keys) statuses.push((await ask(key)).status);
+      expect(statuses).toEqual([200, 200, 200, 429]);
+      const refused = await ask(keys[1]);
+      expect(refused.status).toBe(429);
+      expect(refused.headers.get('x-ratelimit-remaining-requests')).toBe('0');
+      const otherFirst = await ask(other.key);
+      expect(otherFirst.status).toBe(200);
+      expect(otherFirst.headers.get('x-ratelimit-remaining-requests')).toBe('2');
     } finally {
       await gw.close();
       await upstream.close();
