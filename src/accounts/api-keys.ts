@@ -6,8 +6,52 @@ import { createHmac, randomBytes } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import { isServiceTier, type ServiceTier } from '../protocol/service-tier.js';
 import { redisKeys } from '../redis/keys.js';
+import { luaScript } from '../redis/lua-script.js';
 
 export const API_KEY_PREFIX = 'sk-parley-';
+
+/**
+ * The most keys an account holds that are not revoked, and the most revoked
+ * keys it keeps to list (the latest revoked; older ones are forgotten). A
+ * member makes and revokes keys at will: without these, each would be kept
+ * in Redis, and listed on every page of keys, for ever.
+ */
+export const MAX_LIVE_KEYS = 100;
+export const REVOKED_KEYS_KEPT = 100;
+
+/** A key not made: the account holds MAX_LIVE_KEYS keys that are not revoked. */
+export class TooManyKeys extends Error {
+  constructor() {
+    super(`the account has ${MAX_LIVE_KEYS} keys that are not revoked, the most it may hold: revoke one first`);
+  }
+}
+
+// KEYS: the account's keys and its revoked keys. ARGV: the new key's id, when it was made, the cap. Counts the key
+// in where the account has room (1), in one script so that keys made at once cannot pass the cap together; else 0.
+const COUNT_NEW_KEY = luaScript(`
+if redis.call('ZCARD', KEYS[1]) - redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[3]) then return 0 end
+redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
+return 1
+`);
+
+// KEYS: the account's keys and its revoked keys. ARGV: the key's id, when it was revoked, how many revoked keys
+// are kept. Counts the key as revoked, then forgets the revoked keys past that many, the earliest revoked first,
+// and answers their ids (their records are the caller's to delete).
+const COUNT_REVOKED_KEY = luaScript(`
+if redis.call('ZSCORE', KEYS[1], ARGV[1]) then redis.call('ZADD', KEYS[2], 'NX', ARGV[2], ARGV[1]) end
+local over = redis.call('ZCARD', KEYS[2]) - tonumber(ARGV[3])
+local forgotten = {}
+if over > 0 then
+  for _, id in ipairs(redis.call('ZRANGE', KEYS[2], 0, over - 1)) do
+    redis.call('ZREM', KEYS[1], id)
+    redis.call('ZREM', KEYS[2], id)
+    forgotten[#forgotten + 1] = id
+  end
+end
+return forgotten
+`);
+
+const accountKeySets = (account: string) => [redisKeys.accountKeys(account), redisKeys.revokedKeys(account)];
 const API_KEY_FORMAT = /^sk-parley-[A-Za-z0-9_-]{43}$/;
 
 export interface ApiKeyRecord {
@@ -121,9 +165,10 @@ export async function createApiKey(redis: Redis, secret: string, account: string
     budget: limits.budget ?? null,
     tier: limits.tier ?? 'default',
   };
-  // Three keys in three slots on a cluster; the key works from the last write on, once it can be found and listed.
+  // Three keys in three slots on a cluster; the key is counted first, and works from the last write on, once it can
+  // be found and listed.
+  if (!(await COUNT_NEW_KEY.run(redis, accountKeySets(account), [record.id, record.created, MAX_LIVE_KEYS]))) throw new TooManyKeys();
   await redis.set(redisKeys.apiKeyById(record.id), hash);
-  await redis.zadd(redisKeys.accountKeys(account), record.created, record.id);
   await redis.hset(redisKeys.apiKey(hash), { id: record.id, account, name, created: record.created, suffix: record.suffix, revoked: '0', ...limitFields(limits) });
   return { key, record };
 }
@@ -163,14 +208,34 @@ export async function setKeyLimits(redis: Redis, keyId: string, limits: KeyLimit
   return findApiKeyByHash(redis, hash);
 }
 
-/** Revokes a key and tells every replica to drop it from its cache. Returns false for no such key. */
+/**
+ * Revokes a key and tells every replica to drop it from its cache; then
+ * forgets the account's revoked keys past REVOKED_KEYS_KEPT. Returns false
+ * for no such key.
+ */
 export async function revokeApiKey(redis: Redis, keyId: string): Promise<boolean> {
   const hash = await redis.get(redisKeys.apiKeyById(keyId));
   if (!hash) return false;
-  if (!(await redis.hget(redisKeys.apiKey(hash), 'account'))) return false;
+  const account = await redis.hget(redisKeys.apiKey(hash), 'account');
+  if (!account) return false;
   await redis.hset(redisKeys.apiKey(hash), 'revoked', '1');
   await redis.publish(redisKeys.keyRevocations, hash);
+  const forgotten = (await COUNT_REVOKED_KEY.run(redis, accountKeySets(account), [keyId, Date.now(), REVOKED_KEYS_KEPT])) as string[];
+  for (const id of forgotten) await forgetApiKey(redis, account, id);
   return true;
+}
+
+/**
+ * Deletes a revoked key's records: nothing of it is left to find or list. Its
+ * budget's use stays while a request made with it before its revocation still
+ * holds credit, for that request's settlement to give back.
+ */
+async function forgetApiKey(redis: Redis, account: string, keyId: string): Promise<void> {
+  const hash = await redis.get(redisKeys.apiKeyById(keyId));
+  if (hash) await redis.del(redisKeys.apiKey(hash));
+  await redis.del(redisKeys.apiKeyById(keyId));
+  const budget = redisKeys.keyBudget(account, keyId);
+  if (Number((await redis.hget(budget, 'held')) ?? 0) <= 0) await redis.del(budget);
 }
 
 export async function touchApiKey(redis: Redis, hash: string, at: number): Promise<void> {

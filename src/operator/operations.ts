@@ -8,7 +8,7 @@ import { z } from 'zod';
 import type { Redis } from 'ioredis';
 import { addMember, createAccount, EmailTaken, isEmail, listAccounts, listMembers, resolveAccount, setAccountLimits, type Account } from '../accounts/accounts.js';
 import { SERVICE_TIERS } from '../protocol/service-tier.js';
-import { BUDGET_PERIODS, createApiKey, findApiKeyById, keySpend, listApiKeys, revokeApiKey, setKeyLimits, type ApiKeyRecord, type KeyLimits } from '../accounts/api-keys.js';
+import { BUDGET_PERIODS, createApiKey, findApiKeyById, keySpend, listApiKeys, revokeApiKey, setKeyLimits, TooManyKeys, type ApiKeyRecord, type KeyLimits } from '../accounts/api-keys.js';
 import { createCreditCode } from '../billing/credit-codes.js';
 import { balanceSummary, changeCredit } from '../billing/credit-ledger.js';
 import { formatMicros, isAmountText, MAX_BALANCE_UNITS, parseAmount } from '../billing/prices.js';
@@ -201,7 +201,9 @@ export const operations = {
   async createKey(op: Operator, idOrEmail: string, body: unknown) {
     const input = parse(inputs.keyCreate, body);
     const a = await accountNamed(op, idOrEmail);
-    const { key, record } = await createApiKey(op.redis, op.secret, a.id, input.name, limitsOf(input));
+    const { key, record } = await createApiKey(op.redis, op.secret, a.id, input.name, limitsOf(input)).catch((err: unknown) => {
+      throw err instanceof TooManyKeys ? new OperationRefused(409, err.message) : err;
+    });
     const view = await keyView(op, record);
     await audit(op, 'key.create', record.id, null, view);
     return { apiKey: key, key: view };

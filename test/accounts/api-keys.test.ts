@@ -1,17 +1,17 @@
 // API keys through Parley with a real redis-server and the real `openai`
 // client: every 401 case, revocation reaching every replica within a
-// second, revocations missed while the subscription was down, and no raw
-// key kept in memory.
+// second, revocations missed while the subscription was down, no raw key
+// kept in memory, and how many keys an account keeps.
 import { connect, createServer, type Socket } from 'node:net';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { KeyAuthenticator } from '../../src/accounts/key-authenticator.js';
-import { revokeApiKey } from '../../src/accounts/api-keys.js';
+import { createApiKey, listApiKeys, MAX_LIVE_KEYS, revokeApiKey, REVOKED_KEYS_KEPT, TooManyKeys } from '../../src/accounts/api-keys.js';
 import { readBalance } from '../../src/billing/credit-ledger.js';
 import { connectRedis } from '../../src/redis/connection.js';
 import { redisKeys } from '../../src/redis/keys.js';
 import { answering, startFakeUpstream, until, type FakeUpstream } from '../support/fake-upstream.js';
-import { makeAccount, modelEntry, postChat, startTestGateway, type TestGateway, TEST_KEY_SECRET } from '../support/gateway.js';
+import { asAdmin, makeAccount, modelEntry, postChat, startTestGateway, type TestGateway, TEST_KEY_SECRET } from '../support/gateway.js';
 import { startTestRedis, type TestRedis } from '../support/redis.js';
 
 const messages = [{ role: 'user' as const, content: 'hello' }];
@@ -117,6 +117,63 @@ describe('a revocation reaches every replica within a second', () => {
       await b.close();
       await a.close();
       await upstream.close();
+    }
+  });
+});
+
+// A member makes and revokes keys at will: what is kept of them must stay bounded.
+describe("an account's keys", () => {
+  it('are made at most MAX_LIVE_KEYS not revoked, even when three replicas make them at once; the admin API answers 409', async () => {
+    const upstream = await startFakeUpstream(answering({ prompt_tokens: 5, completion_tokens: 5 }));
+    const gw = await startTestGateway({ models: [modelEntry('m', [{ kind: 'vllm', url: upstream.url }])] });
+    const replicas = await Promise.all([1, 2, 3].map((i) => connectRedis(gw.redis.shared ?? gw.redis.url, `replica-${i}`)));
+    try {
+      const team = await makeAccount(gw.redis, 1);
+      const other = await makeAccount(gw.redis, 1);
+      const made = await Promise.allSettled(Array.from({ length: MAX_LIVE_KEYS + 20 }, (_, i) => createApiKey(replicas[i % 3], TEST_KEY_SECRET, team.account, `k${i}`)));
+      const refused = made.filter((m) => m.status === 'rejected');
+      expect(refused).toHaveLength(21); // makeAccount made one
+      for (const r of refused) expect((r as PromiseRejectedResult).reason).toBeInstanceOf(TooManyKeys);
+      expect(await listApiKeys(gw.redis.client, team.account)).toHaveLength(MAX_LIVE_KEYS);
+      const create = () => fetch(`${gw.url}/admin/v1/accounts/${team.account}/keys`, { method: 'POST', headers: { ...asAdmin, 'content-type': 'application/json' }, body: JSON.stringify({ name: 'one more' }) });
+      const over = await create();
+      expect(over.status).toBe(409);
+      expect((await over.json()).error.message).toContain('revoke one first');
+      // Another account makes its own; the account's keys still work; a revocation makes room for one.
+      expect((await createApiKey(gw.redis.client, TEST_KEY_SECRET, other.account, 'theirs')).key).toMatch(/^sk-parley-/);
+      expect((await postChat({ url: gw.url, apiKey: team.key }, { model: 'm', messages })).status).toBe(200);
+      expect(await revokeApiKey(gw.redis.client, team.keyId)).toBe(true);
+      expect((await create()).status).toBe(200);
+      expect((await create()).status).toBe(409);
+    } finally {
+      for (const r of replicas) r.disconnect();
+      await gw.close();
+      await upstream.close();
+    }
+  });
+
+  it('keep only the REVOKED_KEYS_KEPT latest revoked; the records of those before are deleted', async () => {
+    const redis = await startTestRedis();
+    try {
+      const team = await makeAccount(redis, 1);
+      const revokedInTurn = [team.keyId];
+      await revokeApiKey(redis.client, team.keyId);
+      for (let i = 0; i < REVOKED_KEYS_KEPT + 4; i++) {
+        const { record } = await createApiKey(redis.client, TEST_KEY_SECRET, team.account, `k${i}`);
+        expect(await revokeApiKey(redis.client, record.id)).toBe(true);
+        revokedInTurn.push(record.id);
+      }
+      const live = await createApiKey(redis.client, TEST_KEY_SECRET, team.account, 'live');
+      const listed = await listApiKeys(redis.client, team.account);
+      expect(listed.map((k) => k.id).sort()).toEqual([...revokedInTurn.slice(5), live.record.id].sort());
+      for (const id of revokedInTurn.slice(0, 5)) {
+        expect(await redis.client.exists(redisKeys.apiKeyById(id), redisKeys.keyBudget(team.account, id))).toBe(0);
+        expect(await revokeApiKey(redis.client, id)).toBe(false);
+      }
+      // Nothing else of them is left: a key record for each listed key, no more.
+      expect(await redis.client.keys('parley:apikey:*')).toHaveLength(REVOKED_KEYS_KEPT + 1);
+    } finally {
+      await redis.stop();
     }
   });
 });
