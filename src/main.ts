@@ -22,6 +22,7 @@ const USAGE = `usage: parley <command> [options]
   serve        run the gateway
                --config FILE (PARLEY_CONFIG; default config/quickstart.yaml)
                --port N (PORT; 8080)  --host H (HOST; 0.0.0.0)
+               --metrics-port N (METRICS_PORT; default: GET /metrics on the API's port)
                --data-dir DIR (PARLEY_DATA_DIR; .parley)
                the shared Redis (default: a private redis-server in the data folder), one of
                  REDIS_URL (redis:// or rediss://; REDIS_CA_FILE for a private CA)
@@ -58,15 +59,18 @@ function onShutdown(close: () => Promise<void>): void {
 }
 
 async function serve(argv: string[]): Promise<void> {
-  const { values } = parseArgs({ args: argv, options: { config: { type: 'string' }, port: { type: 'string' }, host: { type: 'string' }, 'data-dir': { type: 'string' } } });
+  const { values } = parseArgs({ args: argv, options: { config: { type: 'string' }, port: { type: 'string' }, 'metrics-port': { type: 'string' }, host: { type: 'string' }, 'data-dir': { type: 'string' } } });
+  const metricsPort = values['metrics-port'] ?? process.env.METRICS_PORT;
   const gateway = await startGateway({
     configPath: resolve(values.config ?? process.env.PARLEY_CONFIG ?? join(PACKAGE_ROOT, 'config', 'quickstart.yaml')),
     dataDir: dataDir(values['data-dir']),
     host: values.host ?? process.env.HOST ?? '0.0.0.0',
     port: wholeNumber(values.port ?? process.env.PORT ?? '8080', '--port (or PORT)', 0, 65_535),
+    metricsPort: metricsPort ? wholeNumber(metricsPort, '--metrics-port (or METRICS_PORT)', 0, 65_535) : undefined,
     redis: sharedRedisFromEnv(),
   });
   console.log(`parley: gateway listening on ${gateway.url}/v1`);
+  if (!gateway.metricsUrl.startsWith(gateway.url)) console.log(`parley: metrics at ${gateway.metricsUrl}`);
   if (gateway.demo) {
     console.log(`parley: made a demo account (${DEMO_EMAIL}); its API key, shown this once:\n\n    ${gateway.demo.key}\n`);
     if (gateway.demo.password) {

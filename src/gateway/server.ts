@@ -51,11 +51,12 @@ function ended(ctx: GatewayContext, span: Span, record: RequestRecord, res: Serv
 /** Codex asks for its model catalog with its version in the query, and reads only that catalog's shape. */
 const codexCatalogRequest = (search: string) => new URLSearchParams(search).has('client_version');
 
-export function createGatewayServer(ctx: GatewayContext): Server {
+/** `servesMetrics`: GET /metrics here, where no port of its own serves it. */
+export function createGatewayServer(ctx: GatewayContext, servesMetrics = true): Server {
   const route = async (req: IncomingMessage, res: ServerResponse, span: Span, record: RequestRecord, method: string, path: string, search: string) => {
     if (method === 'GET' && path === '/healthz') return sendJson(res, 200, { status: 'ok' });
     if (method === 'GET' && path === '/readyz') return readiness(res, ctx);
-    if (method === 'GET' && path === '/metrics') return ctx.telemetry.serveMetrics(req, res);
+    if (servesMetrics && method === 'GET' && path === '/metrics') return ctx.telemetry.serveMetrics(req, res);
     if (ctx.lifecycle.draining) throw shuttingDown();
     return ctx.lifecycle.track(res, routeTracked(req, res, span, record, method, path, search));
   };

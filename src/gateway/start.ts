@@ -2,6 +2,7 @@
 // routing file, start the local engines it names, listen, and swap in each
 // valid new version of the file.
 import type { FSWatcher } from 'node:fs';
+import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { ensureDemoAccount, type DemoAccount } from '../operator/demo-account.js';
@@ -23,6 +24,7 @@ import { Router } from '../routing/router.js';
 import { buildRoutingTable, type RoutingTable } from '../routing/routing-table.js';
 import type { GatewayContext } from './context.js';
 import { flushRequestLog } from '../telemetry/request-log.js';
+import { createMetricsServer } from '../telemetry/metrics-server.js';
 import { Telemetry } from '../telemetry/telemetry.js';
 import { BodyBudget } from './body-budget.js';
 import { Lifecycle } from './lifecycle.js';
@@ -38,10 +40,14 @@ export interface GatewayOptions {
   redis?: SharedRedis;
   /** The API-key hashing secret; by default PARLEY_KEY_SECRET or the data folder's. */
   keySecret?: string;
+  /** Where GET /metrics is served, on `host`; without it, on the API's own port. */
+  metricsPort?: number;
 }
 
 export interface RunningGateway {
   url: string;
+  /** Where GET /metrics is served. */
+  metricsUrl: string;
   /** The demo account's key and platform password, on the first start with a private Redis; shown this once. */
   demo?: DemoAccount;
   context: GatewayContext;
@@ -104,9 +110,11 @@ export async function startGateway(opts: GatewayOptions): Promise<RunningGateway
     const lifecycle = new Lifecycle();
     const bodies = new BodyBudget(() => table.settings.bodyBytesPerAccount);
     const context: GatewayContext = { routing: () => table, router, lifecycle, bodies, telemetry, redis, keys, holds: new HoldQueue(redis), settlements, keySecret: secret };
-    const server = createGatewayServer(context);
+    const server = createGatewayServer(context, opts.metricsPort === undefined);
     server.keepAliveTimeout = 65_000;
     await listen(server, opts.port, opts.host);
+    const metricsServer = opts.metricsPort === undefined ? undefined : parts.add(createMetricsServer(telemetry), (s) => new Promise((resolve) => s.close(resolve)));
+    if (metricsServer) await listen(metricsServer, opts.metricsPort!, opts.host);
     const batches = (context.batches = new BatchRunner(context));
     telemetry.watch({ settlementsJournaled: () => settlements.journaled, redisReady: () => redis.status === 'ready', keyCaches: () => keys.remembered(), batches: () => ({ totals: batches.fleetTotals, runningHere: batches.linesRunning }) });
 
@@ -114,10 +122,12 @@ export async function startGateway(opts: GatewayOptions): Promise<RunningGateway
       router.apply(next);
       table = next;
     });
-    const { port } = server.address() as AddressInfo;
     const host = opts.host === '0.0.0.0' || opts.host === '::' ? '127.0.0.1' : opts.host;
+    const urlOf = (s: Server) => `http://${host}:${(s.address() as AddressInfo).port}`;
+    const url = urlOf(server);
     return {
-      url: `http://${host}:${port}`,
+      url,
+      metricsUrl: `${metricsServer ? urlOf(metricsServer) : url}/metrics`,
       demo,
       context,
       close: async (graceMs?: number) => {

@@ -59,6 +59,13 @@ describe('the manifests', () => {
     expect(find('Service', 'parley').spec.selector).toEqual(deployment.spec.template.metadata.labels);
   });
 
+  it('serve the metrics on a port of their own, where Prometheus scrapes and the Service does not reach', () => {
+    const metrics = container.ports.find((p: { name: string }) => p.name === 'metrics');
+    expect(String(metrics.containerPort)).toBe(env.METRICS_PORT);
+    expect(deployment.spec.template.metadata.annotations['prometheus.io/port']).toBe(env.METRICS_PORT);
+    expect(find('Service', 'parley').spec.ports.map((p: { targetPort: string }) => p.targetPort)).toEqual(['http']);
+  });
+
   it('run an image whose entrypoint is the parley bin, listening where the Deployment says, as the Deployment\'s user', () => {
     const dockerfile = readFileSync(join(ROOT, 'Dockerfile'), 'utf8');
     const final = dockerfile.slice(dockerfile.lastIndexOf('\nFROM '));

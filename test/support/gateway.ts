@@ -59,6 +59,8 @@ export interface TestGatewayOptions {
 
   dataDir?: string;
   credit?: number;
+  /** Serve GET /metrics on a port of its own (0: any free one), at the gateway's `metricsUrl`. */
+  metricsPort?: number;
 }
 
 export async function startTestGateway(config: unknown, opts: TestGatewayOptions = {}): Promise<TestGateway> {
@@ -74,7 +76,7 @@ export async function startTestGateway(config: unknown, opts: TestGatewayOptions
   writeConfig(config);
   const data = opts.dataDir ?? join(dir, 'data');
   const redis = opts.redis ?? (await newTestRedis());
-  const gateway = await startGateway({ configPath, dataDir: data, host: '127.0.0.1', port: 0, redis: redis.shared ?? { kind: 'server', url: redis.url }, keySecret: TEST_KEY_SECRET });
+  const gateway = await startGateway({ configPath, dataDir: data, host: '127.0.0.1', port: 0, redis: redis.shared ?? { kind: 'server', url: redis.url }, keySecret: TEST_KEY_SECRET, metricsPort: opts.metricsPort });
   const { account, key } = await makeAccount(redis, opts.credit ?? 100);
   const client = new OpenAI({ baseURL: `${gateway.url}/v1`, apiKey: key, maxRetries: 0 });
   return {

@@ -119,21 +119,27 @@ interface Span {
 }
 
 describe('tokens by account', () => {
-  it('are on /metrics only where an operator asks, for the top N accounts and the rest as other', async () => {
+  it('are on /metrics only where an operator asks, for the top N accounts and the rest as other, on the metrics port alone', async () => {
     const quiet = await startTestGateway({ models: [modelEntry('m', [{ kind: 'vllm', url: upstream.url }])] });
-    const gw = await startTestGateway({ gateway: { metricsTopAccounts: 2 }, models: [modelEntry('m', [{ kind: 'vllm', url: upstream.url }])] });
+    const gw = await startTestGateway({ gateway: { metricsTopAccounts: 2 }, models: [modelEntry('m', [{ kind: 'vllm', url: upstream.url }])] }, { metricsPort: 0 });
     try {
       await quiet.client.chat.completions.create({ model: 'm', messages });
       expect(await (await fetch(`${quiet.url}/metrics`)).text()).not.toContain('parley_account_tokens{');
       const teams = await Promise.all([0, 1, 2, 3].map(() => makeAccount(gw.redis, 1)));
       // Team i sends i + 1 requests of 105 tokens: teams 3 and 2 used the most.
       for (const [i, team] of teams.entries()) for (let n = 0; n <= i; n++) await postChat({ url: gw.url, apiKey: team.key }, { model: 'm', messages });
-      const text = await (await fetch(`${gw.url}/metrics`)).text();
+      expect(gw.metricsUrl).not.toContain(gw.url);
+      const text = await (await fetch(gw.metricsUrl)).text();
       const series = text.split('\n').filter((l) => l.startsWith('parley_account_tokens{'));
       expect(series).toHaveLength(3);
       expect(series.find((l) => l.includes(teams[3].account))).toMatch(/ 420$/);
       expect(series.find((l) => l.includes(teams[2].account))).toMatch(/ 315$/);
       expect(series.find((l) => l.includes('account="other"'))).toMatch(/ 315$/);
+      // A tenant calling the API's port reads no other account's name: there it is a route like any unknown one.
+      const onApiPort = await fetch(`${gw.url}/metrics`);
+      expect(onApiPort.status).toBe(404);
+      expect(await onApiPort.text()).not.toContain(teams[3].account);
+      expect((await fetch(gw.metricsUrl.replace('/metrics', '/v1/models'))).status).toBe(404);
     } finally {
       await quiet.close();
       await gw.close();
