@@ -8,6 +8,7 @@ import { basename, dirname, resolve } from 'node:path';
 import { LineCounter, parseDocument, isNode } from 'yaml';
 import { z } from 'zod';
 import { ConfigError } from './config-error.js';
+import { isProxyEntry } from './platform/client-address.js';
 import { chatCompletionRequest } from './protocol/chat-request.js';
 
 /** The APIs a model may serve: chat completions, text completions, embeddings. */
@@ -236,6 +237,11 @@ const platformSettings = z
   .strictObject({
     /** Whether anyone may sign up; otherwise an operator makes accounts (`parley accounts create --password`). */
     signup: z.boolean().default(true),
+    /**
+     * The proxies in front of the replicas (addresses or CIDR ranges) whose X-Forwarded-For is believed, so that
+     * log-ins and sign-ups are counted per client rather than per proxy (platform/client-address.ts).
+     */
+    trustedProxies: z.array(z.string().refine(isProxyEntry, 'an IP address or a CIDR range (10.0.0.0/8)')).default([]),
   })
   .prefault({});
 

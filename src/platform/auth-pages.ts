@@ -54,7 +54,7 @@ export async function signUp(req: IncomingMessage, res: ServerResponse, ctx: Pla
   if (!isEmail(email)) return showAuth(req, res, ctx, 'signup', 400, 'Enter a valid email address.', email);
   const weak = passwordProblem(password, email);
   if (weak) return showAuth(req, res, ctx, 'signup', 400, weak, email);
-  if (!(await allowAttempt(ctx.redis, req, 'signup'))) return showAuth(req, res, ctx, 'signup', 429, 'Too many accounts made from here lately. Wait an hour and try again.', email);
+  if (!(await allowAttempt(ctx.redis, req, 'signup', ctx.routing().platform.trustedProxies))) return showAuth(req, res, ctx, 'signup', 429, 'Too many accounts made from here lately. Wait an hour and try again.', email);
   try {
     const account = await createAccount(ctx.redis, { email, password });
     await startSession(ctx.redis, req, res, account.id, email);
@@ -67,7 +67,7 @@ export async function signUp(req: IncomingMessage, res: ServerResponse, ctx: Pla
 
 export async function logIn(req: IncomingMessage, res: ServerResponse, ctx: PlatformServices, form: URLSearchParams): Promise<void> {
   const email = (form.get('email') ?? '').trim().toLowerCase();
-  if (!(await allowAttempt(ctx.redis, req, 'login'))) return showAuth(req, res, ctx, 'login', 429, 'Too many attempts. Wait 15 minutes and try again.', email);
+  if (!(await allowAttempt(ctx.redis, req, 'login', ctx.routing().platform.trustedProxies))) return showAuth(req, res, ctx, 'login', 429, 'Too many attempts. Wait 15 minutes and try again.', email);
   const member = await ctx.redis.hgetall(redisKeys.member(email));
   const ok = member.password !== undefined && (await verifyPassword(form.get('password') ?? '', member.password));
   if (!ok) return showAuth(req, res, ctx, 'login', 401, 'Wrong email or password.', email);

@@ -7,6 +7,7 @@ import { randomBytes, timingSafeEqual } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Redis } from 'ioredis';
 import { redisKeys } from '../redis/keys.js';
+import { clientAddress } from './client-address.js';
 
 const SESSION_COOKIE = 'parley_session';
 const CSRF_COOKIE = 'parley_csrf';
@@ -93,9 +94,9 @@ export async function endSession(redis: Redis, req: IncomingMessage, res: Server
 }
 
 /** Counts an attempt of this kind from this client; false once its window's attempts are spent. */
-export async function allowAttempt(redis: Redis, req: IncomingMessage, kind: keyof typeof CLIENT_ATTEMPTS): Promise<boolean> {
+export async function allowAttempt(redis: Redis, req: IncomingMessage, kind: keyof typeof CLIENT_ATTEMPTS, trustedProxies: readonly string[]): Promise<boolean> {
   const { max, windowS } = CLIENT_ATTEMPTS[kind];
-  const key = redisKeys.clientAttempts(kind, req.socket.remoteAddress ?? 'unknown');
+  const key = redisKeys.clientAttempts(kind, clientAddress(req, trustedProxies));
   const [[, count]] = (await redis.multi().incr(key).expire(key, windowS, 'NX').exec()) as [[null, number]];
   return count <= max;
 }
