@@ -6,8 +6,8 @@
 // the other tiers leave (routing/admission-rule.ts), so a batch fills idle
 // slots and waits while interactive traffic needs them.
 //
-// A line that cannot run now (no flex room before its wait ended, its key's
-// rate window full, a replica stopping, Redis away) goes back to the front
+// A line that cannot run now (no flex room before its wait ended, its
+// account's rate window full, a replica stopping, Redis away) goes back to the front
 // of its queue and its batch waits a little; a line the API refuses or the
 // upstream fails gets that error as its result. A reply's result is written
 // by the settlement that charges it; its line ends only once that landed.

@@ -1,7 +1,8 @@
 // A batch runs in the capacity the interactive teams leave: alone it keeps
 // an endpoint's flex share of slots busy; beside it, an interactive stream's
 // time to first token stays near what it is with the endpoint idle. And the
-// key that made a batch limits every line: its models, its budget, its rate.
+// key that made a batch limits every line: its models, its budget, its
+// account's rate.
 import OpenAI, { toFile } from 'openai';
 import { describe, expect, it } from 'vitest';
 import { setAccountLimits } from '../../src/accounts/accounts.js';
@@ -100,7 +101,7 @@ describe('a batch in idle capacity', () => {
     });
   });
 
-  it("applies the key's model limits, budget and rate limit to every line", async () => {
+  it("applies the key's model limits and budget, and its account's rate limit, to every line", async () => {
     const quick: Script = (req, res) => (req.path.endsWith('/chat/completions') ? replyJson(res, completionBody('ok', { prompt_tokens: 1000, completion_tokens: 10, total_tokens: 1010 })) : replyJson(res, { data: [] }));
     const models = ([url]: string[]) => ({ models: [modelEntry('m', [{ kind: 'vllm', url }]), modelEntry('other', [{ kind: 'vllm', url }])] });
     await withGatewayOn([quick], models, async (gw) => {
