@@ -24,6 +24,16 @@ import type { ServiceTier } from '../protocol/service-tier.js';
 /** How long a reclaimed hold is remembered: longer than a settlement is retried, however long Redis was away. */
 const RECLAIMED_KEPT_MS = 2 * 86_400_000;
 
+/**
+ * How long the daily usage totals are kept, an account's and each of its
+ * keys'. Each day's hash holds `<model>\t<api>\t<tier>\t<metric>` → total,
+ * for the metrics requests, prompt_tokens, cached_tokens, completion_tokens
+ * and cost (of complete replies): fields bounded by the routing file, not by
+ * the requests. An account's day written before the groups has
+ * `<model>\t<metric>`.
+ */
+export const DAILY_TOTALS_KEPT_DAYS = 400;
+
 // Defines reclaim(account, holds, amounts, reclaimed, budgets), which
 // releases the account's holds whose replica stopped extending them (every
 // script that reads a balance calls it first), marking each 'reclaimed' in
@@ -231,11 +241,11 @@ const SETTLE_STATUS = { SETTLED: 1, SETTLED_BEFORE: 0, REFUSED: -1 } as const;
 
 // Settles a batch, in order, as if one script ran per settlement: ARGV[1] is
 // how long usage events are kept in ms (0: for good); ARGV[2] the
-// settlements (each_item), each with three more keys, the account's usage
-// stream and daily usage and a batch's results (the account's key for a
-// request of no batch), and SETTLE_ARGS. Replies with a pair each: a
-// SETTLE_STATUS and the charge. Daily totals are summed in Lua and added
-// once per batch and model.
+// settlements (each_item), each with four more keys, the account's usage
+// stream, its daily usage and its key's, and a batch's results (the
+// account's key for a request of no batch), and SETTLE_ARGS. Replies with a
+// pair each: a SETTLE_STATUS and the charge. Daily totals are summed in Lua
+// and added once per batch and group.
 //
 // A batch line's reply is charged and its result written in the same
 // script, so that neither happens without the other: a line run again
@@ -252,19 +262,20 @@ end
 local keep_ms = tonumber(ARGV[1])
 -- Appending trims the events past retention (a few at a time, never a sweep); MINID 0 trims none.
 local keep_after = keep_ms > 0 and int(now_ms - keep_ms) or '0'
--- Each day's totals per model, summed over the batch: requests, prompt, cached and completion tokens, cost.
+-- Each day's totals per group (model, API and tier: what the usage page shows), the account's and its key's, summed
+-- over the batch: requests, prompt, cached and completion tokens, cost.
 local TOTALS = { 'requests', 'prompt_tokens', 'cached_tokens', 'completion_tokens', 'cost' }
 local totals, totals_read = {}, {}
-local function add_to_totals(key, model, prompt, cached, completion, cost)
-  local by_model = totals[key]
-  if not by_model then
-    by_model = {}
-    totals[key] = by_model
+local function add_to_totals(key, group, prompt, cached, completion, cost)
+  local by_group = totals[key]
+  if not by_group then
+    by_group = {}
+    totals[key] = by_group
   end
-  local t = by_model[model]
+  local t = by_group[group]
   if not t then
-    t = { key = key, model = model, 0, 0, 0, 0, 0 }
-    by_model[model] = t
+    t = { key = key, group = group, 0, 0, 0, 0, 0 }
+    by_group[group] = t
     totals_read[#totals_read + 1] = t
   end
   t[1], t[2], t[3], t[4], t[5] = t[1] + 1, t[2] + prompt, t[3] + cached, t[4] + completion, t[5] + cost
@@ -279,23 +290,25 @@ local function settle(K, A)
   if not open then return SETTLED_BEFORE, 0 end
   local line = A[S.batch_line]
   local batch_line = line ~= '' and A[S.outcome] == 'complete'
-  if batch_line and (redis.call('HEXISTS', K[8], line) == 1 or redis.call('HEXISTS', K[8], '#total') == 0) then return SETTLED_BEFORE, 0 end
+  if batch_line and (redis.call('HEXISTS', K[9], line) == 1 or redis.call('HEXISTS', K[9], '#total') == 0) then return SETTLED_BEFORE, 0 end
   local charge = 0
   if A[S.outcome] == 'complete' then
     -- Never below zero: a hold that expired (or an upstream that overshot) is charged at most what is left.
     charge = math.min(tonumber(A[S.cost]), math.max(a.granted + a.topped_up - a.held, 0))
     local from_granted = math.min(charge, math.max(a.granted, 0))
     a.granted, a.topped_up, a.changed = a.granted - from_granted, a.topped_up - (charge - from_granted), true
-    add_to_totals(K[7], A[S.model], tonumber(prompt), tonumber(cached), tonumber(completion), charge)
+    local group = A[S.model] .. '\\t' .. A[S.api] .. '\\t' .. A[S.service_tier]
+    add_to_totals(K[7], group, tonumber(prompt), tonumber(cached), tonumber(completion), charge)
+    add_to_totals(K[8], group, tonumber(prompt), tonumber(cached), tonumber(completion), charge)
     if budget_key then redis.call('HINCRBY', budget_key, budget_field, int(charge)) end
   end
   if batch_line then
-    redis.call('HSET', K[8], line, A[S.batch_result])
-    redis.call('HINCRBY', K[8], '#succeeded', 1)
-    redis.call('HINCRBY', K[8], '#cost', int(charge))
-    redis.call('HINCRBY', K[8], '#prompt_tokens', int(prompt))
-    redis.call('HINCRBY', K[8], '#cached_tokens', int(cached))
-    redis.call('HINCRBY', K[8], '#completion_tokens', int(completion))
+    redis.call('HSET', K[9], line, A[S.batch_result])
+    redis.call('HINCRBY', K[9], '#succeeded', 1)
+    redis.call('HINCRBY', K[9], '#cost', int(charge))
+    redis.call('HINCRBY', K[9], '#prompt_tokens', int(prompt))
+    redis.call('HINCRBY', K[9], '#cached_tokens', int(cached))
+    redis.call('HINCRBY', K[9], '#completion_tokens', int(completion))
   end
   redis.call('XADD', K[6], 'MINID', '=', keep_after, '*', 'request_id', A[S.request_id], 'reply_id', A[S.reply_id], 'account', A[S.account], 'key', A[S.key],
     'model', A[S.model], 'endpoint', A[S.endpoint], 'outcome', A[S.outcome], 'reason', A[S.reason],
@@ -304,20 +317,20 @@ local function settle(K, A)
   return SETTLED, charge
 end
 local reply = {}
-each_item(2, 5, 3, function(K, A)
+each_item(2, 5, 4, function(K, A)
   local done, charge = settle(K, A)
   reply[#reply + 1] = done
   reply[#reply + 1] = charge
 end)
 write_accounts()
--- A model's totals are read and written whole: one HMGET and one HSET, where an HINCRBY each was five calls.
+-- A group's totals are read and written whole: one HMGET and one HSET, where an HINCRBY each was five calls.
 -- With the rate window's one HSET and no EXISTS before an account is read, a request's two scripts run 19
 -- commands where they ran 25: against 55a49c6, \`node bench/redis-billing.mjs 10 2\` (the builds in turns,
 -- twice) gave a 3-primary cluster 12% less Redis CPU a request (173 against 195 µs) and 15% more
 -- requests/s (2026-11-27).
 for _, t in ipairs(totals_read) do
   local fields = {}
-  for i, name in ipairs(TOTALS) do fields[i] = t.model .. '\\t' .. name end
+  for i, name in ipairs(TOTALS) do fields[i] = t.group .. '\\t' .. name end
   local before = redis.call('HMGET', t.key, unpack(fields))
   local sums = {}
   for i, field in ipairs(fields) do
@@ -325,8 +338,8 @@ for _, t in ipairs(totals_read) do
     sums[#sums + 1] = int(tonumber(before[i] or '0') + t[i])
   end
   redis.call('HSET', t.key, unpack(sums))
-  -- The model's first request of the day sets the totals' expiry.
-  if not before[1] then redis.call('EXPIRE', t.key, 400 * 86400) end
+  -- The group's first request of the day sets the totals' expiry.
+  if not before[1] then redis.call('EXPIRE', t.key, ${DAILY_TOTALS_KEPT_DAYS} * 86400) end
 end
 return reply
 `);
@@ -527,7 +540,8 @@ export async function settleHolds(redis: Redis, batch: Settlement[], keepEventsM
     const u = s.usage;
     const account = keys.account(s.account);
     return [
-      account, keys.key(redisKeys.usageEvents(s.account)), keys.key(redisKeys.dailyUsage(s.account, day)), s.batchResult ? keys.key(s.batchResult.resultsKey) : account,
+      account, keys.key(redisKeys.usageEvents(s.account)), keys.key(redisKeys.dailyUsage(s.account, day)), keys.key(redisKeys.keyDailyUsage(s.account, s.keyId, day)),
+      s.batchResult ? keys.key(s.batchResult.resultsKey) : account,
       ...SETTLE_ARGS.list({
         hold_id: s.requestId,
         cost: s.cost,

@@ -1,9 +1,8 @@
-// Usage as the platform shows it: per day (from the daily totals settlement
-// keeps) for the overview chart, and per day and model (from the usage
-// events, so it can be filtered by key) for the usage page.
+// Usage as the platform shows it, from the daily totals settlement keeps:
+// per day for the overview chart, and per day, model, API and tier (of one
+// key, or all) for the usage page.
 import type { Redis } from 'ioredis';
-import { utcDay } from '../billing/credit-ledger.js';
-import { readUsageEvents } from '../billing/usage-events.js';
+import { DAILY_TOTALS_KEPT_DAYS, utcDay } from '../billing/credit-ledger.js';
 import { redisKeys } from '../redis/keys.js';
 
 export interface DayTotals {
@@ -17,6 +16,12 @@ export interface DayTotals {
 
 export function lastDays(count: number, now = Date.now()): string[] {
   return Array.from({ length: count }, (_, i) => utcDay(now - (count - 1 - i) * 86_400_000));
+}
+
+/** The days from `from` to `to` (YYYY-MM-DD, both included), at most the last DAILY_TOTALS_KEPT_DAYS of them: totals are not kept longer. */
+export function daysBetween(from: string, to: string): string[] {
+  const count = Math.floor((Date.parse(to) - Date.parse(from)) / 86_400_000) + 1;
+  return count > 0 ? lastDays(Math.min(count, DAILY_TOTALS_KEPT_DAYS), Date.parse(to)) : [];
 }
 
 export async function dailyTotals(redis: Redis, account: string, days: string[]): Promise<DayTotals[]> {
@@ -53,20 +58,35 @@ export interface UsageRow {
   cost: number;
 }
 
-/** Charged requests by day, model, API and service tier, newest day first. */
-export async function usageByDayAndModel(redis: Redis, account: string, filter: { key?: string; since: number; until: number }): Promise<UsageRow[]> {
+/** Where a day's totals came from before they were grouped by API, tier and key: those are not known. */
+export const NOT_RECORDED = '—';
+
+/**
+ * Charged requests by day, model, API and service tier, newest day first,
+ * from the daily totals (one hash a day), not from the usage events: a
+ * month of a busy account is millions of events, seconds of a replica's CPU
+ * at every view of the page. With `key`, that key's totals.
+ */
+export async function usageByDayAndModel(redis: Redis, account: string, days: string[], key?: string): Promise<UsageRow[]> {
+  const pipeline = redis.pipeline();
+  for (const day of days) pipeline.hgetall(key ? redisKeys.keyDailyUsage(account, key, day) : redisKeys.dailyUsage(account, day));
+  const results = (await pipeline.exec()) ?? [];
   const rows = new Map<string, UsageRow>();
-  for await (const e of readUsageEvents(redis, account, { key: filter.key, since: filter.since, until: filter.until })) {
-    if (e.outcome !== 'complete') continue;
-    const day = utcDay(e.time);
-    const id = `${day}\t${e.model}\t${e.api}\t${e.tier}`;
-    const row = rows.get(id) ?? { day, model: e.model, api: e.api, tier: e.tier, requests: 0, promptTokens: 0, cachedTokens: 0, completionTokens: 0, cost: 0 };
-    row.requests++;
-    row.promptTokens += e.promptTokens;
-    row.cachedTokens += e.cachedTokens;
-    row.completionTokens += e.completionTokens;
-    row.cost += e.charged;
-    rows.set(id, row);
-  }
+  days.forEach((day, i) => {
+    for (const [field, value] of Object.entries((results[i]?.[1] ?? {}) as Record<string, string>)) {
+      const parts = field.split('\t');
+      const metric = parts.pop();
+      const [model, api = NOT_RECORDED, tier = NOT_RECORDED] = parts;
+      const id = `${day}\t${model}\t${api}\t${tier}`;
+      let row = rows.get(id);
+      if (!row) rows.set(id, (row = { day, model, api, tier, requests: 0, promptTokens: 0, cachedTokens: 0, completionTokens: 0, cost: 0 }));
+      const n = Number(value);
+      if (metric === 'requests') row.requests += n;
+      else if (metric === 'prompt_tokens') row.promptTokens += n;
+      else if (metric === 'cached_tokens') row.cachedTokens += n;
+      else if (metric === 'completion_tokens') row.completionTokens += n;
+      else if (metric === 'cost') row.cost += n;
+    }
+  });
   return [...rows.values()].sort((a, b) => b.day.localeCompare(a.day) || a.model.localeCompare(b.model) || a.api.localeCompare(b.api) || a.tier.localeCompare(b.tier));
 }

@@ -1,14 +1,15 @@
-// Usage by day and model, filtered by key and dates, and its CSV download.
+// Usage by day and model, filtered by key and dates (from the daily totals),
+// and its CSV download (from the usage events).
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { listApiKeys, maskedKey } from '../accounts/api-keys.js';
-import { utcDay } from '../billing/credit-ledger.js';
+import { DAILY_TOTALS_KEPT_DAYS, utcDay } from '../billing/credit-ledger.js';
 import { formatMicros } from '../billing/prices.js';
 import { readUsageEvents, usageCsv } from '../billing/usage-events.js';
 import type { PlatformServices } from './services.js';
 import { html } from './html.js';
 import { page, sendPage } from './layout.js';
 import { csrfToken, type Session } from './sessions.js';
-import { usageByDayAndModel } from './usage-data.js';
+import { daysBetween, usageByDayAndModel } from './usage-data.js';
 
 interface UsageFilter {
   key?: string;
@@ -30,7 +31,8 @@ export async function showUsage(req: IncomingMessage, res: ServerResponse, ctx: 
   const filter = readFilter(query);
   const currency = ctx.routing().billing.currency;
   const keys = await listApiKeys(ctx.redis, session.account);
-  const rows = await usageByDayAndModel(ctx.redis, session.account, filter);
+  const days = daysBetween(filter.from, filter.to);
+  const rows = await usageByDayAndModel(ctx.redis, session.account, days, filter.key);
   const csvQuery = new URLSearchParams({ from: filter.from, to: filter.to, ...(filter.key ? { key: filter.key } : {}) });
   const body = html`<h1>Usage</h1>
     <form method="get" action="/platform/usage" class="filters">
@@ -46,7 +48,8 @@ export async function showUsage(req: IncomingMessage, res: ServerResponse, ctx: 
           ${rows.map((r) => html`<tr><td>${r.day}</td><td>${r.model}</td><td>${API_NAMES_SHOWN[r.api as keyof typeof API_NAMES_SHOWN] ?? r.api}</td><td>${r.tier}</td><td class="num">${r.requests}</td><td class="num">${r.promptTokens}</td>
             <td class="num">${r.cachedTokens}</td><td class="num">${r.completionTokens}</td><td class="num">${formatMicros(r.cost, 6)}</td></tr>`)}
         </tbody></table>`
-      : html`<p class="muted">No charged requests in this period.</p>`}`;
+      : html`<p class="muted">No charged requests in this period.</p>`}
+    ${days.length > 0 && days[0] !== filter.from ? html`<p class="muted">Totals are kept for ${DAILY_TOTALS_KEPT_DAYS} days: the table starts on ${days[0]}; the CSV has every event kept.</p>` : ''}`;
   sendPage(res, 200, page({ title: 'Usage', email: session.email, csrf: csrfToken(req, res), active: 'usage' }, body));
 }
 

@@ -23,8 +23,10 @@ export const redisKeys = {
   holdAmounts: (account: string) => `${accountTag(account)}hold-amounts`,
   /** Sorted set: request id → when its hold was reclaimed, for forgetting it in time. */
   reclaimedHolds: (account: string) => `${accountTag(account)}holds-reclaimed`,
-  /** Hash per account and UTC day: "<model>\t<metric>" → total. */
+  /** Hash per account and UTC day: "<model>\t<api>\t<tier>\t<metric>" → total (billing/credit-ledger.ts). */
   dailyUsage: (account: string, day: string) => `${accountTag(account)}usage:${day}`,
+  /** The same, of one of the account's keys. */
+  keyDailyUsage: (account: string, keyId: string, day: string) => `${accountTag(account)}key-usage:${keyId}:${day}`,
   /** Stream of an account's usage events, one per request that reached an upstream. */
   usageEvents: (account: string) => `${accountTag(account)}usage-events`,
   /** Stream of an account's credit movements: grants, deductions, redeemed codes. */

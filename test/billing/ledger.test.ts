@@ -279,7 +279,7 @@ describe.each(TOPOLOGIES)('on $topology', ({ oneServer, start }) => {
           await on.settlements.settle(settlement(account, id, 7));
         }));
         for (const { account } of tenants) {
-          expect(await redis.client.hmget(redisKeys.dailyUsage(account, utcDay(now)), 'm\trequests', 'm\tprompt_tokens', 'm\tcost')).toEqual(['12', '120', '84']);
+          expect(await redis.client.hmget(redisKeys.dailyUsage(account, utcDay(now)), 'm\tchat\tdefault\trequests', 'm\tchat\tdefault\tprompt_tokens', 'm\tchat\tdefault\tcost')).toEqual(['12', '120', '84']);
           expect(await redis.client.hmget(rateCheck(account, limits, 30, now).key, 'requests', 'tokens')).toEqual(['12', '360']);
           expect(await readBalance(redis.client, account)).toEqual({ granted: 1_000_000 - 84, toppedUp: 0, held: 0 });
         }
@@ -347,8 +347,8 @@ describe.each(TOPOLOGIES)('on $topology', ({ oneServer, start }) => {
       expect(await readBalance(redis.client, account)).toEqual({ granted: 0, toppedUp: 0, held: 0 });
       const day = redisKeys.dailyUsage(account, utcDay(Date.now()));
       expect(await redis.client.hgetall(day)).toEqual({
-        'a\trequests': '2', 'a\tprompt_tokens': '20', 'a\tcached_tokens': '0', 'a\tcompletion_tokens': '20', 'a\tcost': '60',
-        'b\trequests': '1', 'b\tprompt_tokens': '10', 'b\tcached_tokens': '0', 'b\tcompletion_tokens': '10', 'b\tcost': '40',
+        'a\tchat\tdefault\trequests': '2', 'a\tchat\tdefault\tprompt_tokens': '20', 'a\tchat\tdefault\tcached_tokens': '0', 'a\tchat\tdefault\tcompletion_tokens': '20', 'a\tchat\tdefault\tcost': '60',
+        'b\tchat\tdefault\trequests': '1', 'b\tchat\tdefault\tprompt_tokens': '10', 'b\tchat\tdefault\tcached_tokens': '0', 'b\tchat\tdefault\tcompletion_tokens': '10', 'b\tchat\tdefault\tcost': '40',
       });
       expect(await redis.client.ttl(day)).toBeGreaterThan(399 * 86400);
     });
@@ -374,12 +374,12 @@ describe.each(TOPOLOGIES)('on $topology', ({ oneServer, start }) => {
       expect(await events(a.account)).toEqual(['ia1 30', 'ia2 50']);
       expect(await events(b.account)).toEqual(['ib1 40', 'ib2 20']);
       const today = utcDay(Date.now());
-      expect(await redis.client.hget(redisKeys.dailyUsage(a.account, today), 'm\tcost')).toBe('80');
-      expect(await redis.client.hget(redisKeys.dailyUsage(b.account, today), 'm\tcost')).toBe('60');
+      expect(await redis.client.hget(redisKeys.dailyUsage(a.account, today), 'm\tchat\tdefault\tcost')).toBe('80');
+      expect(await redis.client.hget(redisKeys.dailyUsage(b.account, today), 'm\tchat\tdefault\tcost')).toBe('60');
       // A later settlement adds to the totals its model has for the day already.
       await holdCredit(redis.client, ask(a.account, 'ia3'));
       expect(await settleHolds(redis.client, [settlement(a.account, 'ia3', 5)])).toEqual([{ charged: 5 }]);
-      expect(await redis.client.hmget(redisKeys.dailyUsage(a.account, today), 'm\trequests', 'm\tprompt_tokens', 'm\tcost')).toEqual(['3', '30', '85']);
+      expect(await redis.client.hmget(redisKeys.dailyUsage(a.account, today), 'm\tchat\tdefault\trequests', 'm\tchat\tdefault\tprompt_tokens', 'm\tchat\tdefault\tcost')).toEqual(['3', '30', '85']);
     });
   });
 });
