@@ -427,7 +427,7 @@ export type HoldResult =
 
 export interface HoldAsk {
   hold: HoldRequest;
-  /** The key's rate limit, checked and counted first. */
+  /** The account's rate limit, checked and counted first. */
   rate?: RateCheck;
 }
 

@@ -181,7 +181,7 @@ export async function handleBatchApis(req: IncomingMessage, res: ServerResponse,
   if (!root) return false;
   const rest = path.slice(root[0].length).split('/').filter((s) => s !== '').map(decodePathSegment);
   const caller = await authenticate(req, ctx);
-  // Each call is one of the key's requests, and waits for its window's room: an upload or a create reads, checks
+  // Each call is one of the account's requests, and waits for its window's room: an upload or a create reads, checks
   // and stores up to MAX_BATCH_BYTES.
   const window = await failClosed(countRequest(ctx.redis, rateCheck(caller.account, limitsOf(caller.limits, ctx.routing().rateLimits), 0)));
   if (window.full) throw rateLimitRefusal('requests', window.use);

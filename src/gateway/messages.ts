@@ -44,7 +44,7 @@ export async function countMessageTokens(req: IncomingMessage, res: ServerRespon
   const request = messagesToChat(source);
   if (request instanceof ApiError) throw request;
   const model = servingModel(table, request.model, 'chat', span, caller);
-  // Counting is work done for the caller: it is one of the key's requests, and waits for its window's room.
+  // Counting is work done for the caller: it is one of the account's requests, and waits for its window's room.
   const window = await failClosed(countRequest(ctx.redis, rateCheck(caller.account, limitsOf(caller.limits, table.rateLimits), 0)));
   if (window.full) throw rateLimitRefusal('requests', window.use);
   const counted = await chat.promptTokens(model, request);

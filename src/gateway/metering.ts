@@ -90,9 +90,9 @@ export class Meter {
 
   /**
    * Opens the request's meter once its hold is in. The hold counts the
-   * request against its key's rate limit and holds credit for it, in one
+   * request against its account's rate limit and holds credit for it, in one
    * script call shared with the holds asked for in the same turn: 429 when
-   * the key's rate limit or budget is spent, 402 when the available balance
+   * the account's rate limit or the key's budget is spent, 402 when the available balance
    * pays for none of it, 503 when Redis is unreachable.
    */
   static async open(ctx: GatewayContext, span: Span, m: MeterRequest): Promise<Meter> {
