@@ -21,12 +21,12 @@ import { join } from 'node:path';
 import Redis from 'ioredis';
 import OpenAI, { toFile } from 'openai';
 import { forked, patchedBuild, ROOT, startParley, stopAll } from './support.mjs';
+import { setTimeout as sleep } from 'node:timers/promises';
 
 const LINES = Number(process.argv[2] ?? 1000);
 const REPLICAS = Number(process.argv[3] ?? 3);
 const PROMPTS = Number(process.argv[4] ?? 40);
 const WORDS = 'the a gateway token cache stream model reply prompt team cluster request answer system user route price credit key balance engine'.split(' ');
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 function words(seed, count) {
   let s = seed;

@@ -25,6 +25,7 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { buildOf, forked, ROOT, startParley, stopAll } from './support.mjs';
+import { setTimeout as sleep } from 'node:timers/promises';
 
 const SECONDS = Number(process.argv[2] ?? 15);
 const REVISION = process.argv[3] ?? 'c3abe6d';
@@ -32,7 +33,6 @@ const SCENARIOS = (process.argv[4] ?? 'a,b,c').split(',');
 const REPLICAS = (process.argv[5] ?? '1,3').split(',').map(Number);
 const ENGINES = 4;
 const NEIGHBOUR_IN_FLIGHT = 10;
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const WORDS = 'the a gateway token cache stream model reply prompt team cluster request answer system user route price credit key balance engine'.split(' ');
 
 function words(seed, count, opening = '') {

@@ -12,12 +12,12 @@
 //   npm run build && node bench/prefix-sharing-cost.mjs [revision, none] [keys, 4096] [seconds, 10] [requests with new keys, 300]
 import { execFileSync } from 'node:child_process';
 import { benchModel, buildOf, countHook, forked, hookCounts, mainThreadCpuMicros, ROOT, startParley, stopAll } from './support.mjs';
+import { setTimeout as sleep } from 'node:timers/promises';
 
 const REVISION = process.argv[2] ?? 'none';
 const KEYS = Number(process.argv[3] ?? 4096);
 const SECONDS = Number(process.argv[4] ?? 10);
 const CHURN = Number(process.argv[5] ?? 300);
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 /** Main-thread CPU (ms a second) and the event loop's delay over SECONDS of idling. */
 async function idle(parley) {

@@ -26,6 +26,7 @@
 import { Redis } from 'ioredis';
 import { FleetSlots } from '../dist/routing/fleet-slots.js';
 import { forked, startParley, stopAll } from './support.mjs';
+import { setTimeout as sleep } from 'node:timers/promises';
 
 const SECONDS = Number(process.argv[2] ?? 20);
 const FROM_ENGINE = process.argv[3] === 'engine';
@@ -42,7 +43,6 @@ const ADMIN = 'bench-admin-token';
 process.env.PARLEY_ADMIN_TOKEN = ADMIN;
 
 const percentile = (xs, p) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor(p * xs.length))];
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 /** A streamed chat request; resolves to its time to first content and its outcome. */
 async function streamed(gateway, key, tier) {

@@ -13,6 +13,7 @@
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { apiLoad, benchModel, forked, mainThreadCpuMicros, median, startParley, stopAll, WARMUP_SECONDS } from './support.mjs';
+import { setTimeout as sleep } from 'node:timers/promises';
 
 const SETTING = process.argv[2] ?? 'requestLog';
 const VALUE = JSON.parse(process.argv[3] ?? 'false');
@@ -25,7 +26,6 @@ const SPREAD_MS = process.argv[8] ?? '0';
 const RELOAD_MS = 500;
 const SETTLE_SECONDS = 1;
 
-const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
 try {
   const { port } = await forked('bench/fast-upstream.mjs', ['0', FIRST_BYTE_MS, SPREAD_MS]);
