@@ -7,8 +7,9 @@
 // slots and waits while interactive traffic needs them.
 //
 // A line that cannot run now (no flex room before its wait ended, its
-// account's rate window full, a replica stopping, Redis away) goes back to the front
-// of its queue and its batch waits a little; a line the API refuses or the
+// account's rate window half full, which is as far as its lines may fill it,
+// a replica stopping, Redis away) goes back to the front of its queue and
+// its batch waits a little; a line the API refuses or the
 // upstream fails gets that error as its result. A reply's result is written
 // by the settlement that charges it; its line ends only once that landed.
 import type { Span } from '@opentelemetry/api';
@@ -16,6 +17,7 @@ import { balanceSummary } from '../billing/credit-ledger.js';
 import type { ClientApi } from '../config.js';
 import { ApiError, Cancelled, internalError } from '../protocol/errors.js';
 import { OPENAI_BATCH_ENDPOINTS } from '../protocol/openai-batches.js';
+import { batchLineLimits, limitsOf } from '../ratelimit/rate-limiter.js';
 import { redisKeys } from '../redis/keys.js';
 import type { RequestRecord } from '../telemetry/request-record.js';
 import { writeRequestLog } from '../telemetry/request-log.js';
@@ -245,7 +247,8 @@ export class BatchRunner {
       // A batch runs at flex, whatever its lines ask, and reads its replies whole.
       const { stream: _stream, service_tier: _tier, ...lineBody } = body;
       const table = ctx.routing();
-      const exchange = { caller: { ...caller, tier: 'flex' as const }, table, body: lineBody, headers: {}, upstreamCall: cancellation, clientGone: () => false };
+      const limits = batchLineLimits(limitsOf(caller.limits, table.rateLimits));
+      const exchange = { caller: { ...caller, tier: 'flex' as const, limits }, table, body: lineBody, headers: {}, upstreamCall: cancellation, clientGone: () => false };
       const reply: LineReply = { result: (text) => ({ resultsKey: redisKeys.batch(batch.account, batch.id).results, line: claimed.line, result: format.succeeded(customId, requestId, text) }) };
       record.settings = table.settings;
       await serveBatchLine(api, exchange, reply, ctx, span, record);

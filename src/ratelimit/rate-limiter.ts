@@ -19,10 +19,21 @@ export interface RateLimits {
 
 const WINDOW_MS = 60_000;
 
-/** The limits an account's requests are held to: its account's own where an operator set them, else the routing file's. */
+/** The limits an account's requests are held to: the account's own where an operator set them, else the routing file's. */
 export const limitsOf = (own: Partial<RateLimits>, defaults: RateLimits): RateLimits => ({
   requestsPerMinute: own.requestsPerMinute ?? defaults.requestsPerMinute,
   tokensPerMinute: own.tokensPerMinute ?? defaults.tokensPerMinute,
+});
+
+/**
+ * How far into its account's window a batch line may go: half of each
+ * limit. A batch has many lines ready at once and would fill the window
+ * every minute; the other half stays for the account's own requests, from
+ * whichever key, while its batch runs.
+ */
+export const batchLineLimits = (limits: RateLimits): RateLimits => ({
+  requestsPerMinute: Math.max(1, Math.floor(limits.requestsPerMinute / 2)),
+  tokensPerMinute: Math.max(1, Math.floor(limits.tokensPerMinute / 2)),
 });
 
 /** One request's place in its account's budget: the window's key and what the script is given. */

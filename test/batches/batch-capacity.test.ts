@@ -6,10 +6,10 @@
 import OpenAI, { toFile } from 'openai';
 import { describe, expect, it } from 'vitest';
 import { setAccountLimits } from '../../src/accounts/accounts.js';
-import { setKeyLimits } from '../../src/accounts/api-keys.js';
+import { createApiKey, setKeyLimits } from '../../src/accounts/api-keys.js';
 import { readBatch } from '../../src/batches/batch-store.js';
 import { completionBody, replyJson, sleep, until, writeEvents, chunk, type Script } from '../support/fake-upstream.js';
-import { asAdmin, makeAccount, modelEntry, postChat, withGatewayOn, type TestGateway } from '../support/gateway.js';
+import { asAdmin, makeAccount, modelEntry, postChat, TEST_KEY_SECRET, withGatewayOn, type TestGateway } from '../support/gateway.js';
 
 /** An engine of 4 slots: a batch line takes 300 ms; an interactive stream's first token comes after 20 ms. Counts requests at once. */
 function engine() {
@@ -111,19 +111,25 @@ describe('a batch in idle capacity', () => {
       await setKeyLimits(gw.redis.client, limited.keyId, { models: ['m'] });
       expect(await startBatch(clientOf(limited.key), 2, 'other')).toMatchObject({ status: 'failed', errors: { data: [{ code: 'model_not_found' }] } });
 
-      // Rate: 5 requests a minute: the upload and the create are two, 3 lines run now, and the rest wait for the
-      // window rather than fail. (Read from Redis: the key's own calls would find its window full.)
+      // Rate: 10 requests a minute, of which a batch's lines may fill half: the upload and the create are two, 3
+      // lines run now, and the rest wait for the window rather than fail. The other half stays for the account's
+      // own requests, from any of its keys: 5 more are served while the batch waits, then the window is full.
+      // (Read from Redis: the key's own calls would take from the window.)
       const slow = await makeAccount(gw.redis, 1);
-      await setAccountLimits(gw.redis.client, slow.account, { requestsPerMinute: 5, tokensPerMinute: null });
+      await setAccountLimits(gw.redis.client, slow.account, { requestsPerMinute: 10, tokensPerMinute: null });
       // The window is a fixed minute: this part must not straddle two (it takes some 5 s).
       if (Date.now() % 60_000 > 50_000) await sleep(60_000 - (Date.now() % 60_000) + 100);
       const rated = clientOf(slow.key);
-      const waiting = await startBatch(rated, 5);
+      const waiting = await startBatch(rated, 8);
       const counts = async () => (await readBatch(gw.redis.client, slow.account, waiting.id))!;
       await until(async () => (await counts()).counts.succeeded === 3, 5_000);
       await sleep(1_500);
       expect(await counts()).toMatchObject({ status: 'in_progress', counts: { succeeded: 3, errored: 0 } });
+      const interactive = clientOf((await createApiKey(gw.redis.client, TEST_KEY_SECRET, slow.account, 'interactive')).key);
+      for (let i = 0; i < 5; i++) expect((await interactive.chat.completions.create({ model: 'm', messages: [{ role: 'user', content: 'hi' }] })).choices).toHaveLength(1);
+      await expect(interactive.chat.completions.create({ model: 'm', messages: [{ role: 'user', content: 'hi' }] })).rejects.toMatchObject({ status: 429, error: { code: 'rate_limit_exceeded' } });
       await expect(rated.files.list()).rejects.toMatchObject({ status: 429, error: { code: 'rate_limit_exceeded' } });
+      expect((await counts()).counts.succeeded).toBe(3);
 
       // Budget: a key whose budget pays for two lines fails the rest with its budget's error. Each line's prompt
       // of about 1,000 bytes is held for as about 1,000 tokens, and costs 510 micro-units at flex.
