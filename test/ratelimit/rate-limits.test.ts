@@ -3,7 +3,7 @@
 import { describe, expect, it } from 'vitest';
 import { createApiKey } from '../../src/accounts/api-keys.js';
 import { answering, startFakeUpstream } from '../support/fake-upstream.js';
-import { makeAccount, modelEntry, postChat, startTestGateway, TEST_KEY_SECRET } from '../support/gateway.js';
+import { makeAccount, modelEntry, postChat, startFleetOn, startTestGateway, TEST_KEY_SECRET } from '../support/gateway.js';
 
 const messages = [{ role: 'user' as const, content: 'hello' }];
 
@@ -85,6 +85,20 @@ describe('rate limits', () => {
     } finally {
       await gw.close();
       await upstream.close();
+    }
+  });
+
+  it("holds an account's keys to its one window across three replicas, requests sent at once", async () => {
+    const fleet = await startFleetOn([answering({ prompt_tokens: 5, completion_tokens: 5 })], ([url]) => ({ rateLimits: { requestsPerMinute: 6 }, models: [modelEntry('m', [{ kind: 'vllm', url }])] }), 3);
+    try {
+      const team = await makeAccount(fleet.gw.redis, 1);
+      const keys = [team.key, ...(await Promise.all([1, 2].map(async (i) => (await createApiKey(fleet.gw.redis.client, TEST_KEY_SECRET, team.account, `extra ${i}`)).key)))];
+      await startWithinOneMinute();
+      const statuses = await Promise.all(Array.from({ length: 18 }, (_, i) => postChat({ url: fleet.replicas[i % 3].url, apiKey: keys[Math.floor(i / 3) % 3] }, { model: 'm', messages, max_tokens: 10 }).then((r) => r.status)));
+      expect(statuses.filter((s) => s === 200)).toHaveLength(6);
+      expect(statuses.filter((s) => s === 429)).toHaveLength(12);
+    } finally {
+      await fleet.close();
     }
   });
 });
