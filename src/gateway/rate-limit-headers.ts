@@ -1,4 +1,4 @@
-// How a key's standing in its rate-limit window reaches the client: OpenAI's
+// How an account's standing in its rate-limit window reaches the client: OpenAI's
 // `x-ratelimit-*` headers on every reply, and the 429 when it is spent.
 import { rateLimitExceeded, type ApiError } from '../protocol/errors.js';
 import type { RateUse } from '../ratelimit/rate-limiter.js';
