@@ -15,7 +15,7 @@
 import type { Span } from '@opentelemetry/api';
 import { balanceSummary } from '../billing/credit-ledger.js';
 import type { ClientApi } from '../config.js';
-import { ApiError, Cancelled, internalError } from '../protocol/errors.js';
+import { ApiError, Cancelled, internalError, RequestTooLarge } from '../protocol/errors.js';
 import { OPENAI_BATCH_ENDPOINTS } from '../protocol/openai-batches.js';
 import { batchLineLimits, limitsOf } from '../ratelimit/rate-limiter.js';
 import { redisKeys } from '../redis/keys.js';
@@ -54,7 +54,7 @@ const BACKOFF_MS = 1_000;
 /** How often the fleet's batch totals are read for /metrics. */
 const TOTALS_EVERY_MS = 2_000;
 
-/** Failures that say "not now" rather than "not this line": the line goes back to its queue. */
+/** Failures that say "not now" rather than "not this line": the line goes back to its queue (a request too large for any minute's window is "not this line"). */
 const NOT_NOW = new Set(['resource_unavailable', 'rate_limit_exceeded', 'queue_full', 'upstream_unavailable', 'shutting_down', 'service_unavailable']);
 
 // Each API's descriptor, whatever its request type: the runner hands a line's body to the API its endpoint names.
@@ -259,7 +259,8 @@ export class BatchRunner {
       if (!(err instanceof ApiError) && !(err instanceof Cancelled)) console.error(`parley: batch ${batch.id} line ${claimed.line}:`, err);
       status = failure?.status ?? 503;
       errorType = failure?.code ?? 'cancelled';
-      if (!failure || NOT_NOW.has(failure.code ?? '') || (await this.heldInFlight(failure, batch))) return 'not now';
+      const later = failure && NOT_NOW.has(failure.code ?? '') && !(failure instanceof RequestTooLarge);
+      if (!failure || later || (await this.heldInFlight(failure, batch))) return 'not now';
       return failure;
     } finally {
       this.recordLine(span, record, status, errorType, (performance.now() - started) / 1000);

@@ -9,7 +9,7 @@ import { formatMicros, replyCost } from '../billing/prices.js';
 import { bounded } from '../protocol/bounded-text.js';
 import type { ServiceTier } from '../protocol/service-tier.js';
 import type { Usage } from '../protocol/chat-response.js';
-import { ApiError, insufficientBalance, keyBudgetSpent, shuttingDown } from '../protocol/errors.js';
+import { ApiError, insufficientBalance, keyBudgetSpent, RequestTooLarge, shuttingDown } from '../protocol/errors.js';
 import { budgetPeriodField, budgetRenewsAt } from '../accounts/api-keys.js';
 import { redisKeys } from '../redis/keys.js';
 import { limitsOf, rateCheck } from '../ratelimit/rate-limiter.js';
@@ -97,6 +97,8 @@ export class Meter {
    */
   static async open(ctx: GatewayContext, span: Span, m: MeterRequest): Promise<Meter> {
     const rate = rateCheck(m.caller.account, limitsOf(m.caller.limits, m.table.rateLimits), m.promptTokens + m.n * m.maxReplyTokens);
+    const [, tokensLimit, tokens] = rate.args;
+    if (tokens > tokensLimit) throw new RequestTooLarge(tokensLimit, tokens);
     const { table } = m;
     const { budget } = m.caller;
     const now = Date.now();

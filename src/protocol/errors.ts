@@ -173,11 +173,23 @@ export const rateLimitExceeded = (what: 'requests' | 'tokens', limit: number, re
   new ApiError(
     429,
     'rate_limit_error',
-    `Rate limit reached: ${limit} ${what} per minute for this key. Retry after ${retryAfterSeconds} s.`,
+    `Rate limit reached: ${limit} ${what} per minute for this account. Retry after ${retryAfterSeconds} s.`,
     'rate_limit_exceeded',
     null,
     { ...headers, 'retry-after': String(retryAfterSeconds) },
   );
+
+/**
+ * A request that may take more tokens (its prompt and the most its replies
+ * may take) than its rate limit allows in a whole minute: no wait lets it
+ * through, so it is told so, with no Retry-After, as OpenAI answers "Request
+ * too large", and a batch line fails with it rather than waiting.
+ */
+export class RequestTooLarge extends ApiError {
+  constructor(limit: number, requested: number) {
+    super(429, 'rate_limit_error', `Request too large: it may take ${requested} tokens (the prompt and the most the reply may take), and the limit is ${limit} tokens per minute. Lower max_tokens or shorten the prompt.`, 'rate_limit_exceeded');
+  }
+}
 
 /** Redis (keys, balances, holds) unreachable: fail closed, never serve for free. */
 export const stateUnavailable = () =>

@@ -131,6 +131,19 @@ describe('a batch in idle capacity', () => {
       await expect(rated.files.list()).rejects.toMatchObject({ status: 429, error: { code: 'rate_limit_exceeded' } });
       expect((await counts()).counts.succeeded).toBe(3);
 
+      // Tokens: a line that may take more than half the account's tokens a minute can never run: it fails with
+      // OpenAI's "Request too large" rather than wait for its batch to expire. The same request sent by the
+      // account's own key fits the whole window, and is served.
+      const wide = await makeAccount(gw.redis, 1);
+      await setAccountLimits(gw.redis.client, wide.account, { requestsPerMinute: null, tokensPerMinute: 1_000 });
+      const wideClient = clientOf(wide.key);
+      let large = await startBatch(wideClient, 2, 'm', 'a'.repeat(600));
+      await until(async () => (large = await wideClient.batches.retrieve(large.id)).status === 'completed', 10_000);
+      expect(large.request_counts).toMatchObject({ completed: 0, failed: 2 });
+      const tooLarge = (await (await wideClient.files.content(large.error_file_id!)).text()).trim().split('\n').map((l) => JSON.parse(l).response);
+      for (const r of tooLarge) expect(r).toMatchObject({ status_code: 429, body: { error: { code: 'rate_limit_exceeded', message: expect.stringContaining('Request too large') } } });
+      expect((await postChat({ url: gw.url, apiKey: wide.key }, { model: 'm', max_tokens: 4, messages: [{ role: 'user', content: `${'a'.repeat(600)}0` }] })).status).toBe(200);
+
       // Budget: a key whose budget pays for two lines fails the rest with its budget's error. Each line's prompt
       // of about 1,000 bytes is held for as about 1,000 tokens, and costs 510 micro-units at flex.
       const budgeted = await makeAccount(gw.redis, 1);

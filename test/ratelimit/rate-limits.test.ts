@@ -57,6 +57,13 @@ describe('rate limits', () => {
       const third = await ask();
       expect(third.status).toBe(429);
       expect((await third.json()).error.message).toContain('500 tokens per minute');
+      // One that may take more than a whole minute allows is told so, with no Retry-After, and calls nothing.
+      const calls = upstream.received.length;
+      const huge = await postChat({ url: gw.url, apiKey: team.key }, { model: 'm', messages, max_tokens: 600 });
+      expect(huge.status).toBe(429);
+      expect(huge.headers.get('retry-after')).toBeNull();
+      expect((await huge.json()).error).toMatchObject({ code: 'rate_limit_exceeded', message: expect.stringContaining('Request too large') });
+      expect(upstream.received.length).toBe(calls);
     } finally {
       await gw.close();
       await upstream.close();
