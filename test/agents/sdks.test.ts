@@ -4,9 +4,9 @@
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { chunk, completionBody, replyJson, writeEvents, type Script } from '../support/fake-upstream.js';
-import { readUsageEvents } from '../../src/billing/usage-events.js';
 import { modelEntry, withGatewayOn, type TestGateway } from '../support/gateway.js';
 import { eachRelease, sdkReleases } from '../support/sdk-releases.js';
+import { usageEventsOf } from '../support/ledger.js';
 
 const usage = { prompt_tokens: 40, completion_tokens: 4, total_tokens: 44 };
 
@@ -28,11 +28,7 @@ const weatherUpstream: Script = (req, res) => {
 };
 
 /** The API each request of the account came through, from its usage events. */
-async function apisUsed(gw: TestGateway): Promise<string[]> {
-  const apis: string[] = [];
-  for await (const e of readUsageEvents(gw.redis.client, gw.account)) apis.push(e.api);
-  return apis;
-}
+const apisUsed = async (gw: TestGateway): Promise<string[]> => (await usageEventsOf(gw.redis.client, gw.account)).map((e) => e.api);
 
 const config = ([url]: string[]) => ({ models: [modelEntry('coder', [{ kind: 'vllm', url }], { supports: { tools: true } })] });
 

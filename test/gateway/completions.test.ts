@@ -4,9 +4,9 @@
 // legacy fields sent on, `n` fanned out where a server answers one choice.
 import { describe, expect, it } from 'vitest';
 import { readBalance } from '../../src/billing/credit-ledger.js';
-import { readUsageEvents } from '../../src/billing/usage-events.js';
 import { replyJson, sleep, until, type Script } from '../support/fake-upstream.js';
 import { modelEntry, withGatewayOn, type TestGateway } from '../support/gateway.js';
+import { usageEventsOf } from '../support/ledger.js';
 
 const usage = { prompt_tokens: 10, completion_tokens: 4, total_tokens: 14, prompt_tokens_details: { cached_tokens: 6 } };
 const textChunk = (text: string, finish: string | null = null, index = 0) =>
@@ -49,9 +49,7 @@ describe('POST /v1/completions', () => {
       expect(chunks.every((c) => c.object === 'text_completion' && c.model === 'coder')).toBe(true);
       // 4 uncached × 1 + 6 cached × 0.1 + 4 completion × 2 micro-units, rounded up once.
       await until(async () => (await readBalance(gw.redis.client, gw.account))!.granted === before.granted - 13);
-      const events = [];
-      for await (const e of readUsageEvents(gw.redis.client, gw.account)) events.push(e);
-      expect(events.at(-1)).toMatchObject({ api: 'completions', outcome: 'complete', cachedTokens: 6 });
+      expect((await usageEventsOf(gw.redis.client, gw.account)).at(-1)).toMatchObject({ api: 'completions', outcome: 'complete', cachedTokens: 6 });
       const plain = await (await post(gw, { model: 'coder', prompt: 'def', stream: true })).text();
       expect(plain).not.toContain('"usage"');
       expect(plain.endsWith('data: [DONE]\n\n')).toBe(true);

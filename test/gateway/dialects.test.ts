@@ -4,15 +4,10 @@
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ensureDefaultModel } from '../../src/engine/model-maker.js';
-import { readUsageEvents, usageCsv, type UsageEvent } from '../../src/billing/usage-events.js';
+import { readUsageEvents, usageCsv } from '../../src/billing/usage-events.js';
 import { chunk, completionBody, replyJson, sleep, startFakeUpstream, until, writeEvents, type FakeUpstream, type Script } from '../support/fake-upstream.js';
 import { modelEntry, postChat, startGatewayOn, startTestGateway, type TestGateway } from '../support/gateway.js';
-
-async function usageEvents(gw: TestGateway): Promise<UsageEvent[]> {
-  const events: UsageEvent[] = [];
-  for await (const e of readUsageEvents(gw.redis.client, gw.account)) events.push(e);
-  return events;
-}
+import { usageEventsOf } from '../support/ledger.js';
 
 const messages = [{ role: 'developer' as const, content: 'be brief' }, { role: 'user' as const, content: 'hi' }];
 
@@ -94,8 +89,8 @@ describe('reply ids', () => {
       expect(metrics.headers.get('content-type')).toBe('text/plain');
       const served = await postChat(t.gw, { model: 'm', messages }, { 'x-client-request-id': 'codex-turn-8' });
       expect((await served.json()).id).toBe('chatcmpl-codex-turn-8');
-      await until(async () => (await usageEvents(t.gw)).length === 1);
-      expect((await usageEvents(t.gw))[0]).toMatchObject({ requestId: 'codex-turn-8', replyId: 'chatcmpl-codex-turn-8', outcome: 'complete' });
+      await until(async () => (await usageEventsOf(t.gw.redis.client, t.gw.account)).length === 1);
+      expect((await usageEventsOf(t.gw.redis.client, t.gw.account))[0]).toMatchObject({ requestId: 'codex-turn-8', replyId: 'chatcmpl-codex-turn-8', outcome: 'complete' });
       const csv: string[] = [];
       for await (const line of usageCsv(readUsageEvents(t.gw.redis.client, t.gw.account))) csv.push(line);
       expect(csv[1]).toMatch(/^[^,]+,codex-turn-8,.*,chatcmpl-codex-turn-8,default\n$/);

@@ -3,9 +3,9 @@
 // price, with the real `openai` client.
 import { describe, expect, it } from 'vitest';
 import { readBalance } from '../../src/billing/credit-ledger.js';
-import { readUsageEvents } from '../../src/billing/usage-events.js';
 import { replyJson, type Script } from '../support/fake-upstream.js';
 import { makeAccount, modelEntry, postChat, withGatewayOn } from '../support/gateway.js';
+import { usageEventsOf } from '../support/ledger.js';
 
 /** A vLLM-style embeddings server: one 3-number vector per input, as floats or base64 as asked, 100 prompt tokens per input. */
 const embedder: Script = (req, res) => {
@@ -65,9 +65,7 @@ describe('POST /v1/embeddings', () => {
       // 200 tokens × 0.27 per million = 54 micro-units.
       await expect.poll(async () => (await readBalance(gw.redis.client, gw.account))!.granted).toBe(before.granted - 54);
       expect((await readBalance(gw.redis.client, gw.account))!.held).toBe(0);
-      const events = [];
-      for await (const e of readUsageEvents(gw.redis.client, gw.account)) events.push(e);
-      expect(events.at(-1)).toMatchObject({ api: 'embeddings', promptTokens: 200, completionTokens: 0, charged: 54 });
+      expect((await usageEventsOf(gw.redis.client, gw.account)).at(-1)).toMatchObject({ api: 'embeddings', promptTokens: 200, completionTokens: 0, charged: 54 });
     });
   });
 

@@ -5,21 +5,15 @@
 import Anthropic from '@anthropic-ai/sdk';
 import { describe, expect, it } from 'vitest';
 import { readBalance } from '../../src/billing/credit-ledger.js';
-import { readUsageEvents, type UsageEvent } from '../../src/billing/usage-events.js';
 import { callingTool, chunk, completionBody, greeting, replyJson, sleep, until, writeEvents, type Script } from '../support/fake-upstream.js';
 import { makeAccount, modelEntry, postChat, withGatewayOn, type TestGateway } from '../support/gateway.js';
+import { usageEventsOf } from '../support/ledger.js';
 
 const model = (kind: string) => (urls: string[]) => ({
   models: [modelEntry('coder', urls.map((url) => ({ kind, url, upstreamModel: 'served-name' })), { supports: { tools: true }, contextWindow: 16_384, aliases: ['claude-*-haiku-*', 'gpt-4o'] })],
 });
 
 const anthropic = (gw: TestGateway, apiKey = gw.apiKey) => new Anthropic({ baseURL: gw.url, apiKey, maxRetries: 0 });
-
-async function usageEvents(gw: TestGateway): Promise<UsageEvent[]> {
-  const events: UsageEvent[] = [];
-  for await (const e of readUsageEvents(gw.redis.client, gw.account)) events.push(e);
-  return events;
-}
 
 const weatherTool = { name: 'get_weather', description: 'The weather in a city', input_schema: { type: 'object' as const, properties: { city: { type: 'string' } }, required: ['city'] } };
 
@@ -59,8 +53,8 @@ describe.each(['vllm', 'sglang', 'llamacpp'])('POST /v1/messages on %s', (kind) 
       // 20,000 does not fit beside the prompt in a 16,384-token window: lowered to the room left.
       expect(sent.max_tokens).toBeLessThan(16_384);
       expect(sent.max_tokens).toBeGreaterThan(16_384 - 100);
-      await until(async () => (await usageEvents(gw)).length === 1);
-      expect((await usageEvents(gw))[0]).toMatchObject({ api: 'messages', model: 'coder', user: '{"session_id":"s-1"}', replyId: reply.id, outcome: 'complete' });
+      await until(async () => (await usageEventsOf(gw.redis.client, gw.account)).length === 1);
+      expect((await usageEventsOf(gw.redis.client, gw.account))[0]).toMatchObject({ api: 'messages', model: 'coder', user: '{"session_id":"s-1"}', replyId: reply.id, outcome: 'complete' });
     });
   });
 
@@ -232,8 +226,8 @@ describe('the Messages API and its clients', () => {
       const chat = await gw.client.chat.completions.create({ model: 'gpt-4o', messages: [{ role: 'user', content: 'hi' }] });
       expect(chat.choices[0].message.content).toBe('Hello there');
       await expect(anthropic(gw).messages.create({ model: 'claude-opus-4', max_tokens: 10, messages: [{ role: 'user', content: 'hi' }] })).rejects.toBeInstanceOf(Anthropic.NotFoundError);
-      await until(async () => (await usageEvents(gw)).length === 2);
-      expect((await usageEvents(gw)).map((e) => [e.api, e.model])).toEqual([['messages', 'coder'], ['chat', 'coder']]);
+      await until(async () => (await usageEventsOf(gw.redis.client, gw.account)).length === 2);
+      expect((await usageEventsOf(gw.redis.client, gw.account)).map((e) => [e.api, e.model])).toEqual([['messages', 'coder'], ['chat', 'coder']]);
       expect((await gw.client.models.list()).data[0]).toMatchObject({ id: 'coder', aliases: ['claude-*-haiku-*', 'gpt-4o'] });
     });
   });

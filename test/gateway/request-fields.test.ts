@@ -4,9 +4,9 @@
 // every usage event, whatever the upstream takes.
 import { describe, expect, it } from 'vitest';
 import { parseRoutingFile } from '../../src/config.js';
-import { readUsageEvents } from '../../src/billing/usage-events.js';
 import { completionBody, replyJson, until, type Script } from '../support/fake-upstream.js';
 import { modelEntry, postChat, withGatewayOn } from '../support/gateway.js';
+import { usageEventsOf } from '../support/ledger.js';
 
 const answer: Script = (_req, res) => replyJson(res, completionBody('ok', { prompt_tokens: 3, completion_tokens: 1 }));
 const EXTRAS = {
@@ -40,11 +40,7 @@ describe("OpenAI's further request fields", () => {
     await withGatewayOn([answer], ([url]) => ({ models: [modelEntry('m', [{ kind: 'llamacpp', url }])] }), async (gw, [up]) => {
       await postChat(gw, { model: 'm', messages: [{ role: 'user', content: 'hi' }], user: 'end-user-42' });
       expect(up.received[0].body).not.toHaveProperty('user');
-      const events = async () => {
-        const all = [];
-        for await (const e of readUsageEvents(gw.redis.client, gw.account)) all.push(e);
-        return all;
-      };
+      const events = () => usageEventsOf(gw.redis.client, gw.account);
       await until(async () => (await events()).length === 1);
       expect((await events())[0]).toMatchObject({ user: 'end-user-42', outcome: 'complete' });
     });

@@ -6,19 +6,13 @@ import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { ensureDefaultModel } from '../../src/engine/model-maker.js';
 import { readBalance } from '../../src/billing/credit-ledger.js';
-import { readUsageEvents, type UsageEvent } from '../../src/billing/usage-events.js';
 import { AGENT_USAGE as usage, callingTool, chunk, greeting, sleep, until, writeEvents, type Script } from '../support/fake-upstream.js';
-import { modelEntry, withGatewayOn, type TestGateway } from '../support/gateway.js';
+import { modelEntry, withGatewayOn } from '../support/gateway.js';
+import { usageEventsOf } from '../support/ledger.js';
 
 const model = (kind: string) => (urls: string[]) => ({
   models: [modelEntry('coder', urls.map((url) => ({ kind, url, upstreamModel: 'served-name' })), { supports: { tools: true, jsonOutput: true }, contextWindow: 16_384 })],
 });
-
-async function usageEvents(gw: TestGateway): Promise<UsageEvent[]> {
-  const events: UsageEvent[] = [];
-  for await (const e of readUsageEvents(gw.redis.client, gw.account)) events.push(e);
-  return events;
-}
 
 const weather = { type: 'function' as const, name: 'get_weather', description: 'The weather in a city', parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] }, strict: false };
 
@@ -66,8 +60,8 @@ describe.each(['vllm', 'sglang', 'llamacpp'])('POST /v1/responses on %s', (kind)
       ]);
       expect(sent).toMatchObject({ model: 'served-name', max_tokens: 50, temperature: 0.3 });
       expect(sent.tools).toBeUndefined();
-      await until(async () => (await usageEvents(gw)).length === 1);
-      expect((await usageEvents(gw))[0]).toMatchObject({ api: 'responses', user: 'user-7', replyId: reply.id, outcome: 'complete' });
+      await until(async () => (await usageEventsOf(gw.redis.client, gw.account)).length === 1);
+      expect((await usageEventsOf(gw.redis.client, gw.account))[0]).toMatchObject({ api: 'responses', user: 'user-7', replyId: reply.id, outcome: 'complete' });
     });
   });
 
