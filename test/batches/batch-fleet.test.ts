@@ -11,6 +11,7 @@ import { join } from 'node:path';
 import OpenAI, { toFile } from 'openai';
 import { stringify } from 'yaml';
 import { describe, expect, it } from 'vitest';
+import { STORED_ITEM_OVERHEAD_BYTES } from '../../src/batches/stored-bytes.js';
 import { holdCredits, readBalance } from '../../src/billing/credit-ledger.js';
 import { readUsageEvents } from '../../src/billing/usage-events.js';
 import { redisKeys } from '../../src/redis/keys.js';
@@ -163,7 +164,7 @@ describe('a batch on a fleet', () => {
     const redis = await startTestRedis();
     const line = JSON.stringify({ custom_id: 'x', method: 'POST', url: '/v1/chat/completions', body: { model: 'm', messages: [{ role: 'user', content: 'a'.repeat(1500) }] } });
     const size = Buffer.byteLength(line);
-    const config = { gateway: { batches: { concurrency: 0, storedBytesPerAccount: Math.floor(4.5 * size) } }, models: [modelEntry('m', [{ kind: 'vllm', url: 'http://127.0.0.1:9/v1' }])] };
+    const config = { gateway: { batches: { concurrency: 0, storedBytesPerAccount: Math.floor(4.5 * (size + STORED_ITEM_OVERHEAD_BYTES)) } }, models: [modelEntry('m', [{ kind: 'vllm', url: 'http://127.0.0.1:9/v1' }])] };
     const replicas = [await startTestGateway(config, { redis }), await startTestGateway(config, { redis }), await startTestGateway(config, { redis })];
     try {
       const tenants = [await makeAccount(redis, 1), await makeAccount(redis, 1)];

@@ -5,6 +5,7 @@ import Anthropic from '@anthropic-ai/sdk';
 import OpenAI, { toFile } from 'openai';
 import { describe, expect, it } from 'vitest';
 import { MAX_ACTIVE_BATCHES } from '../../src/batches/batch-store.js';
+import { STORED_ITEM_OVERHEAD_BYTES } from '../../src/batches/stored-bytes.js';
 import { greeting, sleep, until, type Script } from '../support/fake-upstream.js';
 import { makeAccount, modelEntry, withGatewayOn } from '../support/gateway.js';
 
@@ -54,10 +55,25 @@ describe('batches of many teams', () => {
     });
   });
 
+  // Each upload is a request within the rate limit: tiny ones, counted by their bytes alone, would each keep in Redis
+  // what the cap never saw (a file's metadata and its places in the account's lists).
+  it('counts what Redis keeps of each item beside its bytes: tiny uploads stop where the cap holds their keeping', async () => {
+    const line = JSON.stringify({ custom_id: 't', method: 'POST', url: '/v1/chat/completions', body: { model: 'm', messages: [{ role: 'user', content: 'x' }] } });
+    await withGatewayOn([greeting()], config({ concurrency: 0, storedBytesPerAccount: 3 * STORED_ITEM_OVERHEAD_BYTES }), async (gw) => {
+      const statuses: string[] = [];
+      for (let i = 0; i < 5; i++) {
+        const made = await toFile(Buffer.from(line), 'x.jsonl').then((file) => gw.client.files.create({ file, purpose: 'batch' })).then(() => 'kept', (err) => err.error?.code);
+        statuses.push(made);
+      }
+      expect(statuses).toEqual(['kept', 'kept', 'storage_limit_reached', 'storage_limit_reached', 'storage_limit_reached']);
+      expect((await gw.client.files.list()).data).toHaveLength(2);
+    });
+  });
+
   it('counts every upload and every batch\'s lines against what the account may keep, however many arrive at once', async () => {
     const line = chatLine('x');
     const size = Buffer.byteLength(line);
-    await withGatewayOn([greeting()], config({ concurrency: 0, storedBytesPerAccount: Math.floor(4.5 * size) }), async (gw) => {
+    await withGatewayOn([greeting()], config({ concurrency: 0, storedBytesPerAccount: Math.floor(4.5 * (size + STORED_ITEM_OVERHEAD_BYTES)) }), async (gw) => {
       const upload = () => toFile(Buffer.from(line), 'x.jsonl').then((file) => gw.client.files.create({ file, purpose: 'batch' }));
       const refused = { status: 400, error: { code: 'storage_limit_reached' } };
       // Twelve at once: each was checked against what was listed before any was stored, and all twelve were kept.
