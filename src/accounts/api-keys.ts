@@ -9,6 +9,7 @@ import { redisKeys } from '../redis/keys.js';
 import { luaScript } from '../redis/lua-script.js';
 
 export const API_KEY_PREFIX = 'sk-parley-';
+const API_KEY_FORMAT = /^sk-parley-[A-Za-z0-9_-]{43}$/;
 
 /**
  * The most keys an account holds that are not revoked, and the most revoked
@@ -52,7 +53,6 @@ return forgotten
 `);
 
 const accountKeySets = (account: string) => [redisKeys.accountKeys(account), redisKeys.revokedKeys(account)];
-const API_KEY_FORMAT = /^sk-parley-[A-Za-z0-9_-]{43}$/;
 
 export interface ApiKeyRecord {
   id: string;

@@ -29,7 +29,7 @@ end`;
 
 // KEYS: the account's items (member → when Redis drops its data) and their sizes (member → bytes, '#total').
 // ARGV: the item, its bytes, the cap, ms to keep it. First gives back the bytes of items past their end (a
-// thousand a call: each item ends once, and was one of the key's requests). Answers -1 where counted, else the
+// thousand a call: each item ends once, and was one of the account's requests). Answers -1 where counted, else the
 // bytes the account keeps.
 const RESERVE = luaScript(`
 ${LUA_NOW_MS}

@@ -12,6 +12,9 @@ import { BlockList, isIP } from 'node:net';
 /** An IPv4 address as Node reports it on a dual-stack socket (::ffff:10.0.0.1), as IPv4. */
 const plain = (address: string) => (address.startsWith('::ffff:') && isIP(address.slice(7)) === 4 ? address.slice(7) : address);
 
+/** The address's family as BlockList names it; null for text that is not an address. */
+const familyOf = (address: string) => ({ 4: 'ipv4', 6: 'ipv6' } as const)[isIP(address) as 4 | 6] ?? null;
+
 const lists = new WeakMap<readonly string[], BlockList>();
 
 /** The proxies as a BlockList (addresses and CIDR ranges), made once per routing file. */
@@ -21,7 +24,7 @@ function trustedList(proxies: readonly string[]): BlockList {
     list = new BlockList();
     for (const entry of proxies) {
       const [address, prefix] = entry.split('/');
-      const family = isIP(address) === 6 ? 'ipv6' : 'ipv4';
+      const family = familyOf(address)!;
       if (prefix === undefined) list.addAddress(address, family);
       else list.addSubnet(address, Number(prefix), family);
     }
@@ -33,21 +36,24 @@ function trustedList(proxies: readonly string[]): BlockList {
 /** Whether `entry` is an address or a CIDR range that trustedProxies can hold. */
 export function isProxyEntry(entry: string): boolean {
   const [address, prefix, extra] = entry.split('/');
-  const family = isIP(address);
-  if (family === 0 || extra !== undefined) return false;
-  return prefix === undefined || (/^\d{1,3}$/.test(prefix) && Number(prefix) <= (family === 4 ? 32 : 128));
+  const family = familyOf(address);
+  if (!family || extra !== undefined) return false;
+  return prefix === undefined || (/^\d{1,3}$/.test(prefix) && Number(prefix) <= (family === 'ipv4' ? 32 : 128));
 }
 
 export function clientAddress(req: IncomingMessage, trustedProxies: readonly string[]): string {
   let address = plain(req.socket.remoteAddress ?? 'unknown');
   if (trustedProxies.length === 0) return address;
   const trusted = trustedList(trustedProxies);
-  const isTrusted = (a: string) => isIP(a) !== 0 && trusted.check(a, isIP(a) === 6 ? 'ipv6' : 'ipv4');
+  const isTrusted = (a: string) => {
+    const family = familyOf(a);
+    return family !== null && trusted.check(a, family);
+  };
   const forwarded = String(req.headers['x-forwarded-for'] ?? '').split(',');
   while (isTrusted(address) && forwarded.length > 0) {
     const next = plain(forwarded.pop()!.trim());
     // A trusted proxy writes addresses: anything else stops the walk at that proxy.
-    if (isIP(next) === 0) break;
+    if (!familyOf(next)) break;
     address = next;
   }
   return address;

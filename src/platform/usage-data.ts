@@ -24,12 +24,18 @@ export function daysBetween(from: string, to: string): string[] {
   return count > 0 ? lastDays(Math.min(count, DAILY_TOTALS_KEPT_DAYS), Date.parse(to)) : [];
 }
 
-export async function dailyTotals(redis: Redis, account: string, days: string[]): Promise<DayTotals[]> {
+/** Each day's totals hash (field → total), the account's or, with `key`, that key's: one pipelined read. */
+async function readDays(redis: Redis, account: string, days: string[], key?: string): Promise<Record<string, string>[]> {
   const pipeline = redis.pipeline();
-  for (const day of days) pipeline.hgetall(redisKeys.dailyUsage(account, day));
+  for (const day of days) pipeline.hgetall(key ? redisKeys.keyDailyUsage(account, key, day) : redisKeys.dailyUsage(account, day));
   const results = (await pipeline.exec()) ?? [];
+  return days.map((_, i) => (results[i]?.[1] ?? {}) as Record<string, string>);
+}
+
+export async function dailyTotals(redis: Redis, account: string, days: string[]): Promise<DayTotals[]> {
+  const read = await readDays(redis, account, days);
   return days.map((day, i) => {
-    const fields = (results[i]?.[1] ?? {}) as Record<string, string>;
+    const fields = read[i];
     const t: DayTotals = { day, requests: 0, cachedInput: 0, uncachedInput: 0, output: 0, cost: 0 };
     for (const [field, value] of Object.entries(fields)) {
       const metric = field.slice(field.lastIndexOf('\t') + 1);
@@ -68,12 +74,10 @@ export const NOT_RECORDED = '—';
  * at every view of the page. With `key`, that key's totals.
  */
 export async function usageByDayAndModel(redis: Redis, account: string, days: string[], key?: string): Promise<UsageRow[]> {
-  const pipeline = redis.pipeline();
-  for (const day of days) pipeline.hgetall(key ? redisKeys.keyDailyUsage(account, key, day) : redisKeys.dailyUsage(account, day));
-  const results = (await pipeline.exec()) ?? [];
+  const read = await readDays(redis, account, days, key);
   const rows = new Map<string, UsageRow>();
   days.forEach((day, i) => {
-    for (const [field, value] of Object.entries((results[i]?.[1] ?? {}) as Record<string, string>)) {
+    for (const [field, value] of Object.entries(read[i])) {
       const parts = field.split('\t');
       const metric = parts.pop();
       const [model, api = NOT_RECORDED, tier = NOT_RECORDED] = parts;
