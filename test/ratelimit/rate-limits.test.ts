@@ -2,10 +2,13 @@
 // redis-server: the 429 and OpenAI's x-ratelimit headers.
 import { describe, expect, it } from 'vitest';
 import { createApiKey } from '../../src/accounts/api-keys.js';
-import { answering, startFakeUpstream } from '../support/fake-upstream.js';
-import { makeAccount, modelEntry, postChat, startFleetOn, startTestGateway, TEST_KEY_SECRET } from '../support/gateway.js';
+import { answering } from '../support/fake-upstream.js';
+import { makeAccount, modelEntry, postChat, startFleetOn, TEST_KEY_SECRET, withGatewayOn } from '../support/gateway.js';
 
 const messages = [{ role: 'user' as const, content: 'hello' }];
+const answer = answering({ prompt_tokens: 5, completion_tokens: 5 });
+/** One model on the scripted upstream, with these rate limits (the routing file's defaults where none). */
+const oneModel = (rateLimits: Record<string, number> = {}) => ([url]: string[]) => ({ rateLimits, models: [modelEntry('m', [{ kind: 'vllm', url }])] });
 
 // Windows are whole clock minutes, so a test whose requests straddle a
 // minute's end sees its counts start again. Each test starts with at least
@@ -18,9 +21,7 @@ async function startWithinOneMinute() {
 describe('rate limits', () => {
   it('answers 429 rate_limit_exceeded with Retry-After and OpenAI\'s x-ratelimit headers', async () => {
     await startWithinOneMinute();
-    const upstream = await startFakeUpstream(answering({ prompt_tokens: 5, completion_tokens: 5 }));
-    const gw = await startTestGateway({ rateLimits: { requestsPerMinute: 2 }, models: [modelEntry('m', [{ kind: 'vllm', url: upstream.url }])] });
-    try {
+    await withGatewayOn([answer], oneModel({ requestsPerMinute: 2 }), async (gw, [upstream]) => {
       const first = await postChat(gw, { model: 'm', messages, max_tokens: 10 });
       expect(first.status).toBe(200);
       expect(first.headers.get('x-ratelimit-limit-requests')).toBe('2');
@@ -35,16 +36,11 @@ describe('rate limits', () => {
       expect(Number(limited.headers.get('retry-after'))).toBeGreaterThan(0);
       expect(limited.headers.get('x-ratelimit-remaining-requests')).toBe('0');
       expect(upstream.received.length).toBe(calls);
-    } finally {
-      await gw.close();
-      await upstream.close();
-    }
+    });
   });
 
   it('counts tokens per minute, with an account\'s own limit over the default', async () => {
-    const upstream = await startFakeUpstream(answering({ prompt_tokens: 5, completion_tokens: 5 }));
-    const gw = await startTestGateway({ models: [modelEntry('m', [{ kind: 'vllm', url: upstream.url }])] });
-    try {
+    await withGatewayOn([answer], oneModel(), async (gw, [upstream]) => {
       const { setAccountLimits } = await import('../../src/accounts/accounts.js');
       const team = await makeAccount(gw.redis, 1);
       await startWithinOneMinute();
@@ -64,17 +60,12 @@ describe('rate limits', () => {
       expect(huge.headers.get('retry-after')).toBeNull();
       expect((await huge.json()).error).toMatchObject({ code: 'rate_limit_exceeded', message: expect.stringContaining('Request too large') });
       expect(upstream.received.length).toBe(calls);
-    } finally {
-      await gw.close();
-      await upstream.close();
-    }
+    });
   });
 
   // A member can make keys: a window per key would give each new key the account's limits again.
   it("counts every key of an account in the account's one window, and another account in its own", async () => {
-    const upstream = await startFakeUpstream(answering({ prompt_tokens: 5, completion_tokens: 5 }));
-    const gw = await startTestGateway({ rateLimits: { requestsPerMinute: 3 }, models: [modelEntry('m', [{ kind: 'vllm', url: upstream.url }])] });
-    try {
+    await withGatewayOn([answer], oneModel({ requestsPerMinute: 3 }), async (gw) => {
       const team = await makeAccount(gw.redis, 1);
       const other = await makeAccount(gw.redis, 1);
       const keys = [team.key, ...(await Promise.all([1, 2, 3].map(async (i) => (await createApiKey(gw.redis.client, TEST_KEY_SECRET, team.account, `extra ${i}`)).key)))];
@@ -89,14 +80,11 @@ describe('rate limits', () => {
       const otherFirst = await ask(other.key);
       expect(otherFirst.status).toBe(200);
       expect(otherFirst.headers.get('x-ratelimit-remaining-requests')).toBe('2');
-    } finally {
-      await gw.close();
-      await upstream.close();
-    }
+    });
   });
 
   it("holds an account's keys to its one window across three replicas, requests sent at once", async () => {
-    const fleet = await startFleetOn([answering({ prompt_tokens: 5, completion_tokens: 5 })], ([url]) => ({ rateLimits: { requestsPerMinute: 6 }, models: [modelEntry('m', [{ kind: 'vllm', url }])] }), 3);
+    const fleet = await startFleetOn([answer], oneModel({ requestsPerMinute: 6 }), 3);
     try {
       const team = await makeAccount(fleet.gw.redis, 1);
       const keys = [team.key, ...(await Promise.all([1, 2].map(async (i) => (await createApiKey(fleet.gw.redis.client, TEST_KEY_SECRET, team.account, `extra ${i}`)).key)))];
