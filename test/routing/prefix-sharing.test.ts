@@ -246,7 +246,7 @@ async function expectOneHomeEach(ask: (replica: number, key: number, text: strin
 /** Starts two more replicas of `gw` on its Redis, with its routing file (and `gateway` settings), runs `body` on all three, and stops the two. */
 async function asFleet<T>(gw: TestGateway, gateway: Record<string, unknown>, routing: Record<string, unknown>, body: (replicas: TestGateway[]) => Promise<T>): Promise<T> {
   const config = { gateway, models: [modelEntry('m', gw.context.routing().models.get('m')!.endpoints.map((e) => ({ kind: 'vllm', url: e.url })), { routing })] };
-  const others = [await startTestGateway(config, { redis: gw.redis }), await startTestGateway(config, { redis: gw.redis })];
+  const others = [await startTestGateway(config, { replicaOf: gw }), await startTestGateway(config, { replicaOf: gw })];
   try {
     return await body([gw, ...others]);
   } finally {

@@ -54,8 +54,10 @@ export function startGatewaysOn(start: () => Promise<TestRedis>): void {
 }
 
 export interface TestGatewayOptions {
-  /** Share a redis-server (and so accounts) with another gateway: a second replica. */
+  /** Share a redis-server (and so accounts) with another gateway: a second replica, whose client is another account's. */
   redis?: TestRedis;
+  /** Another replica of this gateway: its redis-server, and its client calls with the same account and key, as one tenant reaches any replica. */
+  replicaOf?: TestGateway;
 
   dataDir?: string;
   credit?: number;
@@ -75,9 +77,9 @@ export async function startTestGateway(config: unknown, opts: TestGatewayOptions
   const writeConfig = (c: unknown) => writeFileSync(configPath, stringify(quiet(c)));
   writeConfig(config);
   const data = opts.dataDir ?? join(dir, 'data');
-  const redis = opts.redis ?? (await newTestRedis());
+  const redis = opts.replicaOf?.redis ?? opts.redis ?? (await newTestRedis());
   const gateway = await startGateway({ configPath, dataDir: data, host: '127.0.0.1', port: 0, redis: redis.shared ?? { kind: 'server', url: redis.url }, keySecret: TEST_KEY_SECRET, metricsPort: opts.metricsPort });
-  const { account, key } = await makeAccount(redis, opts.credit ?? 100);
+  const { account, key } = opts.replicaOf ? { account: opts.replicaOf.account, key: opts.replicaOf.apiKey } : await makeAccount(redis, opts.credit ?? 100);
   const client = new OpenAI({ baseURL: `${gateway.url}/v1`, apiKey: key, maxRetries: 0 });
   return {
     ...gateway,
@@ -91,7 +93,7 @@ export async function startTestGateway(config: unknown, opts: TestGatewayOptions
     // Tests end with requests still hanging on scripted upstreams: no grace unless a test asks for it.
     close: async (graceMs = 0) => {
       await gateway.close(graceMs);
-      if (!opts.redis) await redis.stop();
+      if (!opts.redis && !opts.replicaOf) await redis.stop();
       rmSync(dir, { recursive: true, force: true });
     },
   };
@@ -126,7 +128,7 @@ export interface FleetOnUpstreams extends GatewayOnUpstreams {
 export async function startFleetOn(scripts: Script[], config: (urls: string[]) => unknown, count: number): Promise<FleetOnUpstreams> {
   const running = await startGatewayOn(scripts, config);
   const replicas = [running.gw];
-  while (replicas.length < count) replicas.push(await startTestGateway(config(running.upstreams.map((u) => u.url)), { redis: running.gw.redis }));
+  while (replicas.length < count) replicas.push(await startTestGateway(config(running.upstreams.map((u) => u.url)), { replicaOf: running.gw }));
   return {
     ...running,
     replicas,
