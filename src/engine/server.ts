@@ -39,7 +39,16 @@ type Generation = Pick<ChatCompletionRequest, 'n' | 'seed' | 'stop' | 'temperatu
   topLogprobs: number | null;
   /** Text the reply starts with: the prompt, when a completion asked for `echo`. */
   echo: string;
+  /** Its `cache_salt`: only sequences last filled under the same salt are read from ('' for none). */
+  cacheSalt: string;
 };
+
+/** The request's `cache_salt`, as vLLM takes it: a string, or none. */
+function cacheSaltOf(body: unknown): string | ApiError {
+  const salt = (body as { cache_salt?: unknown } | null)?.cache_salt;
+  if (salt == null) return '';
+  return typeof salt === 'string' && salt !== '' ? salt : invalidParameter('cache_salt', "Invalid value for 'cache_salt': expected a non-empty string.");
+}
 
 export interface RunningEngine {
   url: string;
@@ -118,8 +127,14 @@ class LocalEngine {
     if (route === 'GET /v1/models') {
       return sendJson(res, 200, { object: 'list', data: [{ id: this.opts.modelId, object: 'model', created: 0, owned_by: 'parley-engine', context_window: this.contextSize }] });
     }
-    if (route === 'POST /v1/chat/completions') return this.chat(parsedOrThrow(parseChatCompletionRequest(await readJsonBody(req, MAX_BODY_BYTES))), res);
-    if (route === 'POST /v1/completions') return this.complete(parsedOrThrow(parseCompletionRequest(await readJsonBody(req, MAX_BODY_BYTES))), res);
+    if (route === 'POST /v1/chat/completions') {
+      const body = await readJsonBody(req, MAX_BODY_BYTES);
+      return this.chat(parsedOrThrow(parseChatCompletionRequest(body)), parsedOrThrow(cacheSaltOf(body)), res);
+    }
+    if (route === 'POST /v1/completions') {
+      const body = await readJsonBody(req, MAX_BODY_BYTES);
+      return this.complete(parsedOrThrow(parseCompletionRequest(body)), parsedOrThrow(cacheSaltOf(body)), res);
+    }
     if (route === 'POST /v1/embeddings') return this.embed(parsedOrThrow(parseEmbeddingsRequest(await readJsonBody(req, MAX_BODY_BYTES))), res);
     throw routeNotFound(req.method ?? 'GET', path);
   }
@@ -135,13 +150,13 @@ class LocalEngine {
     );
   }
 
-  private chat(request: ChatCompletionRequest, res: ServerResponse): Promise<void> {
+  private chat(request: ChatCompletionRequest, cacheSalt: string, res: ServerResponse): Promise<void> {
     const tokens = this.prompt.tokens(request.messages);
     const maxTokens = requestedMaxTokens(request) ?? this.contextSize - tokens.length;
-    return this.generate({ ...request, tokens, maxTokens, logprobs: request.logprobs === true, topLogprobs: request.top_logprobs ?? 0, echo: '' }, res, CHAT_REPLIES);
+    return this.generate({ ...request, tokens, maxTokens, logprobs: request.logprobs === true, topLogprobs: request.top_logprobs ?? 0, echo: '', cacheSalt }, res, CHAT_REPLIES);
   }
 
-  private complete(request: CompletionRequest, res: ServerResponse): Promise<void> {
+  private complete(request: CompletionRequest, cacheSalt: string, res: ServerResponse): Promise<void> {
     const prompts = promptsOf(request);
     // The gateway sends a batch's prompts as one call each; this engine serves one at a time.
     if (prompts.length > 1) throw invalidParameter('prompt', 'This engine takes one prompt per request.');
@@ -150,7 +165,7 @@ class LocalEngine {
     const bos = this.model.tokens.bos !== null ? [this.model.tokens.bos] : [];
     const tokens = typeof text === 'string' ? [...bos, ...this.model.tokenize(text)] : (text as Token[]);
     const echo = request.echo && typeof text === 'string' ? text : '';
-    return this.generate({ ...request, tokens, maxTokens: request.max_tokens ?? 16, logprobs: false, topLogprobs: null, echo }, res, TEXT_REPLIES);
+    return this.generate({ ...request, tokens, maxTokens: request.max_tokens ?? 16, logprobs: false, topLogprobs: null, echo, cacheSalt }, res, TEXT_REPLIES);
   }
 
   /** Generates `n` replies to the request's tokens, whole or streamed, in the format of the API that asked. */
@@ -166,7 +181,7 @@ class LocalEngine {
     const abort = new AbortController();
     // 'close' also follows a finished reply, when the abort no longer matters.
     res.once('close', () => abort.abort());
-    const seqs = await this.pool.acquire(request.tokens, request.n ?? 1);
+    const seqs = await this.pool.acquire(request.tokens, request.n ?? 1, request.cacheSalt);
     try {
       const choices: Choices = { tokens: request.tokens, seqs, sampling: samplingOf(request), abort: abort.signal };
       const identity: ReplyIdentity = { id: `${format.idPrefix}${randomUUID()}`, created: Math.floor(Date.now() / 1000), model: this.opts.modelId, serviceTier: 'default' };

@@ -15,7 +15,8 @@ import { ApiError, checkContextWindow, promptTooLong } from '../protocol/errors.
 import { bounded } from '../protocol/bounded-text.js';
 import { sendJson, sendJsonParts } from '../protocol/http-io.js';
 import { servingTier, type ServiceTier } from '../protocol/service-tier.js';
-import { hintKey } from '../routing/affinity-key.js';
+import { accountKey, hintKey } from '../routing/affinity-key.js';
+import { accountCacheSalt } from '../routing/cache-scope.js';
 import { isNamedInTable, type RoutedEndpoint, type RoutedModel } from '../routing/routing-table.js';
 import type { UpstreamBody } from '../upstream/client.js';
 import { mergeStreams, type FanOut } from '../upstream/fan-out.js';
@@ -129,11 +130,21 @@ export function perChoiceBodies(endpoint: RoutedEndpoint, body: Record<string, u
   });
 }
 
-/** The request as an upstream that schedules by priority takes it: each body with its tier's priority. */
-function withPriority(sent: UpstreamRequest, endpoint: RoutedEndpoint, tier: ServiceTier): UpstreamRequest {
-  const { priorityOf } = endpoint.dialect;
-  if (!endpoint.priorityScheduling || !priorityOf) return sent;
-  return { ...sent, bodies: sent.bodies.map((b) => ({ ...b, priority: priorityOf(tier) })) };
+/**
+ * The request with what the endpoint's engine takes from Parley rather than the client: its tier's priority, where
+ * the endpoint schedules by it, and the account's cache salt, where the model keeps each account's prefix cache
+ * apart (routing/cache-scope.ts). A salt the client sent (a model's passThrough may let it) follows the account's,
+ * so it can only divide the account's cache further. Set in place: the bodies are this call's own.
+ */
+function withEngineFields(sent: UpstreamRequest, endpoint: RoutedEndpoint, tier: ServiceTier, cacheSalt: (() => string) | undefined): UpstreamRequest {
+  const { priorityOf, saltsPrefixCache } = endpoint.dialect;
+  const priority = endpoint.priorityScheduling && priorityOf ? priorityOf(tier) : undefined;
+  const salt = cacheSalt && saltsPrefixCache ? cacheSalt() : undefined;
+  for (const body of sent.bodies) {
+    if (priority !== undefined) body.priority = priority;
+    if (salt !== undefined) body.cache_salt = typeof body.cache_salt === 'string' ? `${salt}.${body.cache_salt}` : salt;
+  }
+  return sent;
 }
 
 /** Claude Code names its session in this header, as well as in `metadata.user_id`, which the Messages mapping reads. */
@@ -148,10 +159,14 @@ function sessionHeader(headers: IncomingHttpHeaders, settings: GatewaySettings):
   return undefined;
 }
 
-/** The request's affinity key: the client's hint (its `prompt_cache_key`, else a session header), else what its prompt says. */
-function affinityKey<R>(api: Pick<ApiDescriptor<R>, 'affinityKey' | 'cacheHint'>, request: R, headers: IncomingHttpHeaders, settings: GatewaySettings): string {
+/**
+ * The request's affinity key: the client's hint (its `prompt_cache_key`, else a session header), else what its
+ * prompt says; the account's own where the model keeps each account's cache apart.
+ */
+function affinityKey<R>(api: Pick<ApiDescriptor<R>, 'affinityKey' | 'cacheHint'>, request: R, headers: IncomingHttpHeaders, settings: GatewaySettings, account: string | undefined): string {
   const hint = api.cacheHint?.(request) ?? sessionHeader(headers, settings);
-  return hint ? hintKey(hint) : api.affinityKey(request);
+  const key = hint ? hintKey(hint) : api.affinityKey(request);
+  return account === undefined ? key : accountKey(account, key);
 }
 
 /** A request read, checked and priced, ready for its hold: everything the path learns before it touches money. */
@@ -272,10 +287,13 @@ async function serve<R, W extends WholeReply>(api: ApiDescriptor<R, W>, exchange
     const request = meter.maxReplyTokens < (a.asked.maxTokens ?? a.maxReplyTokens) ? api.withMaxTokens(a.request, meter.maxReplyTokens) : a.request;
     const streaming = a.asked.stream && 'res' in to ? api.streaming : undefined;
     relay = streaming && 'res' in to ? openRelay(streaming, a, request, to.res, ctx, exchange, meter, record, started) : undefined;
-    const plan = await ctx.router.plan(a.model, () => affinityKey(api, a.request, exchange.headers, table.settings), a.promptTokens, caller.account);
+    const ownCache = a.model.config.routing.prefixCache === 'per-account';
+    const plan = await ctx.router.plan(a.model, () => affinityKey(api, a.request, exchange.headers, table.settings, ownCache ? caller.account : undefined), a.promptTokens, caller.account);
+    // Embeddings read no cache.
+    const cacheSalt = ownCache && api.name !== 'embeddings' ? () => accountCacheSalt(ctx.keySecret, caller.account) : undefined;
     call = await callWithFailover(ctx, span, {
       model: a.model, settings: table.settings, plan, account: caller.account, tier: a.tier, cancellation: exchange.upstreamCall, record,
-      upstreamRequest: (endpoint) => withPriority(api.upstreamRequest(endpoint, a.model, request, a.passThrough), endpoint, a.tier),
+      upstreamRequest: (endpoint) => withEngineFields(api.upstreamRequest(endpoint, a.model, request, a.passThrough), endpoint, a.tier, cacheSalt),
     });
     record.endpoint = call.endpoint.url;
     record.provider = call.endpoint.kind;

@@ -13,6 +13,9 @@
 //   prompt it shares with other sessions.
 // - A client's hint (OpenAI's `prompt_cache_key`, Claude Code's session, a
 //   header the operator names) is the key itself, from the first turn.
+// - Where a model keeps each account's cache apart, each of these is the
+//   account's own: one account's system prompt finds no other account's cache,
+//   so it has a home of its own.
 import { createHash } from 'node:crypto';
 import { messageText, type ChatMessage } from '../protocol/chat-request.js';
 
@@ -31,6 +34,9 @@ export const leadingTextKey = (text: string) => keyOf('lead', text, PLACEMENT_CH
 
 /** The affinity key a client's hint names. */
 export const hintKey = (hint: string) => keyOf('hint', hint, MAX_OPENING_CHARS);
+
+/** A key as one account's own, where a model keeps each account's prefix cache apart (routing/cache-scope.ts). */
+export const accountKey = (account: string, key: string) => keyOf('account', `${account}\n${key}`, Infinity);
 
 /** The affinity key of a chat conversation (see the top of this file). */
 export function conversationKey(messages: ChatMessage[]): string {

@@ -113,6 +113,10 @@ export async function buildRoutingTable(file: RoutingFile, engines: LocalEngines
         priorityScheduling: e.priorityScheduling,
       });
     }
+    const unsalted = [...new Set(endpoints.filter((e) => !e.dialect.saltsPrefixCache).map((e) => e.kind))];
+    if (config.routing.prefixCache === 'per-account' && unsalted.length > 0) {
+      console.warn(`parley: ${config.id}: ${unsalted.join(' and ')} endpoints keep one prefix cache for every account, whose cached tokens and speed show one account what another sent; vllm, sglang and parley-engine keep each account's apart`);
+    }
     models.set(config.id, { config, prices: tierPrices(config), endpoints, promptCounter: tokenizer ? await promptCounter(tokenizer) : undefined });
   }
   return { settings: file.gateway, billing: file.billing, rateLimits: file.rateLimits, platform: file.platform, models, aliases: aliasesOf(models.values()) };

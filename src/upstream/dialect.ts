@@ -25,6 +25,8 @@ export interface Dialect {
   readonly priorityOf?: (tier: ServiceTier) => number;
   /** Where this engine reports its own queue and KV-cache use; absent for an API that does not (a hosted one). */
   readonly engineLoad?: EngineLoadSource;
+  /** Whether it keeps the prefix caches of requests with different `cache_salt`s apart (routing/cache-scope.ts). */
+  readonly saltsPrefixCache: boolean;
   readonly chat: GenerationMapping<ChatCompletionRequest>;
   /** Text completions, read as chat's are: each choice's text as its message's content. */
   readonly text: GenerationMapping<CompletionRequest>;
@@ -63,6 +65,7 @@ export interface DialectQuirks extends RequestQuirks, ReplyQuirks {
   promptCount?: PromptCount;
   priorityOf?: (tier: ServiceTier) => number;
   engineLoad?: EngineLoadSource;
+  saltsPrefixCache?: boolean;
   multipleChoices?: boolean;
   /** The fields this upstream writes around every streamed chat chunk that say nothing; absent where its chunks are framed otherwise (no quick path). */
   chunkFraming?: ChunkFraming;
@@ -78,6 +81,7 @@ export function openAiCompatible(quirks: DialectQuirks): Dialect {
     promptCount: quirks.promptCount,
     priorityOf: quirks.priorityOf,
     engineLoad: quirks.engineLoad,
+    saltsPrefixCache: quirks.saltsPrefixCache ?? false,
     chat: {
       requestBody: (req, target) => chatBody(req, target, quirks),
       whole: (body) => chatReply(body, quirks),

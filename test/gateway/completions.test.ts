@@ -34,7 +34,7 @@ describe('POST /v1/completions', () => {
       expect(reply).toMatchObject({ object: 'text_completion', model: 'coder', choices: [{ index: 0, text: 'def f():', finish_reason: 'length', logprobs: null }], usage: { prompt_tokens: 10, completion_tokens: 4, total_tokens: 14, prompt_tokens_details: { cached_tokens: 6 } } });
       expect(reply.id).toMatch(/^cmpl-/);
       expect(up.received[0].path).toBe('/v1/completions');
-      expect(up.received[0].body).toEqual({ model: 'Qwen/Qwen2.5-Coder-7B', prompt: 'def', suffix: '\n    return 1', echo: false, logprobs: 2, stop: ['\n\n'], max_tokens: 4, temperature: 0.2, user: 'dev-3' });
+      expect(up.received[0].body).toEqual({ model: 'Qwen/Qwen2.5-Coder-7B', prompt: 'def', suffix: '\n    return 1', echo: false, logprobs: 2, stop: ['\n\n'], max_tokens: 4, temperature: 0.2, user: 'dev-3', cache_salt: expect.any(String) });
     });
   });
 

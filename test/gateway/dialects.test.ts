@@ -117,7 +117,7 @@ describe('what Parley sends upstream', () => {
     });
     expect(r.status).toBe(200);
     const sent = t.upstream.received.at(-1)!.body;
-    expect(sent).toEqual({ model: 'served-name', messages: [{ role: 'system', content: 'be brief' }, { role: 'user', content: 'hi' }], max_tokens: 9, temperature: 0.5, user: 'u' });
+    expect(sent).toEqual({ model: 'served-name', messages: [{ role: 'system', content: 'be brief' }, { role: 'user', content: 'hi' }], max_tokens: 9, temperature: 0.5, user: 'u', cache_salt: expect.any(String) });
   });
 
   it('always asks a streaming upstream for usage, even when the client did not', async () => {

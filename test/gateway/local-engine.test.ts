@@ -4,7 +4,7 @@
 import { basename, join } from 'node:path';
 import Anthropic from '@anthropic-ai/sdk';
 import { readGgufFileInfo } from 'node-llama-cpp';
-import { toFile } from 'openai';
+import OpenAI, { toFile } from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readBalance } from '../../src/billing/credit-ledger.js';
 import { DEFAULT_MODEL_FILE } from '../../src/engine/model-maker.js';
@@ -263,6 +263,24 @@ describe.each(MODELS)('local engine: $name', ({ local }) => {
     await gw.client.chat.completions.create({ model, messages: tenant('beta', 'one'), max_tokens: 1 });
     const again = await gw.client.chat.completions.create({ model, messages: tenant('alpha', 'two'), max_tokens: 1 });
     expect(again.usage!.prompt_tokens_details!.cached_tokens).toBeGreaterThan(again.usage!.prompt_tokens / 2);
+  });
+
+  it("keeps each account's prefix cache to itself: another account's same prompt finds nothing cached", async () => {
+    const { key } = await makeAccount(gw.redis, 10);
+    const other = new OpenAI({ baseURL: `${gw.url}/v1`, apiKey: key, maxRetries: 0 });
+    const prompt = user('a question only these two accounts ask');
+    await gw.client.chat.completions.create({ model, messages: prompt, max_tokens: 1 });
+    const cachedOf = async (client: OpenAI) => (await client.chat.completions.create({ model, messages: prompt, max_tokens: 1 })).usage!.prompt_tokens_details!.cached_tokens!;
+    expect(await cachedOf(other)).toBe(0);
+    expect(await cachedOf(other)).toBeGreaterThan(0);
+    expect(await cachedOf(gw.client)).toBeGreaterThan(0);
+    // The engine takes a salt as vLLM does: a string, not empty.
+    const engine = gw.context.routing().models.get(model)!.endpoints[0].url;
+    for (const cache_salt of [5, '']) {
+      const res = await fetch(`${engine}/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model, messages: prompt, max_tokens: 1, cache_salt }) });
+      expect(res.status).toBe(400);
+      expect((await res.json()).error.param).toBe('cache_salt');
+    }
   });
 
   it('runs an OpenAI batch and an Anthropic message batch on the engine, lines sharing the system prompt reading it from cache', async () => {

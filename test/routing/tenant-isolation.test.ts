@@ -2,7 +2,8 @@
 // content open no circuit, text that is not valid Unicode never reaches an
 // upstream, an upstream's 5xx that names the request's fault is a 4xx, and
 // a tenant naming a new session at every request keeps only its quota of
-// the affinity keys that every tenant's homes are placed from.
+// the affinity keys that every tenant's homes are placed from, and no
+// tenant reads another's prefix cache.
 import OpenAI from 'openai';
 import { describe, expect, it } from 'vitest';
 import { readBalance } from '../../src/billing/credit-ledger.js';
@@ -200,5 +201,68 @@ describe('text that is not valid Unicode', () => {
       expect(reply.choices[0].message.content).toBe('fine');
       expect(up.received[0].body.messages[0].content).toBe('a 😀 face');
     });
+  });
+});
+
+describe('the prefix cache', () => {
+  /** Answers chat and text completions alike, and the gateway's probe. */
+  const fine: Script = (req, res) => {
+    if (req.path.endsWith('/models')) return replyJson(res, { object: 'list', data: [] });
+    const usage = { prompt_tokens: 5, completion_tokens: 1 };
+    if (req.path.endsWith('/chat/completions')) return replyJson(res, completionBody('fine', usage));
+    replyJson(res, { id: 'up-1', object: 'text_completion', created: 1, model: 'up', choices: [{ index: 0, text: 'fine', finish_reason: 'stop' }], usage });
+  };
+  const saltsOf = (up: { received: { path: string; body: Record<string, any> }[] }) => up.received.filter((r) => !r.path.endsWith('/models')).map((r) => r.body.cache_salt);
+  const long = [{ role: 'system' as const, content: 'You answer questions about the billing service. '.repeat(20) }, { role: 'user' as const, content: 'hi' }];
+
+  it("is each account's own on vLLM and SGLang: every chat and completion carries its account's salt, which names no account", async () => {
+    await withGatewayOn([fine, fine], ([v, sg]) => ({ gateway: health, models: [modelEntry('v', [{ kind: 'vllm', url: v }], { api: ['chat', 'completions'] }), modelEntry('s', [{ kind: 'sglang', url: sg }])] }), async (gw, [vllm, sglang]) => {
+      const other = await otherTenant(gw);
+      for (const client of [gw.client, other]) {
+        await client.chat.completions.create({ model: 'v', messages });
+        await client.completions.create({ model: 'v', prompt: 'hello' });
+        await client.chat.completions.create({ model: 's', messages });
+      }
+      const [ownChat, ownText, otherChat, otherText] = saltsOf(vllm);
+      expect(ownChat).toMatch(/^[\w-]{43}$/);
+      expect(ownText).toBe(ownChat);
+      expect(otherText).toBe(otherChat);
+      expect(otherChat).not.toBe(ownChat);
+      expect(saltsOf(sglang)).toEqual([ownChat, otherChat]);
+      expect(JSON.stringify(vllm.received)).not.toContain(gw.account);
+    });
+  });
+
+  it('carries no salt where the model shares its cache, nor to an engine that takes none', async () => {
+    await withGatewayOn([fine, fine], ([v, l]) => ({ gateway: health, models: [modelEntry('shared', [{ kind: 'vllm', url: v }], { routing: { prefixCache: 'shared' } }), modelEntry('l', [{ kind: 'llamacpp', url: l }])] }), async (gw, [vllm, llamacpp]) => {
+      await gw.client.chat.completions.create({ model: 'shared', messages });
+      await gw.client.chat.completions.create({ model: 'l', messages });
+      expect(saltsOf(vllm)).toEqual([undefined]);
+      expect(saltsOf(llamacpp)).toEqual([undefined]);
+    });
+  });
+
+  it("puts a salt the client sends after its account's, so that it only divides the account's cache", async () => {
+    await withGatewayOn([fine], ([url]) => ({ gateway: health, models: [modelEntry('m', [{ kind: 'vllm', url }], { passThrough: ['cache_salt'] })] }), async (gw, [up]) => {
+      const other = await otherTenant(gw);
+      await gw.client.chat.completions.create({ model: 'm', messages });
+      await gw.client.chat.completions.create({ model: 'm', messages, cache_salt: 'user-7' } as never);
+      await other.chat.completions.create({ model: 'm', messages, cache_salt: 'user-7' } as never);
+      const [own, ownDivided, otherDivided] = saltsOf(up);
+      expect(ownDivided).toBe(`${own}.user-7`);
+      expect(otherDivided).toMatch(/\.user-7$/);
+      expect(otherDivided).not.toBe(ownDivided);
+    });
+  });
+
+  it("gives each account's system prompt a home of its own, where a shared cache gives them one", async () => {
+    for (const [prefixCache, keys] of [['per-account', 2], ['shared', 1]] as const) {
+      await withGatewayOn([fine, fine], (urls) => ({ gateway: health, models: [modelEntry('m', urls.map((url) => ({ kind: 'vllm', url })), { routing: { prefixCache } })] }), async (gw) => {
+        await gw.client.chat.completions.create({ model: 'm', messages: long });
+        await (await otherTenant(gw)).chat.completions.create({ model: 'm', messages: long });
+        const view = await (await fetch(`${gw.url}/admin/endpoints`, { headers: asAdmin })).json();
+        expect(view.data[0].endpoints.reduce((sum: number, e: { affinityKeys: number }) => sum + e.affinityKeys, 0)).toBe(keys);
+      });
+    }
   });
 });

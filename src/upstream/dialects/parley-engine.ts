@@ -4,4 +4,5 @@ import { openAiCompatible } from '../dialect.js';
 import { LLAMACPP_LOAD } from './llamacpp.js';
 
 // Its load at /metrics in llama-server's names (engine/server.ts).
-export const parleyEngine = openAiCompatible({ chunkFraming: {}, engineLoad: LLAMACPP_LOAD });
+// It takes `cache_salt` as vLLM does: a sequence another salt filled is not read from (engine/sequence-pool.ts).
+export const parleyEngine = openAiCompatible({ chunkFraming: {}, engineLoad: LLAMACPP_LOAD, saltsPrefixCache: true });

@@ -7,6 +7,8 @@ export const sglang = openAiCompatible({
   // With --enable-metrics, its scheduler's gauges at /metrics (srt/metrics/collector.py): token_usage is the KV pool's used share.
   engineLoad: { url: rootMetrics, running: 'sglang:num_running_reqs', waiting: 'sglang:num_queue_reqs', kvCacheUse: ['sglang:token_usage'] },
   matchedStop: (choice) => choice.matched_stop,
+  // `cache_salt` on chat and completions requests keeps their radix-cache entries apart from other salts'.
+  saltsPrefixCache: true,
   understands: ['user', 'reasoning_effort'],
   // Its error bodies are `{"object": "error", "message": ...}`.
   isErrorEvent: (body) => body.object === 'error',

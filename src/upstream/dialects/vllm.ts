@@ -19,6 +19,8 @@ export const vllm = openAiCompatible({
     // The time each request spent running (prefill and decode), its queueing not counted.
     runTime: 'vllm:request_inference_time_seconds',
   },
+  // `cache_salt` (since 0.9) starts the hash chain of a request's cached blocks: requests with different salts share none.
+  saltsPrefixCache: true,
   // With --scheduling-policy priority, lower values are scheduled first (0 when not given); the endpoint opts in.
   priorityOf: (tier) => ({ priority: -1, default: 0, flex: 1 })[tier],
   // The stop string that ended a choice (a token id when a stop token did).

@@ -1,0 +1,18 @@
+// Whose requests may read one another's prefix cache. A request that finds
+// its prompt already cached is answered sooner and reports cached tokens, so
+// a cache shared by every tenant tells one tenant what another has sent: a
+// guess at another team's system prompt or document comes back cached when it
+// is right. By default a model's cache is kept per account (its
+// `routing.prefixCache`): each request to an engine that can keep caches
+// apart carries its account's salt (vLLM's and SGLang's `cache_salt`, Parley's
+// own engine's too), and its affinity key is the account's, so that each
+// account's prompts have homes of their own.
+import { createHmac } from 'node:crypto';
+
+export type PrefixCacheScope = 'per-account' | 'shared';
+
+/**
+ * The account's salt: keyed with the server's secret, so that it names no account in an engine's logs and no one
+ * can make another's, even with direct access to an engine.
+ */
+export const accountCacheSalt = (secret: string, account: string) => createHmac('sha256', secret).update(account).digest('base64url');
