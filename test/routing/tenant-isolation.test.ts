@@ -9,7 +9,7 @@ import { describe, expect, it } from 'vitest';
 import { readBalance } from '../../src/billing/credit-ledger.js';
 import { completionBody, replyJson, type Script } from '../support/fake-upstream.js';
 import { NEW_KEYS_PER_ACCOUNT } from '../../src/routing/new-key-quota.js';
-import { asAdmin, makeAccount, modelEntry, postChat, startTestGateway, withGatewayOn, type TestGateway } from '../support/gateway.js';
+import { asAdmin, makeAccount, modelEntry, postChat, startFleetOn, startTestGateway, withGatewayOn, type TestGateway } from '../support/gateway.js';
 
 const messages = [{ role: 'user' as const, content: 'hello' }];
 
@@ -231,6 +231,18 @@ describe('the prefix cache', () => {
       expect(saltsOf(sglang)).toEqual([ownChat, otherChat]);
       expect(JSON.stringify(vllm.received)).not.toContain(gw.account);
     });
+  });
+
+  it('carries the same salt for an account from every replica, so that the fleet reads one cache per account', async () => {
+    const fleet = await startFleetOn([fine], ([url]) => ({ gateway: health, models: [modelEntry('m', [{ kind: 'vllm', url }])] }), 3);
+    try {
+      for (const replica of fleet.replicas) await replica.client.chat.completions.create({ model: 'm', messages });
+      const [first, ...others] = saltsOf(fleet.upstreams[0]);
+      expect(first).toMatch(/^[\w-]{43}$/);
+      expect(others).toEqual([first, first]);
+    } finally {
+      await fleet.close();
+    }
   });
 
   it('carries no salt where the model shares its cache, nor to an engine that takes none', async () => {
