@@ -230,6 +230,7 @@ function openRelay<R>(streaming: Streaming<R>, a: Admitted<R>, request: R, res: 
   return new StreamRelay(res, {
     renderer: streaming.renderer(a.identity, request, counted),
     keepAliveMs: exchange.table.settings.keepAliveMs,
+    sendTimeoutMs: exchange.table.settings.clientSendTimeoutMs,
     headers: meter.rateLimitHeaders,
     countedPromptTokens: counted,
     clientGone: exchange.clientGone,

@@ -71,10 +71,11 @@ async function files(req: IncomingMessage, res: ServerResponse, ctx: GatewayCont
     return sendJson(res, 200, { id, object: 'file', deleted: true });
   }
   if (rest.length === 2 && rest[1] === 'content' && method === 'GET') {
-    if (!file.batch) return sendDownload(res, { 'content-type': 'application/octet-stream' }, uploadedContent(redis, account, id, file.bytes));
+    const { clientSendTimeoutMs } = ctx.routing().settings;
+    if (!file.batch) return sendDownload(res, { 'content-type': 'application/octet-stream' }, uploadedContent(redis, account, id, file.bytes), clientSendTimeoutMs);
     const batch = await readBatch(redis, account, file.batch.id);
     if (!batch) throw notFound('file', id);
-    return sendDownload(res, { 'content-type': 'application/jsonl' }, resultLines(redis, batch, file.batch.part));
+    return sendDownload(res, { 'content-type': 'application/jsonl' }, resultLines(redis, batch, file.batch.part), clientSendTimeoutMs);
   }
   throw routeNotFound(method, `/v1/files/${rest.join('/')}`);
 }
@@ -164,7 +165,7 @@ async function messageBatches(req: IncomingMessage, res: ServerResponse, ctx: Ga
   }
   if (rest.length === 2 && rest[1] === 'results' && method === 'GET') {
     if (!ended) throw invalidParameter(null, `Message batch ${batch.id} has not ended yet: its results can be read once its processing_status is 'ended'.`);
-    return sendDownload(res, { 'content-type': 'application/x-jsonl' }, resultLines(redis, batch, 'all' satisfies ResultPart));
+    return sendDownload(res, { 'content-type': 'application/x-jsonl' }, resultLines(redis, batch, 'all' satisfies ResultPart), ctx.routing().settings.clientSendTimeoutMs);
   }
   throw routeNotFound(method, `/v1/messages/batches/${rest.join('/')}`);
 }

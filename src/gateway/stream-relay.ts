@@ -16,6 +16,8 @@ export interface RelayOptions {
   /** The API's chunks: chat's, or text completions'. */
   renderer: ReplyRenderer;
   keepAliveMs: number;
+  /** The longest the client may take none of the reply while some waits for it: then it is cut off, as gone. */
+  sendTimeoutMs: number;
   headers: Record<string, string>;
   /** Prompt tokens counted by the gateway, for an upstream that reports no usage. */
   countedPromptTokens: number;
@@ -98,7 +100,8 @@ export class StreamRelay {
           continue;
         }
         // A client reading slower than the upstream writes holds the upstream back, not Parley's memory.
-        if (this.res.writableNeedDrain) await drainedOrClosed(this.res);
+        if (this.res.writableNeedDrain) await drainedOrClosed(this.res, this.opts.sendTimeoutMs);
+        if (this.res.destroyed) return { kind: 'client_gone' };
         this.keepAlive.refresh();
       }
       if (!finished) finish();

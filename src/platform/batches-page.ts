@@ -54,5 +54,5 @@ export async function downloadBatchResults(res: ServerResponse, ctx: PlatformSer
   const batch = await readBatch(ctx.redis, session.account, id);
   if (!batch || !hasEnded(batch.status)) throw new ApiError(404, 'not_found_error', `No ended batch with id '${id}'.`, 'not_found');
   const headers = { 'content-type': 'application/jsonl', 'content-disposition': `attachment; filename="${id}_${part === 'all' ? 'results' : part}.jsonl"`, 'cache-control': 'no-store' };
-  await sendDownload(res, headers, resultLines(ctx.redis, batch, part));
+  await sendDownload(res, headers, resultLines(ctx.redis, batch, part), ctx.routing().settings.clientSendTimeoutMs);
 }

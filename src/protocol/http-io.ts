@@ -92,11 +92,14 @@ export function sendJsonParts(res: ServerResponse, parts: (string | Buffer)[], h
 
 /**
  * Resolves once `out` can take more (drain) or is gone (close), whichever comes first, leaving no listener behind:
- * a client that stops reading and leaves never drains, and a wait per write must not pile up listeners.
+ * a client that stops reading and leaves never drains, and a wait per write must not pile up listeners. One that
+ * stops reading and stays is destroyed after `timeoutMs` (the routing file's `clientSendTimeoutMs`), which closes it.
  */
-export function drainedOrClosed(out: Writable): Promise<void> {
+export function drainedOrClosed(out: Writable, timeoutMs: number): Promise<void> {
   return new Promise((resolve) => {
+    const stalled = setTimeout(() => out.destroy(), timeoutMs);
     const done = () => {
+      clearTimeout(stalled);
       out.off('drain', done);
       out.off('close', done);
       resolve();
@@ -107,13 +110,13 @@ export function drainedOrClosed(out: Writable): Promise<void> {
 }
 
 /**
- * A download of text or bytes as they come, waiting on the client where it reads slower than they come; reading
- * stops where the client has left.
+ * A download of text or bytes as they come, waiting on the client where it reads slower than they come (at most
+ * `sendTimeoutMs` without taking any); reading stops where the client has left.
  */
-export async function sendDownload(res: ServerResponse, headers: Record<string, string>, parts: AsyncIterable<string | Buffer>): Promise<void> {
+export async function sendDownload(res: ServerResponse, headers: Record<string, string>, parts: AsyncIterable<string | Buffer>, sendTimeoutMs: number): Promise<void> {
   res.writeHead(200, headers);
   for await (const part of parts) {
-    if (!res.write(part)) await drainedOrClosed(res);
+    if (!res.write(part)) await drainedOrClosed(res, sendTimeoutMs);
     if (res.destroyed) return;
   }
   res.end();

@@ -56,7 +56,7 @@ describe('upstream connections', () => {
       res.writeHead(200, { 'content-type': 'text/event-stream' });
       while (written < ceiling && !res.destroyed) {
         written += event.length;
-        if (!res.write(event)) await drainedOrClosed(res);
+        if (!res.write(event)) await drainedOrClosed(res, 60_000);
       }
       res.end();
     });

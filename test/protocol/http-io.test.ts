@@ -47,10 +47,10 @@ describe('readJsonBody', () => {
 });
 
 describe('sendDownload', () => {
-  it('stops reading its parts once a client that stopped reading has left', async () => {
+  /** An endless download of 64 KiB parts to a client that reads nothing, with `sendTimeoutMs`; `leave` ends the client, `closed` is the server's side closing. */
+  async function stalledDownload(sendTimeoutMs: number, run: (d: { partsRead: () => number; stopped: () => boolean; leave: () => void; closed: Promise<unknown> }) => Promise<void>) {
     let partsRead = 0;
     let stopped = false;
-    // An endless download of 64 KiB parts.
     async function* parts() {
       try {
         for (;;) {
@@ -61,24 +61,48 @@ describe('sendDownload', () => {
         stopped = true;
       }
     }
-    const server = createServer((_req, res) => void sendDownload(res, { 'content-type': 'application/octet-stream' }, parts()));
+    let markClosed: (v: unknown) => void = () => {};
+    const closed = new Promise((resolve) => (markClosed = resolve));
+    const server = createServer((_req, res) => {
+      res.once('close', markClosed);
+      void sendDownload(res, { 'content-type': 'application/octet-stream' }, parts(), sendTimeoutMs);
+    });
     await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
     try {
       const client = request({ port: (server.address() as AddressInfo).port });
       client.on('error', () => {});
       client.end();
       const reply = await new Promise<IncomingMessage>((resolve) => client.once('response', resolve));
-      // The client reads nothing, so the download waits on it; then it leaves.
+      reply.on('error', () => {});
       reply.pause();
-      await sleep(300);
-      expect(partsRead).toBeGreaterThan(1);
-      const readBeforeLeaving = partsRead;
-      client.destroy();
-      for (let i = 0; i < 50 && !stopped; i++) await sleep(20);
-      expect(stopped).toBe(true);
-      expect(partsRead).toBe(readBeforeLeaving);
+      await run({ partsRead: () => partsRead, stopped: () => stopped, leave: () => client.destroy(), closed });
     } finally {
       server.close();
     }
+  }
+
+  it('stops reading its parts once a client that stopped reading has left', async () => {
+    await stalledDownload(60_000, async ({ partsRead, stopped, leave }) => {
+      await sleep(300);
+      expect(partsRead()).toBeGreaterThan(1);
+      const readBeforeLeaving = partsRead();
+      leave();
+      for (let i = 0; i < 50 && !stopped(); i++) await sleep(20);
+      expect(stopped()).toBe(true);
+      expect(partsRead()).toBe(readBeforeLeaving);
+    });
+  });
+
+  it('closes the connection of a client that takes nothing for sendTimeoutMs, and stops reading its parts', async () => {
+    await stalledDownload(500, async ({ partsRead, stopped, closed }) => {
+      const started = Date.now();
+      await closed;
+      expect(Date.now() - started).toBeGreaterThanOrEqual(400);
+      for (let i = 0; i < 50 && !stopped(); i++) await sleep(20);
+      expect(stopped()).toBe(true);
+      const read = partsRead();
+      await sleep(100);
+      expect(partsRead()).toBe(read);
+    });
   });
 });

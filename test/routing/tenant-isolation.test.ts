@@ -4,10 +4,11 @@
 // a tenant naming a new session at every request keeps only its quota of
 // the affinity keys that every tenant's homes are placed from, and no
 // tenant reads another's prefix cache.
+import { connect } from 'node:net';
 import OpenAI from 'openai';
 import { describe, expect, it } from 'vitest';
 import { readBalance } from '../../src/billing/credit-ledger.js';
-import { completionBody, replyJson, type Script } from '../support/fake-upstream.js';
+import { chunk, completionBody, replyJson, type Script } from '../support/fake-upstream.js';
 import { NEW_KEYS_PER_ACCOUNT } from '../../src/routing/new-key-quota.js';
 import { asAdmin, makeAccount, modelEntry, postChat, startFleetOn, startTestGateway, withGatewayOn, type TestGateway } from '../support/gateway.js';
 
@@ -140,6 +141,39 @@ describe('a saturated endpoint', () => {
       const served = await victim.chat.completions.create({ model: 'm', messages });
       expect(served.choices[0].message.content).toBe('fine');
       expect((await burst).sort()).toEqual([200, 200, 503, 503]);
+    });
+  });
+});
+
+describe('a client that stops reading its stream', () => {
+  /** A long reply, streamed as fast as the gateway takes it: some 16 MB, more than the sockets between hold. */
+  const flood: Script = async (req, res) => {
+    if (req.path.endsWith('/models')) return replyJson(res, { object: 'list', data: [] });
+    if (!req.body.stream) return replyJson(res, completionBody('fine', { prompt_tokens: 5, completion_tokens: 1 }));
+    res.writeHead(200, { 'content-type': 'text/event-stream' });
+    const piece = `data: ${JSON.stringify(chunk({ content: 'x'.repeat(1000) }))}\n\n`;
+    for (let i = 0; i < 16_000 && !res.destroyed; i++) if (!res.write(piece)) await new Promise((r) => res.once('drain', r));
+    res.end(`data: ${JSON.stringify({ ...chunk({}, 'stop'), usage: { prompt_tokens: 5, completion_tokens: 16_000 } })}\n\ndata: [DONE]\n\n`);
+  };
+
+  it("is cut off once it has taken nothing for clientSendTimeoutMs, freeing its endpoint's slot for other tenants, and is charged nothing", async () => {
+    const config = ([url]: string[]) => ({ gateway: { ...health, clientSendTimeoutMs: 1_000, failover: { queueTimeoutMs: 5_000 } }, models: [modelEntry('m', [{ kind: 'vllm', url, maxConcurrent: 1 }])] });
+    await withGatewayOn([flood], config, async (gw) => {
+      const before = await readBalance(gw.redis.client, gw.account);
+      const stalled = connect(new URL(gw.url).port as unknown as number, '127.0.0.1');
+      const body = JSON.stringify({ model: 'm', messages, stream: true });
+      stalled.write(`POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${gw.apiKey}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`);
+      // It reads the first bytes, then no more.
+      await new Promise((r) => stalled.once('data', r));
+      stalled.pause();
+      const closed = new Promise((r) => stalled.once('close', r));
+      const victim = await otherTenant(gw);
+      const started = Date.now();
+      expect((await victim.chat.completions.create({ model: 'm', messages })).choices[0].message.content).toBe('fine');
+      expect(Date.now() - started).toBeLessThan(4_000);
+      stalled.resume();
+      await closed;
+      await expect.poll(() => readBalance(gw.redis.client, gw.account)).toEqual(before);
     });
   });
 });
