@@ -16,7 +16,6 @@ import { bounded } from '../protocol/bounded-text.js';
 import { sendJson, sendJsonParts } from '../protocol/http-io.js';
 import { servingTier, type ServiceTier } from '../protocol/service-tier.js';
 import { accountKey, hintKey } from '../routing/affinity-key.js';
-import { accountCacheSalt } from '../routing/cache-scope.js';
 import { isNamedInTable, type RoutedEndpoint, type RoutedModel } from '../routing/routing-table.js';
 import type { UpstreamBody } from '../upstream/client.js';
 import { mergeStreams, type FanOut } from '../upstream/fan-out.js';
@@ -136,10 +135,10 @@ export function perChoiceBodies(endpoint: RoutedEndpoint, body: Record<string, u
  * apart (routing/cache-scope.ts). A salt the client sent (a model's passThrough may let it) follows the account's,
  * so it can only divide the account's cache further. Set in place: the bodies are this call's own.
  */
-function withEngineFields(sent: UpstreamRequest, endpoint: RoutedEndpoint, tier: ServiceTier, cacheSalt: (() => string) | undefined): UpstreamRequest {
+function withEngineFields(sent: UpstreamRequest, endpoint: RoutedEndpoint, tier: ServiceTier, cacheSalt: string | undefined): UpstreamRequest {
   const { priorityOf, saltsPrefixCache } = endpoint.dialect;
   const priority = endpoint.priorityScheduling && priorityOf ? priorityOf(tier) : undefined;
-  const salt = cacheSalt && saltsPrefixCache ? cacheSalt() : undefined;
+  const salt = saltsPrefixCache ? cacheSalt : undefined;
   for (const body of sent.bodies) {
     if (priority !== undefined) body.priority = priority;
     if (salt !== undefined) body.cache_salt = typeof body.cache_salt === 'string' ? `${salt}.${body.cache_salt}` : salt;
@@ -291,7 +290,7 @@ async function serve<R, W extends WholeReply>(api: ApiDescriptor<R, W>, exchange
     const ownCache = a.model.config.routing.prefixCache === 'per-account';
     const plan = await ctx.router.plan(a.model, () => affinityKey(api, a.request, exchange.headers, table.settings, ownCache ? caller.account : undefined), a.promptTokens, caller.account);
     // Embeddings read no cache.
-    const cacheSalt = ownCache && api.name !== 'embeddings' ? () => accountCacheSalt(ctx.keySecret, caller.account) : undefined;
+    const cacheSalt = ownCache && api.name !== 'embeddings' ? caller.cacheSalt : undefined;
     call = await callWithFailover(ctx, span, {
       model: a.model, settings: table.settings, plan, account: caller.account, tier: a.tier, cancellation: exchange.upstreamCall, record,
       upstreamRequest: (endpoint) => withEngineFields(api.upstreamRequest(endpoint, a.model, request, a.passThrough), endpoint, a.tier, cacheSalt),
