@@ -142,9 +142,10 @@ const gatewaySettings = z
      */
     requestReadTimeoutMs: z.int().min(1000).default(30_000),
     /**
-     * The longest a client may take none of its reply's bytes while some wait for it (a stream, a download): then
-     * the connection is closed, as nginx's send_timeout does, so that a client that stops reading holds no endpoint
-     * slot, credit hold or upstream connection for ever. A stream cut so is a client gone: charged nothing.
+     * The longest a client may take none of its reply's bytes while some wait for it (a stream, a download, a whole
+     * reply): then the connection is closed, as nginx's send_timeout does, so that a client that stops reading holds
+     * no endpoint slot, credit hold, upstream connection or reply in memory for ever. A stream cut so is a client
+     * gone: charged nothing.
      */
     clientSendTimeoutMs: z.int().min(100).default(60_000),
     /** On SIGTERM, how long requests in flight may run on; keep it under the pod's termination grace period. */

@@ -3,7 +3,7 @@
 import type { Span } from '@opentelemetry/api';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { ApiError, internalError, openAiError, routeNotFound, shuttingDown } from '../protocol/errors.js';
-import { decodePathSegment, sendError, sendJson } from '../protocol/http-io.js';
+import { cutOffWhenStalled, decodePathSegment, sendError, sendJson } from '../protocol/http-io.js';
 import { ADMIN_PREFIX, handleAdmin } from './admin-api.js';
 import { handleBatchApis } from './batch-routes.js';
 import { getBalance } from './balance-route.js';
@@ -106,14 +106,16 @@ export function createGatewayServer(ctx: GatewayContext, servesMetrics = true): 
       span.end();
       if (name !== 'GET /metrics') ctx.telemetry.recordRequest(name, res.statusCode, errorCode, seconds);
     });
-    route(req, res, span, record, method, path, search).catch((err) => {
-      if (!(err instanceof ApiError)) {
-        if ((err as Error)?.name === 'AbortError') return void res.destroy();
-        console.error('parley:', err);
-      }
-      const failure = err instanceof ApiError ? err : internalError();
-      errorCode = failure.code;
-      sendError(res, failure, errorShape);
-    });
+    route(req, res, span, record, method, path, search)
+      .catch((err) => {
+        if (!(err instanceof ApiError)) {
+          if ((err as Error)?.name === 'AbortError') return void res.destroy();
+          console.error('parley:', err);
+        }
+        const failure = err instanceof ApiError ? err : internalError();
+        errorCode = failure.code;
+        sendError(res, failure, errorShape);
+      })
+      .finally(() => cutOffWhenStalled(res, ctx.routing().settings.clientSendTimeoutMs));
   });
 }

@@ -110,6 +110,17 @@ export function drainedOrClosed(out: Writable, timeoutMs: number): Promise<void>
 }
 
 /**
+ * Cuts off a reply its client takes none of for `timeoutMs` (the routing file's `clientSendTimeoutMs`), as nginx's
+ * send_timeout does, so that a client that stops reading does not keep a whole reply in Node's memory for ever.
+ * The socket's own timeout: Node counts a write the kernel is still taking a part of at a time as activity, so a
+ * client that reads slowly reads on, and once the reply is all written Node sets the connection's keep-alive timeout
+ * in its place. With no listener for it, Node destroys the socket when it fires.
+ */
+export function cutOffWhenStalled(res: ServerResponse, timeoutMs: number): void {
+  if (!res.writableFinished && !res.destroyed) res.socket?.setTimeout(timeoutMs);
+}
+
+/**
  * A download of text or bytes as they come, waiting on the client where it reads slower than they come (at most
  * `sendTimeoutMs` without taking any); reading stops where the client has left.
  */

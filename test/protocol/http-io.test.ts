@@ -1,8 +1,8 @@
 // Reading a request body on a real connection.
-import { createServer, request, type IncomingMessage } from 'node:http';
+import { createServer, request, type ClientRequest, type IncomingMessage, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { describe, expect, it } from 'vitest';
-import { readJsonBody, sendDownload } from '../../src/protocol/http-io.js';
+import { cutOffWhenStalled, readJsonBody, sendDownload } from '../../src/protocol/http-io.js';
 import { sleep } from '../support/fake-upstream.js';
 
 /** The server's side of one request whose client sends `body` (of `declared` bytes) and then leaves. */
@@ -46,6 +46,17 @@ describe('readJsonBody', () => {
   });
 });
 
+/** Starts `server` and sends it a GET: the request, and its reply once its head has come. */
+async function getFrom(server: Server): Promise<{ client: ClientRequest; reply: IncomingMessage }> {
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const client = request({ port: (server.address() as AddressInfo).port });
+  client.on('error', () => {});
+  client.end();
+  const reply = await new Promise<IncomingMessage>((resolve) => client.once('response', resolve));
+  reply.on('error', () => {});
+  return { client, reply };
+}
+
 describe('sendDownload', () => {
   /** An endless download of 64 KiB parts to a client that reads nothing, with `sendTimeoutMs`; `leave` ends the client, `closed` is the server's side closing. */
   async function stalledDownload(sendTimeoutMs: number, run: (d: { partsRead: () => number; stopped: () => boolean; leave: () => void; closed: Promise<unknown> }) => Promise<void>) {
@@ -67,13 +78,8 @@ describe('sendDownload', () => {
       res.once('close', markClosed);
       void sendDownload(res, { 'content-type': 'application/octet-stream' }, parts(), sendTimeoutMs);
     });
-    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
     try {
-      const client = request({ port: (server.address() as AddressInfo).port });
-      client.on('error', () => {});
-      client.end();
-      const reply = await new Promise<IncomingMessage>((resolve) => client.once('response', resolve));
-      reply.on('error', () => {});
+      const { client, reply } = await getFrom(server);
       reply.pause();
       await run({ partsRead: () => partsRead, stopped: () => stopped, leave: () => client.destroy(), closed });
     } finally {
@@ -104,5 +110,48 @@ describe('sendDownload', () => {
       await sleep(100);
       expect(partsRead()).toBe(read);
     });
+  });
+});
+
+describe('cutOffWhenStalled', () => {
+  /** A 12 MB reply written at once, more than the sockets between hold, read by `read`; resolves with the bytes the client got. */
+  async function wholeReply(read: (reply: IncomingMessage) => Promise<void>): Promise<number> {
+    const size = 12 * 1024 * 1024;
+    const server = createServer((_req, res) => {
+      res.end(Buffer.alloc(size, 120));
+      cutOffWhenStalled(res, 300);
+    });
+    try {
+      const { reply } = await getFrom(server);
+      let received = 0;
+      reply.on('data', (d: Buffer) => (received += d.length));
+      await read(reply);
+      return received;
+    } finally {
+      server.closeAllConnections();
+      server.close();
+    }
+  }
+
+  it('drops the connection of a client that takes nothing for the interval', async () => {
+    const received = await wholeReply(async (reply) => {
+      reply.pause();
+      await sleep(1_000);
+      const ended = new Promise((resolve) => reply.once('close', resolve));
+      reply.resume();
+      await ended;
+    });
+    expect(received).toBeLessThan(12 * 1024 * 1024);
+  });
+
+  it('leaves a client that takes some in each interval to read it all, however slowly', async () => {
+    const received = await wholeReply(async (reply) => {
+      reply.on('data', () => {
+        reply.pause();
+        setTimeout(() => reply.resume(), 5);
+      });
+      await new Promise((resolve) => reply.once('end', resolve));
+    });
+    expect(received).toBe(12 * 1024 * 1024);
   });
 });

@@ -145,7 +145,7 @@ describe('a saturated endpoint', () => {
   });
 });
 
-describe('a client that stops reading its stream', () => {
+describe('a client that stops reading its reply', () => {
   /** A long reply, streamed as fast as the gateway takes it: some 16 MB, more than the sockets between hold. */
   const flood: Script = async (req, res) => {
     if (req.path.endsWith('/models')) return replyJson(res, { object: 'list', data: [] });
@@ -174,6 +174,25 @@ describe('a client that stops reading its stream', () => {
       stalled.resume();
       await closed;
       await expect.poll(() => readBalance(gw.redis.client, gw.account)).toEqual(before);
+    });
+  });
+  it('leaves a whole reply it does not take to be dropped after clientSendTimeoutMs, not kept in the gateway for ever', async () => {
+    const content = 'x'.repeat(24 * 1024 * 1024);
+    const whole: Script = (req, res) => (req.path.endsWith('/models') ? replyJson(res, { object: 'list', data: [] }) : replyJson(res, completionBody(content, { prompt_tokens: 5, completion_tokens: 1 })));
+    await withGatewayOn([whole], ([url]) => ({ gateway: { ...health, clientSendTimeoutMs: 500 }, models: [modelEntry('m', [{ kind: 'vllm', url }])] }), async (gw) => {
+      const stalled = connect(Number(new URL(gw.url).port), '127.0.0.1');
+      const body = JSON.stringify({ model: 'm', messages });
+      stalled.write(`POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${gw.apiKey}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`);
+      let received = 0;
+      await new Promise((r) => stalled.once('data', (d: Buffer) => r((received += d.length))));
+      stalled.pause();
+      await new Promise((r) => setTimeout(r, 2_000));
+      // Read on: what the gateway still held was dropped with the connection, so the reply comes short and the connection ends.
+      const closed = new Promise((r) => stalled.once('close', r));
+      stalled.on('data', (d: Buffer) => (received += d.length));
+      stalled.resume();
+      expect(await Promise.race([closed.then(() => 'closed'), new Promise((r) => setTimeout(() => r('still open'), 5_000))])).toBe('closed');
+      expect(received).toBeLessThan(content.length);
     });
   });
 });
