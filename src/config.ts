@@ -239,6 +239,11 @@ const rateLimitSettings = z
     requestsPerMinute: z.int().positive().default(1_000),
     /** Counted at admission: prompt tokens plus the most the reply may take. */
     tokensPerMinute: z.int().positive().default(2_000_000),
+    /**
+     * Requests in flight at once, fleet-wide: a request counts from its credit hold until its settlement lands, a
+     * few ms after its last byte. 0, the default, sets none.
+     */
+    concurrentRequests: z.int().min(0).default(0),
   })
   .prefault({});
 

@@ -24,6 +24,7 @@ export interface Account {
   /** Per-account rate limits; absent means the configured defaults. */
   requestsPerMinute?: number;
   tokensPerMinute?: number;
+  concurrentRequests?: number;
 }
 
 export class EmailTaken extends Error {}
@@ -39,6 +40,7 @@ function toAccount(id: string, h: Record<string, string>): Account {
     created: Number(h.created),
     ...(h.rpm ? { requestsPerMinute: Number(h.rpm) } : {}),
     ...(h.tpm ? { tokensPerMinute: Number(h.tpm) } : {}),
+    ...(h.conc ? { concurrentRequests: Number(h.conc) } : {}),
   };
 }
 
@@ -101,11 +103,11 @@ export async function listAccounts(redis: Redis): Promise<Account[]> {
   return accounts.filter((a): a is Account => a !== undefined);
 }
 
-/** Sets (or, with null, clears) an account's own rate limits. */
-export async function setAccountLimits(redis: Redis, id: string, limits: { requestsPerMinute: number | null; tokensPerMinute: number | null }): Promise<void> {
+/** Sets (or, with null, clears) an account's own rate limits; one left out (undefined) stays as it is. */
+export async function setAccountLimits(redis: Redis, id: string, limits: { requestsPerMinute: number | null; tokensPerMinute: number | null; concurrentRequests?: number | null }): Promise<void> {
   const key = redisKeys.account(id);
-  for (const [field, value] of [['rpm', limits.requestsPerMinute], ['tpm', limits.tokensPerMinute]] as const) {
+  for (const [field, value] of [['rpm', limits.requestsPerMinute], ['tpm', limits.tokensPerMinute], ['conc', limits.concurrentRequests]] as const) {
     if (value === null) await redis.hdel(key, field);
-    else await redis.hset(key, field, value);
+    else if (value !== undefined) await redis.hset(key, field, value);
   }
 }

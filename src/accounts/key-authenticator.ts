@@ -146,7 +146,7 @@ export class KeyAuthenticator {
     const record = await findApiKeyByHash(this.redis, hash);
     if (!record) return 'unknown';
     const account = await getAccount(this.redis, record.account);
-    return { record, limits: { requestsPerMinute: account?.requestsPerMinute, tokensPerMinute: account?.tokensPerMinute }, cacheSalt: accountCacheSalt(this.secret, record.account), touchedAt: 0 };
+    return { record, limits: { requestsPerMinute: account?.requestsPerMinute, tokensPerMinute: account?.tokensPerMinute, concurrentRequests: account?.concurrentRequests }, cacheSalt: accountCacheSalt(this.secret, record.account), touchedAt: 0 };
   }
 
   private noteUse(hash: string, known: KnownKey): void {

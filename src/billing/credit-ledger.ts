@@ -16,7 +16,7 @@ import type { Redis } from 'ioredis';
 import { redisKeys } from '../redis/keys.js';
 import { BatchKeys, LUA_EACH_ITEM } from '../redis/batch-keys.js';
 import { LUA_INT, LUA_NOW_MS, luaArgs, luaConstants, luaJson, luaScript } from '../redis/lua-script.js';
-import { RATE_LIMIT_LUA, rateUse, type RateCheck, type RateUse } from '../ratelimit/rate-limiter.js';
+import { RATE_LIMIT_LUA, RATE_REFUSALS, rateUse, type RateCheck, type RateRefusal, type RateUse } from '../ratelimit/rate-limiter.js';
 import type { Usage } from '../protocol/chat-response.js';
 import { MAX_BALANCE_MICROS, type TokenPrices } from './prices.js';
 import type { ServiceTier } from '../protocol/service-tier.js';
@@ -161,7 +161,7 @@ end
 /** A hold's arguments: output_pico is for all n replies per token; budget is -1 for a key without one. */
 const HOLD_ARGS = luaArgs([
   'hold_id', 'ttl_ms', 'prompt_pico', 'output_pico', 'max_reply_tokens',
-  'rate_checked', 'requests_limit', 'tokens_limit', 'request_tokens', 'budget', 'budget_field',
+  'rate_checked', 'requests_limit', 'tokens_limit', 'request_tokens', 'concurrent_limit', 'budget', 'budget_field',
 ] as const);
 const HOLD_STATUS = { HELD: 1, NO_CREDIT: -1, NO_ACCOUNT: -3, RATE_LIMITED: -4, OVER_BUDGET: -5 } as const;
 
@@ -187,6 +187,12 @@ local function hold(K, A)
     w = rate_window(K[6])
     local refused = rate_refusal(w, tonumber(A[H.requests_limit]), tonumber(A[H.tokens_limit]), tonumber(A[H.request_tokens]))
     if refused > 0 then return {RATE_LIMITED, refused, 0, w.requests, w.tokens} end
+    -- In flight: the account's open holds (expired ones were reclaimed as it was read), and those opened in this batch.
+    local in_flight_limit = tonumber(A[H.concurrent_limit])
+    if in_flight_limit > 0 then
+      refused = in_flight_refusal(redis.call('ZCARD', a.holds) + #a.opened_expiries / 2, in_flight_limit)
+      if refused > 0 then return {RATE_LIMITED, refused, 0, w.requests, w.tokens} end
+    end
   end
   local available = a.granted + a.topped_up - a.held
   if available <= 0 then return {NO_CREDIT, available, 0, window_counts(w)} end
@@ -421,7 +427,7 @@ export interface KeyBudgetCheck {
 export type HoldResult =
   | { kind: 'held'; amount: number; maxReplyTokens: number; rate?: RateUse }
   | { kind: 'no_credit'; available: number; rate?: RateUse }
-  | { kind: 'rate_limited'; over: 'requests' | 'tokens'; rate: RateUse }
+  | { kind: 'rate_limited'; over: RateRefusal; rate: RateUse }
   | { kind: 'over_budget'; left: number; rate?: RateUse }
   | { kind: 'no_account' };
 
@@ -442,7 +448,7 @@ export async function holdCredits(redis: Redis, asks: HoldAsk[]): Promise<HoldRe
   const items = asks.map(({ hold: h, rate }) => {
     const account = keys.account(h.account);
     const budget = h.budget;
-    const [requestsLimit, tokensLimit, requestTokens] = rate?.args ?? [0, 0, 0];
+    const [requestsLimit, tokensLimit, requestTokens, concurrentLimit] = rate?.args ?? [0, 0, 0, 0];
     return [
       account, rate ? keys.key(rate.key) : account, budget ? keys.key(budget.key) : account,
       ...HOLD_ARGS.list({
@@ -455,6 +461,7 @@ export async function holdCredits(redis: Redis, asks: HoldAsk[]): Promise<HoldRe
         requests_limit: requestsLimit,
         tokens_limit: tokensLimit,
         request_tokens: requestTokens,
+        concurrent_limit: concurrentLimit,
         budget: budget ? budget.limit : -1,
         budget_field: budget ? budget.periodField : '',
       }),
@@ -465,7 +472,7 @@ export async function holdCredits(redis: Redis, asks: HoldAsk[]): Promise<HoldRe
     const [status, amount, tokens, requests, tokensUsed] = reply.slice(5 * i, 5 * i + 5);
     if (status === HOLD_STATUS.NO_ACCOUNT) return { kind: 'no_account' };
     const use = rate && rateUse(rate, requests, tokensUsed);
-    if (status === HOLD_STATUS.RATE_LIMITED) return { kind: 'rate_limited', over: amount === 1 ? 'requests' : 'tokens', rate: use! };
+    if (status === HOLD_STATUS.RATE_LIMITED) return { kind: 'rate_limited', over: RATE_REFUSALS[amount], rate: use! };
     if (status === HOLD_STATUS.NO_CREDIT) return { kind: 'no_credit', available: amount, rate: use };
     if (status === HOLD_STATUS.OVER_BUDGET) return { kind: 'over_budget', left: amount, rate: use };
     return { kind: 'held', amount, maxReplyTokens: tokens, rate: use };

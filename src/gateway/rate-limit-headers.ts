@@ -1,7 +1,7 @@
 // How an account's standing in its rate-limit window reaches the client: OpenAI's
 // `x-ratelimit-*` headers on every reply, and the 429 when it is spent.
-import { rateLimitExceeded, type ApiError } from '../protocol/errors.js';
-import type { RateUse } from '../ratelimit/rate-limiter.js';
+import { rateLimitExceeded, tooManyInFlight, type ApiError } from '../protocol/errors.js';
+import type { RateRefusal, RateUse } from '../ratelimit/rate-limiter.js';
 
 export function rateLimitHeaders(use: RateUse | undefined): Record<string, string> {
   if (!use) return {};
@@ -17,7 +17,8 @@ export function rateLimitHeaders(use: RateUse | undefined): Record<string, strin
   };
 }
 
-export function rateLimitRefusal(over: 'requests' | 'tokens', use: RateUse): ApiError {
+export function rateLimitRefusal(over: RateRefusal, use: RateUse): ApiError {
+  if (over === 'in_flight') return tooManyInFlight(use.limits.concurrentRequests, rateLimitHeaders(use));
   const limit = over === 'requests' ? use.limits.requestsPerMinute : use.limits.tokensPerMinute;
   return rateLimitExceeded(over, limit, use.resetSeconds, rateLimitHeaders(use));
 }

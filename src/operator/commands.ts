@@ -18,7 +18,7 @@ export const OPERATOR_USAGE = `
   accounts create --email E [--name N] [--password P] [--credit 25]
                               make an account and print its first API key
   accounts list               every account with its balance
-  accounts limits --account A [--rpm N] [--tpm N]   set (or, without both, clear) its rate limits
+  accounts limits --account A [--rpm N] [--tpm N] [--concurrent N]   set its rate limits (one left out goes back to the default)
   members add --account A --email E --password P   another member, who logs in to the platform
   members list --account A
   credit grant  --account A --amount 5 --note TEXT
@@ -43,7 +43,7 @@ function accountFlag(v: { account?: string }): string {
 
 const OPTIONS = {
   email: { type: 'string' }, name: { type: 'string' }, password: { type: 'string' }, credit: { type: 'string' },
-  account: { type: 'string' }, amount: { type: 'string' }, note: { type: 'string' }, rpm: { type: 'string' }, tpm: { type: 'string' },
+  account: { type: 'string' }, amount: { type: 'string' }, note: { type: 'string' }, rpm: { type: 'string' }, tpm: { type: 'string' }, concurrent: { type: 'string' },
   since: { type: 'string' }, count: { type: 'string' }, until: { type: 'string' }, out: { type: 'string' }, 'data-dir': { type: 'string' },
   models: { type: 'string' }, expires: { type: 'string' }, budget: { type: 'string' }, 'budget-period': { type: 'string' }, tier: { type: 'string' },
 } as const;
@@ -91,8 +91,8 @@ const ACTIONS: Record<string, (op: Operator, v: Values, positionals: string[]) =
   },
   async 'accounts limits'(op, v) {
     const limit = (text: string | undefined) => (text === undefined ? null : Number(text));
-    const a = await operations.setAccountLimits(op, accountFlag(v), { requestsPerMinute: limit(v.rpm), tokensPerMinute: limit(v.tpm) });
-    console.log(`${a.id}: requests/min ${a.requestsPerMinute ?? 'default'}, tokens/min ${a.tokensPerMinute ?? 'default'} (replicas apply it within a minute)`);
+    const a = await operations.setAccountLimits(op, accountFlag(v), { requestsPerMinute: limit(v.rpm), tokensPerMinute: limit(v.tpm), concurrentRequests: limit(v.concurrent) });
+    console.log(`${a.id}: requests/min ${a.requestsPerMinute ?? 'default'}, tokens/min ${a.tokensPerMinute ?? 'default'}, in flight ${a.concurrentRequests ?? 'default'} (replicas apply it within a minute)`);
   },
   async 'members add'(op, v) {
     if (!v.email || !v.password) throw new ConfigError('--email and --password are required');

@@ -52,6 +52,7 @@ export const inputs = {
   accountLimits: z.object({
     requestsPerMinute: z.int().min(1).nullable().describe('null: the routing file default'),
     tokensPerMinute: z.int().min(1).nullable().describe('null: the routing file default'),
+    concurrentRequests: z.int().min(1).nullable().optional().describe('requests in flight at once; null: the routing file default; left out: unchanged'),
   }),
   memberAdd: z.object({ email, password: z.string().min(10).max(200).describe("the member's platform password") }),
   creditChange: z.object({ kind: z.enum(['grant', 'deduct']), amount: credit, note: z.string().min(1).max(500).describe('why, for the ledger') }),
@@ -86,7 +87,7 @@ async function accountView(op: Operator, a: Account) {
   return {
     id: a.id, email: a.email, name: a.name, created: new Date(a.created).toISOString(),
     balance: money(b.total), held: money(b.held), available: money(b.available),
-    requestsPerMinute: a.requestsPerMinute ?? null, tokensPerMinute: a.tokensPerMinute ?? null,
+    requestsPerMinute: a.requestsPerMinute ?? null, tokensPerMinute: a.tokensPerMinute ?? null, concurrentRequests: a.concurrentRequests ?? null,
   };
 }
 
@@ -151,7 +152,7 @@ export const operations = {
   async setAccountLimits(op: Operator, idOrEmail: string, body: unknown) {
     const input = parse(inputs.accountLimits, body);
     const a = await accountNamed(op, idOrEmail);
-    const before = { requestsPerMinute: a.requestsPerMinute ?? null, tokensPerMinute: a.tokensPerMinute ?? null };
+    const before = { requestsPerMinute: a.requestsPerMinute ?? null, tokensPerMinute: a.tokensPerMinute ?? null, concurrentRequests: a.concurrentRequests ?? null };
     await setAccountLimits(op.redis, a.id, input);
     await audit(op, 'account.limits', a.id, before, input);
     return accountView(op, await accountNamed(op, a.id));

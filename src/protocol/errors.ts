@@ -179,6 +179,17 @@ export const rateLimitExceeded = (what: 'requests' | 'tokens', limit: number, re
     { ...headers, 'retry-after': String(retryAfterSeconds) },
   );
 
+/** An account at its bound of requests in flight: one may go in as soon as one of them ends. */
+export const tooManyInFlight = (limit: number, headers: Record<string, string>) =>
+  new ApiError(
+    429,
+    'rate_limit_error',
+    `Rate limit reached: ${limit} requests in flight at once for this account. Retry when one of them has ended.`,
+    'rate_limit_exceeded',
+    null,
+    { ...headers, 'retry-after': '1' },
+  );
+
 /**
  * A request that may take more tokens (its prompt and the most its replies
  * may take) than its rate limit allows in a whole minute: no wait lets it

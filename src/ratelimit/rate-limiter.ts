@@ -8,6 +8,8 @@
 // The check runs inside the credit hold's script (billing/credit-ledger.ts),
 // so a request is admitted by one script, shared with the holds of its turn,
 // and a request refused for want of credit spends none of the account's budget.
+// The same script bounds the account's requests in flight, where it has a
+// bound: its open credit holds, counted fleet-wide.
 import type { Redis } from 'ioredis';
 import { redisKeys } from '../redis/keys.js';
 import { LUA_INT, luaScript } from '../redis/lua-script.js';
@@ -15,6 +17,8 @@ import { LUA_INT, luaScript } from '../redis/lua-script.js';
 export interface RateLimits {
   requestsPerMinute: number;
   tokensPerMinute: number;
+  /** Requests in flight at once (open credit holds); 0 for no bound. */
+  concurrentRequests: number;
 }
 
 const WINDOW_MS = 60_000;
@@ -23,31 +27,39 @@ const WINDOW_MS = 60_000;
 export const limitsOf = (own: Partial<RateLimits>, defaults: RateLimits): RateLimits => ({
   requestsPerMinute: own.requestsPerMinute ?? defaults.requestsPerMinute,
   tokensPerMinute: own.tokensPerMinute ?? defaults.tokensPerMinute,
+  concurrentRequests: own.concurrentRequests ?? defaults.concurrentRequests,
 });
 
+const half = (limit: number) => Math.max(1, Math.floor(limit / 2));
+
 /**
- * How far into its account's window a batch line may go: half of each
- * limit. A batch has many lines ready at once and would fill the window
- * every minute; the other half stays for the account's own requests, from
- * whichever key, while its batch runs.
+ * How far into its account's limits a batch line may go: half of each. A
+ * batch has many lines ready at once and would fill the window every minute
+ * (and the account's requests in flight); the other half stays for the
+ * account's own requests, from whichever key, while its batch runs.
  */
 export const batchLineLimits = (limits: RateLimits): RateLimits => ({
-  requestsPerMinute: Math.max(1, Math.floor(limits.requestsPerMinute / 2)),
-  tokensPerMinute: Math.max(1, Math.floor(limits.tokensPerMinute / 2)),
+  requestsPerMinute: half(limits.requestsPerMinute),
+  tokensPerMinute: half(limits.tokensPerMinute),
+  concurrentRequests: limits.concurrentRequests === 0 ? 0 : half(limits.concurrentRequests),
 });
+
+/** What a refusal's code (1, 2 or 3 from the Lua below) says the request was over. */
+export type RateRefusal = 'requests' | 'tokens' | 'in_flight';
+export const RATE_REFUSALS: Record<number, RateRefusal> = { 1: 'requests', 2: 'tokens', 3: 'in_flight' };
 
 /** One request's place in its account's budget: the window's key and what the script is given. */
 export interface RateCheck {
   key: string;
-  /** Requests limit, tokens limit, tokens of this request. */
-  args: [number, number, number];
+  /** Requests limit, tokens limit, tokens of this request, requests in flight limit (0: none). */
+  args: [number, number, number, number];
   limits: RateLimits;
   now: number;
 }
 
 export function rateCheck(account: string, limits: RateLimits, tokens: number, now = Date.now()): RateCheck {
   const minute = Math.floor(now / WINDOW_MS);
-  return { key: redisKeys.rateWindow(account, minute), args: [limits.requestsPerMinute, limits.tokensPerMinute, tokens], limits, now };
+  return { key: redisKeys.rateWindow(account, minute), args: [limits.requestsPerMinute, limits.tokensPerMinute, tokens, limits.concurrentRequests], limits, now };
 }
 
 /**
@@ -55,7 +67,8 @@ export function rateCheck(account: string, limits: RateLimits, tokens: number, n
  * script touches is read once (`rate_window(key)`) and its new counts are
  * written once, by `write_rate_windows()` at the script's end; in between,
  * `rate_refusal` says whether one more request fits (0, or 1 over the
- * requests limit, 2 over the tokens limit) and `count_request` counts it.
+ * requests limit, 2 over the tokens limit) and `count_request` counts it;
+ * `in_flight_refusal` says 3 where `open` requests are the limit's.
  * A script runs alone, so the counts it read are still the window's when it
  * writes: one HSET of both, a call fewer than an HINCRBY each.
  */
@@ -74,6 +87,10 @@ end
 local function rate_refusal(w, requests_limit, tokens_limit, tokens)
   if w.requests + 1 > requests_limit then return 1 end
   if w.tokens + tokens > tokens_limit then return 2 end
+  return 0
+end
+local function in_flight_refusal(open, limit)
+  if open >= limit then return 3 end
   return 0
 end
 local function count_request(w, tokens)

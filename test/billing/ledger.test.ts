@@ -230,7 +230,7 @@ describe.each(TOPOLOGIES)('on $topology', ({ oneServer, start }) => {
   });
 
   describe('admission: the rate limit and the hold in one script', () => {
-    const limits = { requestsPerMinute: 2, tokensPerMinute: 1_000 };
+    const limits = { requestsPerMinute: 2, tokensPerMinute: 1_000, concurrentRequests: 0 };
     // One instant for every check of a test, so that they share a window even across a minute's end.
     const now = Date.now();
 
@@ -270,7 +270,7 @@ describe.each(TOPOLOGIES)('on $topology', ({ oneServer, start }) => {
       try {
         const tenants = await Promise.all([1, 2, 3, 4].map(() => makeAccount(redis, 1)));
         const queues = replicas.map((r) => ({ holds: new HoldQueue(r), settlements: new SettlementQueue(r) }));
-        const limits = { requestsPerMinute: 1_000, tokensPerMinute: 1_000_000 };
+        const limits = { requestsPerMinute: 1_000, tokensPerMinute: 1_000_000, concurrentRequests: 0 };
         const now = Date.now();
         const requests = tenants.flatMap(({ account }) => Array.from({ length: 12 }, (_, i) => ({ account, id: `${account}-r${i}`, on: queues[i % 3] })));
         await Promise.all(requests.map(async ({ account, id, on }) => {
@@ -322,7 +322,7 @@ describe.each(TOPOLOGIES)('on $topology', ({ oneServer, start }) => {
     it('counts each held request against its account in order and refuses the one past the budget', async () => {
       const { account } = await makeAccount(redis, 1);
       const holds = new HoldQueue(redis.client);
-      const check = rateCheck(account, { requestsPerMinute: 2, tokensPerMinute: 1_000 }, 30);
+      const check = rateCheck(account, { requestsPerMinute: 2, tokensPerMinute: 1_000, concurrentRequests: 0 }, 30);
       const results = await Promise.all(['r1', 'r2', 'r3'].map((id) => holds.hold({ hold: ask(account, id), rate: check })));
       expect(results.map((r) => (r.kind === 'rate_limited' ? 'refused' : r.kind === 'held' ? r.rate!.requests : r.kind))).toEqual([1, 2, 'refused']);
       expect(await redis.client.hgetall(check.key)).toEqual({ requests: '2', tokens: '60' });
@@ -359,7 +359,7 @@ describe.each(TOPOLOGIES)('on $topology', ({ oneServer, start }) => {
       const b = await makeAccount(redis, 1);
       const items: [string, string, number][] = [[a.account, 'ia1', 30], [b.account, 'ib1', 40], [b.account, 'ib2', 20], [a.account, 'ia2', 50]];
       const holds = new HoldQueue(redis.client);
-      const held = await Promise.all(items.map(([account, id]) => holds.hold({ hold: ask(account, id), rate: rateCheck(account, { requestsPerMinute: 10, tokensPerMinute: 1_000 }, 30) })));
+      const held = await Promise.all(items.map(([account, id]) => holds.hold({ hold: ask(account, id), rate: rateCheck(account, { requestsPerMinute: 10, tokensPerMinute: 1_000, concurrentRequests: 0 }, 30) })));
       expect(held.map((h) => h.kind)).toEqual(['held', 'held', 'held', 'held']);
       expect(await redis.client.hgetall(redisKeys.holdAmounts(a.account))).toEqual({ ia1: '50', ia2: '50' });
       expect(await redis.client.hgetall(redisKeys.holdAmounts(b.account))).toEqual({ ib1: '50', ib2: '50' });

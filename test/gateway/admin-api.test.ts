@@ -76,7 +76,10 @@ describe('the admin API', () => {
       expect((await postChat({ url: gw.url, apiKey: key.body.apiKey }, { model: 'm', messages })).status).toBe(200);
       const patched = await admin.call('PATCH', '/admin/v1/keys/{key}', [key.body.key.id], { budget: null, expiresAt: '2030-01-01T00:00:00Z' });
       expect(patched.body).toMatchObject({ budget: null, expiresAt: '2030-01-01T00:00:00.000Z' });
-      expect((await admin.call('PUT', '/admin/v1/accounts/{account}/rate-limits', [account], { requestsPerMinute: 100, tokensPerMinute: null })).body).toMatchObject({ requestsPerMinute: 100 });
+      expect((await admin.call('PUT', '/admin/v1/accounts/{account}/rate-limits', [account], { requestsPerMinute: 100, tokensPerMinute: null, concurrentRequests: 4 })).body).toMatchObject({ requestsPerMinute: 100, concurrentRequests: 4 });
+      // Left out, the bound of requests in flight stays; null clears it.
+      expect((await admin.call('PUT', '/admin/v1/accounts/{account}/rate-limits', [account], { requestsPerMinute: 100, tokensPerMinute: null })).body).toMatchObject({ concurrentRequests: 4 });
+      expect((await admin.call('PUT', '/admin/v1/accounts/{account}/rate-limits', [account], { requestsPerMinute: 100, tokensPerMinute: null, concurrentRequests: null })).body).toMatchObject({ concurrentRequests: null });
       const codes = await admin.call('POST', '/admin/v1/credit-codes', [], { amount: '1', count: 2 });
       expect(codes.body.codes).toHaveLength(2);
       expect((await admin.call('DELETE', '/admin/v1/keys/{key}', [key.body.key.id])).body).toEqual({ id: key.body.key.id, revoked: true });
@@ -90,7 +93,7 @@ describe('the admin API', () => {
       await runParley(['credit', 'deduct', '--account', account, '--amount', '0.5', '--note', 'refund', '--data-dir', gw.dataDir], env);
       const audit = (await admin.call('GET', '/admin/v1/audit')).body as { actor: string; action: string; target: string; before: unknown; after: unknown }[];
       expect(audit.map((e) => [e.actor, e.action])).toEqual([
-        ['cli', 'credit.deduct'], ['admin-token', 'key.revoke'], ['admin-token', 'credit-codes.create'], ['admin-token', 'account.limits'],
+        ['cli', 'credit.deduct'], ['admin-token', 'key.revoke'], ['admin-token', 'credit-codes.create'], ['admin-token', 'account.limits'], ['admin-token', 'account.limits'], ['admin-token', 'account.limits'],
         ['admin-token', 'key.limits'], ['admin-token', 'key.create'], ['admin-token', 'credit.grant'], ['admin-token', 'member.add'], ['admin-token', 'account.create'],
       ]);
       expect(audit[0]).toMatchObject({ target: account, before: { balance: '3.499995' }, after: { balance: '2.999995', amount: '0.50', note: 'refund' } });

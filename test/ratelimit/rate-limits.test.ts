@@ -1,12 +1,20 @@
-// Requests and tokens per minute per account, through Parley with a real
-// redis-server: the 429 and OpenAI's x-ratelimit headers.
+// Requests and tokens per minute, and requests in flight, per account,
+// through Parley with a real redis-server: the 429 and OpenAI's x-ratelimit
+// headers.
 import { describe, expect, it } from 'vitest';
 import { createApiKey } from '../../src/accounts/api-keys.js';
-import { answering } from '../support/fake-upstream.js';
+import { setAccountLimits } from '../../src/accounts/accounts.js';
+import { batchLineLimits } from '../../src/ratelimit/rate-limiter.js';
+import { answering, sleep, until, type Script } from '../support/fake-upstream.js';
 import { makeAccount, modelEntry, postChat, startFleetOn, TEST_KEY_SECRET, withGatewayOn } from '../support/gateway.js';
 
 const messages = [{ role: 'user' as const, content: 'hello' }];
 const answer = answering({ prompt_tokens: 5, completion_tokens: 5 });
+/** The same answer, `ms` later: requests that stay in flight a while. */
+const answerAfter = (ms: number): Script => async (req, res) => {
+  await sleep(ms);
+  await answer(req, res);
+};
 /** One model on the scripted upstream, with these rate limits (the routing file's defaults where none). */
 const oneModel = (rateLimits: Record<string, number> = {}) => ([url]: string[]) => ({ rateLimits, models: [modelEntry('m', [{ kind: 'vllm', url }])] });
 
@@ -95,5 +103,42 @@ describe('rate limits', () => {
     } finally {
       await fleet.close();
     }
+  });
+
+  it("bounds an account's requests in flight across three replicas; one ended lets the next in, and another account has its own bound", async () => {
+    const fleet = await startFleetOn([answerAfter(400)], oneModel({ concurrentRequests: 2 }), 3);
+    try {
+      const ask = (i: number, apiKey = fleet.gw.apiKey) => postChat({ url: fleet.replicas[i % 3].url, apiKey }, { model: 'm', messages, max_tokens: 10 });
+      const other = await makeAccount(fleet.gw.redis, 1);
+      const sent = Array.from({ length: 6 }, (_, i) => ask(i));
+      await sleep(100);
+      // While the account has its two in flight, another's two go in.
+      const others = [ask(0, other.key), ask(1, other.key)];
+      const answers = await Promise.all(sent);
+      expect(answers.filter((r) => r.status === 200)).toHaveLength(2);
+      const refused = answers.filter((r) => r.status === 429);
+      expect(refused).toHaveLength(4);
+      expect(refused[0].headers.get('retry-after')).toBe('1');
+      expect((await refused[0].json()).error).toMatchObject({ type: 'rate_limit_error', code: 'rate_limit_exceeded', message: expect.stringContaining('2 requests in flight') });
+      expect((await Promise.all(others)).map((r) => r.status)).toEqual([200, 200]);
+      // Its two have ended (and settled): the next goes in.
+      await until(async () => (await ask(2)).status === 200);
+    } finally {
+      await fleet.close();
+    }
+  });
+
+  it("takes an account's own bound of requests in flight over the routing file's, and gives batch lines half of it", async () => {
+    await withGatewayOn([answerAfter(300)], oneModel({ concurrentRequests: 8 }), async (gw) => {
+      await setAccountLimits(gw.redis.client, gw.account, { requestsPerMinute: null, tokensPerMinute: null, concurrentRequests: 1 });
+      const other = await makeAccount(gw.redis, 1);
+      // Its key was looked up before the change, and replicas take a change within a minute: a new key sees it now.
+      const { key } = await createApiKey(gw.redis.client, TEST_KEY_SECRET, gw.account, 'after the change');
+      const statuses = await Promise.all([key, key, other.key, other.key].map((apiKey) => postChat({ url: gw.url, apiKey }, { model: 'm', messages, max_tokens: 10 }).then((r) => r.status)));
+      expect(statuses.slice(0, 2).sort()).toEqual([200, 429]);
+      expect(statuses.slice(2)).toEqual([200, 200]);
+    });
+    expect(batchLineLimits({ requestsPerMinute: 10, tokensPerMinute: 100, concurrentRequests: 5 }).concurrentRequests).toBe(2);
+    expect(batchLineLimits({ requestsPerMinute: 10, tokensPerMinute: 100, concurrentRequests: 0 }).concurrentRequests).toBe(0);
   });
 });
