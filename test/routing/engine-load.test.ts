@@ -335,7 +335,7 @@ describe('how long a request holds a slot, as the engine or the fleet reports it
     };
     /** Waits until every replica's view of endpoint `index` meets `met`. */
     const until = async (index: number, what: string, met: (e: EndpointsView['data'][number]['endpoints'][number]) => boolean) => {
-      for (let tries = 0; tries < 30; tries++) {
+      for (let tries = 0; tries < 60; tries++) {
         const views = await Promise.all(running.replicas.map(async (gw) => (await endpointsView(gw)).data[0].endpoints[index]));
         if (views.every(met)) return;
         await sleep(INTERVAL_MS / 2);
