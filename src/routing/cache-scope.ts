@@ -9,10 +9,8 @@
 // account's prompts have homes of their own.
 import { createHmac } from 'node:crypto';
 
-export type PrefixCacheScope = 'per-account' | 'shared';
-
 /**
- * The account's salt: keyed with the server's secret, so that it names no account in an engine's logs and no one
- * can make another's, even with direct access to an engine.
+ * The account's salt: keyed with the server's secret (labelled apart from the API keys' HMACs under it), so that it
+ * names no account in an engine's logs and no one without the secret can work out another account's.
  */
-export const accountCacheSalt = (secret: string, account: string) => createHmac('sha256', secret).update(account).digest('base64url');
+export const accountCacheSalt = (secret: string, account: string) => createHmac('sha256', secret).update('prefix-cache\n').update(account).digest('base64url');
