@@ -2,7 +2,7 @@
 // an endpoint's flex share of slots busy; beside it, an interactive stream's
 // time to first token stays near what it is with the endpoint idle. And the
 // key that made a batch limits every line: its models, its budget, its
-// account's rate.
+// account's rate, and half its account's bound of requests in flight.
 import OpenAI, { toFile } from 'openai';
 import { describe, expect, it } from 'vitest';
 import { setAccountLimits } from '../../src/accounts/accounts.js';
@@ -155,6 +155,19 @@ describe('a batch in idle capacity', () => {
       expect(b.request_counts).toMatchObject({ completed: 2, failed: 4 });
       const errors = (await (await client.files.content(b.error_file_id!)).text()).trim().split('\n').map((l) => JSON.parse(l));
       expect(new Set(errors.map((e) => `${e.response.status_code} ${e.response.body.error.code}`))).toEqual(new Set(['429 insufficient_quota']));
+    });
+  });
+  it("runs at most half of its account's bound of requests in flight, leaving the rest to the account's own requests", async () => {
+    const { seen, script } = engine();
+    await withGatewayOn([script], ([url]) => ({ rateLimits: { concurrentRequests: 4 }, models: [modelEntry('m', [{ kind: 'vllm', url, maxConcurrent: 16 }])] }), async (gw) => {
+      const batch = await startBatch(gw.client, 6);
+      await until(async () => seen.now > 0);
+      // Two lines run; the account's own two requests go in beside them.
+      const own = await Promise.all([0, 1].map(() => postChat(gw, { model: 'm', messages: [{ role: 'user', content: 'interactive' }] })));
+      expect(own.map((r) => r.status)).toEqual([200, 200]);
+      await until(async () => (await gw.client.batches.retrieve(batch.id)).status === 'completed', 20_000);
+      expect(seen.most).toBeLessThanOrEqual(4);
+      expect((await gw.client.batches.retrieve(batch.id)).request_counts).toEqual({ total: 6, completed: 6, failed: 0 });
     });
   });
 });
