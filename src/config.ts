@@ -117,7 +117,7 @@ const model = z.strictObject({
        * against waiting in its home engine's queue (routing/endpoint-score.ts).
        */
       prefillTokensPerSecond: z.number().positive().default(10_000),
-      /** Whose requests may read one another's prefix cache: each account its own, or all (routing/cache-scope.ts). */
+      /** Whose requests may read one another's prefix cache: each account its own, or all (accounts/cache-salt.ts). */
       prefixCache: z.enum(['per-account', 'shared']).default('per-account'),
     })
     .prefault({}),

@@ -10,7 +10,7 @@ import type { ServiceTier } from '../protocol/service-tier.js';
 import type { RateLimits } from '../ratelimit/rate-limiter.js';
 import { subscriberFor } from '../redis/connection.js';
 import { redisKeys } from '../redis/keys.js';
-import { accountCacheSalt } from '../routing/cache-scope.js';
+import { accountCacheSalt } from './cache-salt.js';
 import { getAccount } from './accounts.js';
 import { findApiKeyByHash, hashApiKey, isWellFormedKey, maskedKey, touchApiKey, type ApiKeyRecord, type KeyBudget } from './api-keys.js';
 
@@ -25,7 +25,7 @@ export interface Caller {
   budget: KeyBudget | null;
   /** The key's service tier: what its requests are served at unless they ask for another. */
   tier: ServiceTier;
-  /** The account's prefix-cache salt (routing/cache-scope.ts). */
+  /** The account's prefix-cache salt (accounts/cache-salt.ts). */
   cacheSalt: string;
 }
 

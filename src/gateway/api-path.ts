@@ -132,7 +132,7 @@ export function perChoiceBodies(endpoint: RoutedEndpoint, body: Record<string, u
 /**
  * The request with what the endpoint's engine takes from Parley rather than the client: its tier's priority, where
  * the endpoint schedules by it, and the account's cache salt, where the model keeps each account's prefix cache
- * apart (routing/cache-scope.ts). A salt the client sent (a model's passThrough may let it) follows the account's,
+ * apart (accounts/cache-salt.ts). A salt the client sent (a model's passThrough may let it) follows the account's,
  * so it can only divide the account's cache further. Set in place: the bodies are this call's own.
  */
 function withEngineFields(sent: UpstreamRequest, endpoint: RoutedEndpoint, tier: ServiceTier, cacheSalt: string | undefined): UpstreamRequest {

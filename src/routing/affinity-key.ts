@@ -35,7 +35,7 @@ export const leadingTextKey = (text: string) => keyOf('lead', text, PLACEMENT_CH
 /** The affinity key a client's hint names. */
 export const hintKey = (hint: string) => keyOf('hint', hint, MAX_OPENING_CHARS);
 
-/** A key as one account's own, where a model keeps each account's prefix cache apart (routing/cache-scope.ts). */
+/** A key as one account's own, where a model keeps each account's prefix cache apart (accounts/cache-salt.ts). */
 export const accountKey = (account: string, key: string) => keyOf('account', `${account}\n${key}`, Infinity);
 
 /** The affinity key of a chat conversation (see the top of this file). */

@@ -25,7 +25,7 @@ export interface Dialect {
   readonly priorityOf?: (tier: ServiceTier) => number;
   /** Where this engine reports its own queue and KV-cache use; absent for an API that does not (a hosted one). */
   readonly engineLoad?: EngineLoadSource;
-  /** Whether it keeps the prefix caches of requests with different `cache_salt`s apart (routing/cache-scope.ts). */
+  /** Whether it keeps the prefix caches of requests with different `cache_salt`s apart (accounts/cache-salt.ts). */
   readonly saltsPrefixCache: boolean;
   readonly chat: GenerationMapping<ChatCompletionRequest>;
   /** Text completions, read as chat's are: each choice's text as its message's content. */
