@@ -4,7 +4,7 @@
 // a tenant naming a new session at every request keeps only its quota of
 // the affinity keys that every tenant's homes are placed from, and no
 // tenant reads another's prefix cache.
-import { connect } from 'node:net';
+import { connect, type Socket } from 'node:net';
 import OpenAI from 'openai';
 import { describe, expect, it } from 'vitest';
 import { readBalance } from '../../src/billing/credit-ledger.js';
@@ -146,6 +146,13 @@ describe('a saturated endpoint', () => {
 });
 
 describe('a client that stops reading its reply', () => {
+  /** A chat completion sent on a socket of the test's own, whose reading it can stop. */
+  const rawChat = (gw: TestGateway, request: unknown): Socket => {
+    const body = JSON.stringify(request);
+    const socket = connect(Number(new URL(gw.url).port), '127.0.0.1');
+    socket.write(`POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${gw.apiKey}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`);
+    return socket;
+  };
   /** A long reply, streamed as fast as the gateway takes it: some 16 MB, more than the sockets between hold. */
   const flood: Script = async (req, res) => {
     if (req.path.endsWith('/models')) return replyJson(res, { object: 'list', data: [] });
@@ -160,9 +167,7 @@ describe('a client that stops reading its reply', () => {
     const config = ([url]: string[]) => ({ gateway: { ...health, clientSendTimeoutMs: 1_000, failover: { queueTimeoutMs: 5_000 } }, models: [modelEntry('m', [{ kind: 'vllm', url, maxConcurrent: 1 }])] });
     await withGatewayOn([flood], config, async (gw) => {
       const before = await readBalance(gw.redis.client, gw.account);
-      const stalled = connect(new URL(gw.url).port as unknown as number, '127.0.0.1');
-      const body = JSON.stringify({ model: 'm', messages, stream: true });
-      stalled.write(`POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${gw.apiKey}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`);
+      const stalled = rawChat(gw, { model: 'm', messages, stream: true });
       // It reads the first bytes, then no more.
       await new Promise((r) => stalled.once('data', r));
       stalled.pause();
@@ -180,9 +185,7 @@ describe('a client that stops reading its reply', () => {
     const content = 'x'.repeat(24 * 1024 * 1024);
     const whole: Script = (req, res) => (req.path.endsWith('/models') ? replyJson(res, { object: 'list', data: [] }) : replyJson(res, completionBody(content, { prompt_tokens: 5, completion_tokens: 1 })));
     await withGatewayOn([whole], ([url]) => ({ gateway: { ...health, clientSendTimeoutMs: 500 }, models: [modelEntry('m', [{ kind: 'vllm', url }])] }), async (gw) => {
-      const stalled = connect(Number(new URL(gw.url).port), '127.0.0.1');
-      const body = JSON.stringify({ model: 'm', messages });
-      stalled.write(`POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${gw.apiKey}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`);
+      const stalled = rawChat(gw, { model: 'm', messages });
       let received = 0;
       await new Promise((r) => stalled.once('data', (d: Buffer) => r((received += d.length))));
       stalled.pause();
