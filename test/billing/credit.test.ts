@@ -7,7 +7,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { readBalance } from '../../src/billing/credit-ledger.js';
 import { usageEventsOf } from '../support/ledger.js';
 import { answering, chunk, completionBody, replyJson, sleep, startFakeUpstream, until, writeEvents, type FakeUpstream, type Script } from '../support/fake-upstream.js';
-import { makeAccount, modelEntry, postChat, startGatewaysOn, startTestGateway, withGatewayOn, type TestGateway } from '../support/gateway.js';
+import { makeAccount, modelEntry, postChat, startTestGateway, withGatewayOn, type TestGateway } from '../support/gateway.js';
 import { startTestRedis, type TestRedis } from '../support/redis.js';
 import { startClusterAsTestRedis, startSentinelsAsTestRedis } from '../support/redis-topologies.js';
 
@@ -29,14 +29,20 @@ const TOPOLOGIES = [
 ];
 
 describe.each(TOPOLOGIES)('on $topology', ({ oneServer, start }) => {
-  beforeAll(() => startGatewaysOn(start));
+  // The topology's gateways share one Redis (each with an account of its own): a sentinel set takes seconds to
+  // start, and started for each gateway it made this file a minute long.
+  let redis: TestRedis;
+  beforeAll(async () => {
+    redis = await start();
+  });
+  afterAll(() => redis.stop());
 
   describe('charges', () => {
     let upstream: FakeUpstream;
     let gw: TestGateway;
     beforeAll(async () => {
       upstream = await startFakeUpstream(answering({ prompt_tokens: 1001, cached: 600, completion_tokens: 150 }));
-      gw = await startTestGateway({ models: [modelEntry('m', [{ kind: 'vllm', url: upstream.url }], { pricesPerMillion: PRICES })] });
+      gw = await startTestGateway({ models: [modelEntry('m', [{ kind: 'vllm', url: upstream.url }], { pricesPerMillion: PRICES })] }, { redis });
     });
     afterAll(async () => {
       await gw.close();
@@ -107,7 +113,7 @@ describe.each(TOPOLOGIES)('on $topology', ({ oneServer, start }) => {
         await gw.client.chat.completions.create({ model: 'm', messages });
         await until(async () => (await events(gw.redis, gw.account)).some((e) => e.outcome === 'complete'));
         expect((await events(gw.redis, gw.account)).map((e) => e.outcome)).toEqual(['complete']);
-      });
+      }, { redis });
     });
   });
 
@@ -130,7 +136,7 @@ describe.each(TOPOLOGIES)('on $topology', ({ oneServer, start }) => {
         const [event] = await events(gw.redis, gw.account);
         // 3 tokens at 1,000 per million tokens: 3,000 micro-units.
         expect(event).toMatchObject({ outcome: 'complete', completionTokens: 3, charged: 3_000 });
-      });
+      }, { redis });
     });
   });
 
@@ -157,7 +163,7 @@ describe.each(TOPOLOGIES)('on $topology', ({ oneServer, start }) => {
         const charged = (await events(gw.redis, team.account)).reduce((sum, e) => sum + e.charged, 0);
         expect(b.total).toBeGreaterThanOrEqual(0);
         expect(b.total + charged).toBe(10_000);
-      }, { credit: 0 });
+      }, { credit: 0, redis });
     });
   });
 
@@ -166,7 +172,7 @@ describe.each(TOPOLOGIES)('on $topology', ({ oneServer, start }) => {
     let gw: TestGateway;
     beforeAll(async () => {
       upstream = await startFakeUpstream(() => {});
-      gw = await startTestGateway({ models: [modelEntry('m', [{ kind: 'vllm', url: upstream.url }])] });
+      gw = await startTestGateway({ models: [modelEntry('m', [{ kind: 'vllm', url: upstream.url }])] }, { redis });
     });
     afterAll(async () => {
       await gw.close();
@@ -239,7 +245,7 @@ describe.each(TOPOLOGIES)('on $topology', ({ oneServer, start }) => {
         expect(all).toHaveLength(1);
         // 1,000 prompt tokens × 1 + 1,000 output tokens × 2 per million.
         expect(await balance(gw.redis, gw.account)).toEqual({ total: before.total - 3_000, held: 0 });
-      });
+      }, { redis });
     });
   });
 
