@@ -24,8 +24,15 @@ export interface AssistantMessage {
   content: string | null;
   /** The model's reasoning, under DeepSeek's name whatever the upstream called it. */
   reasoning_content?: string;
-  tool_calls?: unknown[];
+  tool_calls?: ToolCall[];
   refusal?: string | null;
+}
+
+/** A whole reply's tool call, as OpenAI writes it (an upstream may leave out the id). */
+export interface ToolCall {
+  id?: string;
+  type: string;
+  function: { name: string; arguments: string };
 }
 
 /** A piece of a tool call, as OpenAI streams it: `id`, `type` and the name on its first piece only. */
@@ -98,14 +105,22 @@ export function usageBody(u: Usage) {
   };
 }
 
+/** The id of a tool call its upstream sent without one: a client sends it back with the call's result. */
+const toolCallId = (identity: ReplyIdentity, choice: number, index: number) => `call_${identity.id}_${choice}_${index}`;
+
 export function renderCompletion(identity: ReplyIdentity, completion: Completion) {
+  const withIds = <C extends Omit<Choice, 'matched_stop'>>(choice: C): C => {
+    const calls = choice.message.tool_calls;
+    if (!calls?.some((t) => t.id === undefined)) return choice;
+    return { ...choice, message: { ...choice.message, tool_calls: calls.map((t, i) => ({ id: toolCallId(identity, choice.index, i), ...t })) } };
+  };
   return {
     id: identity.id,
     object: 'chat.completion',
     created: identity.created,
     model: identity.model,
     service_tier: identity.serviceTier,
-    choices: completion.choices.map(({ matched_stop: _stop, ...choice }) => choice),
+    choices: completion.choices.map(({ matched_stop: _stop, ...choice }) => withIds(choice)),
     usage: usageBody(completion.usage),
   };
 }
@@ -154,6 +169,13 @@ export abstract class OpenAiChunks implements ReplyRenderer {
   readonly keepAlive = SSE_KEEP_ALIVE;
   /** Every chunk's text after its `choices`. */
   protected readonly suffix: string;
+  /**
+   * The choices begun, and those given a finish reason. One whose upstream ends without (a server's bug, or none
+   * of its own) is given 'stop' at the end, as its whole reply is: OpenAI ends every choice with one, and the
+   * SDK's stream reader throws for a choice without.
+   */
+  protected readonly begun = new Set<number>();
+  private readonly finished = new Set<number>();
 
   constructor(protected readonly prefix: string, private readonly includeUsage: boolean) {
     // OpenAI marks every content chunk with usage null when usage was asked for.
@@ -162,13 +184,24 @@ export abstract class OpenAiChunks implements ReplyRenderer {
 
   abstract deltas(choices: ChoiceDelta[]): string;
 
+  /** The `choices` of a chunk that only ends choice `index` with 'stop'. */
+  protected abstract stopped(index: number): string;
+
+  /** Notes that choice `c` has begun, and whether it has finished. */
+  protected noteChoice(c: ChoiceDelta): void {
+    this.begun.add(c.index);
+    if (c.finish_reason !== null) this.finished.add(c.index);
+  }
+
   start(): string {
     return '';
   }
 
   end(usage: Usage): string {
-    if (!this.includeUsage) return SSE_DONE;
-    return sseData(this.prefix + '[],"usage":' + JSON.stringify(usageBody(usage)) + '}') + SSE_DONE;
+    let out = '';
+    for (const index of this.begun) if (!this.finished.has(index)) out += sseData(this.prefix + this.stopped(index) + this.suffix);
+    if (!this.includeUsage) return out + SSE_DONE;
+    return out + sseData(this.prefix + '[],"usage":' + JSON.stringify(usageBody(usage)) + '}') + SSE_DONE;
   }
 
   failure(err?: ApiError): string {
@@ -186,10 +219,15 @@ export class ChunkRenderer extends OpenAiChunks {
   private readonly contentHeads: string[] = [];
   /** The text of a content chunk after its literal. */
   private readonly contentTail: string;
-  /** Tool calls already opened, by choice and tool index: their later pieces go without id, type and name. */
-  private readonly toolCallsOpened = new Set<string>();
+  /**
+   * Tool calls opened, by choice and the upstream's index, with the index each goes out under: OpenAI counts a
+   * choice's calls from 0, and the SDK's stream reader fails on a gap, which a server may leave.
+   */
+  private readonly toolCallIndexes = new Map<string, number>();
+  /** How many tool calls each choice has opened. */
+  private readonly toolCallsOfChoice: number[] = [];
 
-  constructor(identity: ReplyIdentity, includeUsage: boolean) {
+  constructor(private readonly identity: ReplyIdentity, includeUsage: boolean) {
     super(`{"id":${JSON.stringify(identity.id)},"object":"chat.completion.chunk","created":${identity.created},"model":${JSON.stringify(identity.model)},"service_tier":${JSON.stringify(identity.serviceTier)},"choices":`, includeUsage);
     this.contentTail = `},"logprobs":null,"finish_reason":null}]${this.suffix}\n\n`;
   }
@@ -209,6 +247,7 @@ export class ChunkRenderer extends OpenAiChunks {
     let out = '';
     for (const c of choices) {
       out += this.open(c.index);
+      this.noteChoice(c);
       const bare = c.logprobs === null && c.finish_reason === null;
       if (bare && typeof c.delta.content === 'string' && onlyContent(c.delta)) {
         // The common chunk, a piece of text, from text made once per choice. An empty piece says nothing: not sent.
@@ -229,20 +268,32 @@ export class ChunkRenderer extends OpenAiChunks {
     return out;
   }
 
-  /** A tool call's piece as OpenAI sends it: some servers repeat the call's id, type and name on every piece. */
+  /**
+   * A tool call's piece as OpenAI sends it: its first with the call's id, type and name (the SDK's stream reader
+   * throws for a call without), where some servers leave them out, and the rest without, where some repeat them.
+   */
   private toolCallPiece(choice: number, piece: ToolCallFragment): ToolCallFragment {
     const key = `${choice}:${piece.index}`;
-    if (!this.toolCallsOpened.has(key)) {
-      this.toolCallsOpened.add(key);
-      return piece;
+    let index = this.toolCallIndexes.get(key);
+    if (index === undefined) {
+      index = this.toolCallsOfChoice[choice] ?? 0;
+      this.toolCallsOfChoice[choice] = index + 1;
+      this.toolCallIndexes.set(key, index);
+      const { id = toolCallId(this.identity, choice, index), type = 'function', function: fn = {} } = piece;
+      return { index, id, type, function: { ...fn, name: fn.name ?? '' } };
     }
-    const { id: _id, type: _type, function: fn, ...rest } = piece;
-    return fn?.arguments !== undefined ? { ...rest, function: { arguments: fn.arguments } } : rest;
+    const args = piece.function?.arguments;
+    return args !== undefined ? { index, function: { arguments: args } } : { index };
+  }
+
+  protected stopped(index: number): string {
+    return `[{"index":${index},"delta":{},"logprobs":null,"finish_reason":"stop"}]`;
   }
 
   /** As OpenAI does: a choice opens with a chunk of its own carrying the role. '' once it has. */
   private open(index: number): string {
     if (this.contentHeads[index] !== undefined) return '';
+    this.begun.add(index);
     this.contentHeads[index] = `data: ${this.prefix}[{"index":${index},"delta":{"content":`;
     return sseData(`${this.prefix}[{"index":${index},"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]${this.suffix}`);
   }

@@ -76,10 +76,15 @@ export class TextChunkRenderer extends OpenAiChunks {
   deltas(choices: ChoiceDelta[]): string {
     let out = '';
     for (const c of choices) {
+      this.noteChoice(c);
       const text = c.delta.content ?? '';
       if (text === '' && c.finish_reason === null && c.logprobs === null) continue;
       out += sseData(this.prefix + JSON.stringify([{ text, index: c.index, logprobs: c.logprobs, finish_reason: c.finish_reason }]) + this.suffix);
     }
     return out;
+  }
+
+  protected stopped(index: number): string {
+    return `[{"text":"","index":${index},"logprobs":null,"finish_reason":"stop"}]`;
   }
 }

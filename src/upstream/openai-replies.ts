@@ -4,7 +4,7 @@
 // are dropped, null ones skipped); what an upstream does differently is
 // named by its dialect's ReplyQuirks.
 import type { EmbeddingsReply } from '../protocol/embeddings.js';
-import type { AssistantMessage, Choice, ChoiceDelta, Completion, StreamEvent, ToolCallFragment, Usage } from '../protocol/chat-response.js';
+import type { AssistantMessage, Choice, ChoiceDelta, Completion, StreamEvent, ToolCall, ToolCallFragment, Usage } from '../protocol/chat-response.js';
 import { ApiError, contextLengthExceeded, upstreamFailed, upstreamRejected } from '../protocol/errors.js';
 import type { SseEvent } from './sse-parser.js';
 import { UpstreamBrokeOff } from './upstream-broke-off.js';
@@ -28,6 +28,13 @@ export interface ReplyQuirks {
 
 export const openAiCachedTokens = (usage: Json): number | undefined => usage.prompt_tokens_details?.cached_tokens;
 
+const isObject = (v: unknown): v is Json => typeof v === 'object' && v !== null;
+/**
+ * The objects of a list an upstream sent. A model's output is steered by a tenant's prompt, and an engine's bugs are
+ * anyone's: a null or a number where an object goes is passed over, not a failure of the gateway.
+ */
+const objectsIn = (list: unknown): Json[] => (Array.isArray(list) ? list.filter(isObject) : []);
+
 const asInt = (v: unknown): number => (typeof v === 'number' && Number.isFinite(v) && v >= 0 ? Math.floor(v) : 0);
 
 function reasoningOf(m: Json, quirks: ReplyQuirks): string | undefined {
@@ -39,7 +46,8 @@ function assistantMessage(m: Json, quirks: ReplyQuirks): AssistantMessage {
   const message: AssistantMessage = { role: 'assistant', content: typeof m.content === 'string' ? m.content : null };
   const reasoning = reasoningOf(m, quirks);
   if (reasoning !== undefined) message.reasoning_content = reasoning;
-  if (Array.isArray(m.tool_calls) && m.tool_calls.length > 0) message.tool_calls = m.tool_calls;
+  const calls = objectsIn(m.tool_calls).map(toolCall);
+  if (calls.length > 0) message.tool_calls = calls;
   if (typeof m.refusal === 'string') message.refusal = m.refusal;
   return message;
 }
@@ -50,9 +58,20 @@ function delta(d: Json, quirks: ReplyQuirks): ChoiceDelta['delta'] {
   if (typeof d.content === 'string') out.content = d.content;
   const reasoning = reasoningOf(d, quirks);
   if (reasoning !== undefined) out.reasoning_content = reasoning;
-  if (Array.isArray(d.tool_calls) && d.tool_calls.length > 0) out.tool_calls = d.tool_calls.map(toolCallFragment);
+  const calls = objectsIn(d.tool_calls);
+  if (calls.length > 0) out.tool_calls = calls.map(toolCallFragment);
   if (typeof d.refusal === 'string') out.refusal = d.refusal;
   return out;
+}
+
+/** A call's arguments as OpenAI writes them, a string of JSON: some servers send the object itself. */
+const argumentsOf = (args: unknown): string | undefined => (typeof args === 'string' ? args : isObject(args) ? JSON.stringify(args) : undefined);
+
+function toolCall(t: Json): ToolCall {
+  const fn = isObject(t.function) ? t.function : {};
+  const call: ToolCall = { type: typeof t.type === 'string' ? t.type : 'function', function: { name: typeof fn.name === 'string' ? fn.name : '', arguments: argumentsOf(fn.arguments) ?? '' } };
+  if (typeof t.id === 'string') call.id = t.id;
+  return call;
 }
 
 function toolCallFragment(t: Json, i: number): ToolCallFragment {
@@ -61,21 +80,22 @@ function toolCallFragment(t: Json, i: number): ToolCallFragment {
   if (typeof t.type === 'string') piece.type = t.type;
   const fn: NonNullable<ToolCallFragment['function']> = {};
   if (typeof t.function?.name === 'string') fn.name = t.function.name;
-  if (typeof t.function?.arguments === 'string') fn.arguments = t.function.arguments;
+  const args = argumentsOf(t.function?.arguments);
+  if (args !== undefined) fn.arguments = args;
   piece.function = fn;
   return piece;
 }
 
 function logprobsOf(l: Json | null | undefined): Choice['logprobs'] {
-  if (!l || typeof l !== 'object') return null;
+  if (!isObject(l)) return null;
   if (!Array.isArray(l.content)) return { content: null };
   const entry = (t: Json) => ({ token: t.token, logprob: t.logprob, bytes: t.bytes ?? null });
-  return { content: l.content.map((t: Json) => ({ ...entry(t), top_logprobs: Array.isArray(t.top_logprobs) ? t.top_logprobs.map(entry) : [] })) };
+  return { content: objectsIn(l.content).map((t) => ({ ...entry(t), top_logprobs: objectsIn(t.top_logprobs).map(entry) })) };
 }
 
 function usageOf(whole: Json, quirks: ReplyQuirks): Usage | undefined {
   const u = whole.usage;
-  if (!u || typeof u !== 'object') return undefined;
+  if (!isObject(u)) return undefined;
   const prompt = asInt(u.prompt_tokens);
   const usage: Usage = {
     prompt_tokens: prompt,
@@ -94,20 +114,24 @@ function withMatchedStop<C extends Choice | ChoiceDelta>(c: Json, choice: C, qui
   return choice;
 }
 
+/** Why a choice ended, where the upstream says: a whole reply's choice that does not say ended with 'stop'. */
+const finishOf = (c: Json): string | null => (typeof c.finish_reason === 'string' && c.finish_reason !== '' ? c.finish_reason : null);
+
 const indexOf = (c: Json, i: number): number => (typeof c.index === 'number' ? c.index : i);
 
 /** A whole reply's choices, each read by `messageOf`, and its usage. */
 function wholeReply(raw: unknown, quirks: ReplyQuirks, choiceOf: (c: Json, i: number) => Choice): Completion {
   const body = raw as Json;
-  if (!body || !Array.isArray(body.choices)) throw new UpstreamBrokeOff('the upstream reply has no choices');
+  const choices = isObject(body) ? objectsIn(body.choices) : [];
+  if (choices.length === 0) throw new UpstreamBrokeOff('the upstream reply has no choices');
   const usage = usageOf(body, quirks);
   if (!usage) throw new UpstreamBrokeOff('the upstream reply has no usage');
-  return { choices: body.choices.map(choiceOf), usage };
+  return { choices: choices.map(choiceOf), usage };
 }
 
 export const chatReply = (raw: unknown, quirks: ReplyQuirks): Completion =>
   wholeReply(raw, quirks, (c, i) =>
-    withMatchedStop(c, { index: indexOf(c, i), message: assistantMessage(c.message ?? {}, quirks), logprobs: logprobsOf(c.logprobs), finish_reason: c.finish_reason ?? 'stop' }, quirks),
+    withMatchedStop(c, { index: indexOf(c, i), message: assistantMessage(isObject(c.message) ? c.message : {}, quirks), logprobs: logprobsOf(c.logprobs), finish_reason: finishOf(c) ?? 'stop' }, quirks),
   );
 
 /** A text completion, normalized as chat's is: each choice's text as its message's content. */
@@ -116,7 +140,7 @@ export const textReply = (raw: unknown, quirks: ReplyQuirks): Completion =>
     index: indexOf(c, i),
     message: { role: 'assistant', content: typeof c.text === 'string' ? c.text : '' },
     logprobs: c.logprobs ?? null,
-    finish_reason: c.finish_reason ?? 'stop',
+    finish_reason: finishOf(c) ?? 'stop',
   }));
 
 function parseEvent(text: string): Json {
@@ -142,8 +166,9 @@ function streamedEvent(event: SseEvent, quirks: ReplyQuirks, choiceOf: (c: Json)
     throw new UpstreamBrokeOff(`the upstream sent an error event: ${errorMessage(body) ?? 'no message'}`);
   }
   const out: StreamEvent = {};
-  if (Array.isArray(body.choices) && body.choices.length > 0) {
-    out.choices = body.choices.map((c: Json, i: number): ChoiceDelta => withMatchedStop(c, { index: indexOf(c, i), ...choiceOf(c), finish_reason: c.finish_reason ?? null }, quirks));
+  const choices = objectsIn(body.choices);
+  if (choices.length > 0) {
+    out.choices = choices.map((c, i): ChoiceDelta => withMatchedStop(c, { index: indexOf(c, i), ...choiceOf(c), finish_reason: finishOf(c) }, quirks));
   }
   const usage = usageOf(body, quirks);
   if (usage) out.usage = usage;
@@ -151,7 +176,7 @@ function streamedEvent(event: SseEvent, quirks: ReplyQuirks, choiceOf: (c: Json)
 }
 
 export const chatEvent = (event: SseEvent, quirks: ReplyQuirks): StreamEvent =>
-  streamedEvent(event, quirks, (c) => ({ delta: delta(c.delta ?? {}, quirks), logprobs: logprobsOf(c.logprobs) }));
+  streamedEvent(event, quirks, (c) => ({ delta: delta(isObject(c.delta) ? c.delta : {}, quirks), logprobs: logprobsOf(c.logprobs) }));
 
 /** One event of a streamed text completion, each piece of text as a delta's content. */
 export const textEvent = (event: SseEvent, quirks: ReplyQuirks): StreamEvent =>

@@ -3,6 +3,7 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { ChunkRenderer, renderCompletion, type ChoiceDelta } from '../../src/protocol/chat-response.js';
+import { TextChunkRenderer } from '../../src/protocol/completions.js';
 
 const identity = { id: 'chatcmpl-1', created: 7, model: 'm', serviceTier: 'default' };
 const chunks = (text: string) =>
@@ -59,6 +60,31 @@ describe('ChunkRenderer', () => {
     ]);
   });
 
+  it("gives a call its id, type and name where the upstream left them out, and counts a choice's calls from 0 where it did not", () => {
+    const renderer = new ChunkRenderer(identity, false);
+    const text = renderer.deltas([
+      { index: 0, delta: { tool_calls: [{ index: 2, function: { arguments: '{"a"' } }] }, logprobs: null, finish_reason: null },
+      { index: 0, delta: { tool_calls: [{ index: 2, function: { arguments: ':1}' } }] }, logprobs: null, finish_reason: null },
+      { index: 0, delta: { tool_calls: [{ index: 5, id: 'up', type: 'function', function: { name: 'f' } }] }, logprobs: null, finish_reason: 'tool_calls' },
+    ]);
+    expect(chunks(text).slice(1).map((c) => JSON.parse(c).choices[0].delta.tool_calls[0])).toEqual([
+      { index: 0, id: 'call_chatcmpl-1_0_0', type: 'function', function: { name: '', arguments: '{"a"' } },
+      { index: 0, function: { arguments: ':1}' } },
+      { index: 1, id: 'up', type: 'function', function: { name: 'f' } },
+    ]);
+  });
+
+  it('ends with stop a choice its upstream never ended, before the usage chunk, as its whole reply would be', () => {
+    const renderer = new ChunkRenderer(identity, true);
+    const text = renderer.deltas([0, 1].map((index) => ({ index, delta: { content: 'hi' }, logprobs: null, finish_reason: index === 1 ? 'length' : null })));
+    const end = renderer.end({ prompt_tokens: 1, completion_tokens: 2, cached_tokens: 0 });
+    const last = chunks(text + end).slice(-2).map((c) => JSON.parse(c));
+    expect(last[0].choices).toEqual([{ index: 0, delta: {}, logprobs: null, finish_reason: 'stop' }]);
+    expect(last[1]).toMatchObject({ choices: [], usage: { completion_tokens: 2 } });
+    // One that ended gets no second finish.
+    expect(chunks(text + end).filter((c) => JSON.parse(c).choices[0]?.finish_reason)).toHaveLength(2);
+  });
+
   it('writes a finishing chunk with nothing else in it exactly as JSON would', () => {
     fc.assert(
       fc.property(fc.integer({ min: 0, max: 12 }), fc.string({ unit: 'binary' }), fc.constantFrom<ChoiceDelta['delta']>({}, { role: 'assistant' }), (index, reason, delta) => {
@@ -71,7 +97,24 @@ describe('ChunkRenderer', () => {
   });
 });
 
+describe('TextChunkRenderer', () => {
+  it('ends with stop a choice its upstream never ended, as the chat renderer does', () => {
+    const renderer = new TextChunkRenderer({ ...identity, id: 'cmpl-1' }, false);
+    const text = renderer.deltas([{ index: 0, delta: { content: 'hi' }, logprobs: null, finish_reason: null }]) + renderer.end({ prompt_tokens: 1, completion_tokens: 1, cached_tokens: 0 });
+    expect(chunks(text).map((c) => JSON.parse(c).choices[0])).toEqual([
+      { text: 'hi', index: 0, logprobs: null, finish_reason: null },
+      { text: '', index: 0, logprobs: null, finish_reason: 'stop' },
+    ]);
+  });
+});
+
 describe('renderCompletion', () => {
+  it('gives a tool call its upstream sent without an id the id its stream would have', () => {
+    const message = { role: 'assistant' as const, content: null, tool_calls: [{ id: 'up', type: 'function', function: { name: 'f', arguments: '{}' } }, { type: 'function', function: { name: 'g', arguments: '{}' } }] };
+    const body = renderCompletion(identity, { choices: [{ index: 0, message, logprobs: null, finish_reason: 'tool_calls' }], usage: { prompt_tokens: 3, completion_tokens: 1, cached_tokens: 0 } });
+    expect(body.choices[0].message.tool_calls!.map((t) => t.id)).toEqual(['up', 'call_chatcmpl-1_0_1']);
+  });
+
   it("writes OpenAI's chat.completion with no field that says nothing: Parley has no system_fingerprint, so none is sent", () => {
     const message = { role: 'assistant' as const, content: 'hi' };
     const body = renderCompletion(identity, { choices: [{ index: 0, message, logprobs: null, finish_reason: 'stop' }], usage: { prompt_tokens: 3, completion_tokens: 1, cached_tokens: 2 } });

@@ -51,6 +51,36 @@ describe('reading stream events', () => {
   });
 });
 
+describe('what a model or a server writes where OpenAI writes otherwise', () => {
+  const usage = { prompt_tokens: 3, completion_tokens: 1 };
+
+  it("passes over a whole reply's choices and tool calls that are not objects, and takes a call's arguments sent as an object as their JSON", () => {
+    const reply = vllm.whole({
+      choices: [null, 7, { index: 0, message: { role: 'assistant', content: null, tool_calls: [null, 'x', { function: { name: 'f', arguments: { a: 1 } } }, { id: 'c', type: 'function', function: { name: 5, arguments: '{}' } }] }, finish_reason: false }],
+      usage,
+    });
+    expect(reply.choices).toEqual([
+      {
+        index: 0,
+        message: { role: 'assistant', content: null, tool_calls: [{ type: 'function', function: { name: 'f', arguments: '{"a":1}' } }, { id: 'c', type: 'function', function: { name: '', arguments: '{}' } }] },
+        logprobs: null,
+        finish_reason: 'stop',
+      },
+    ]);
+  });
+
+  it('fails a whole reply with no choice that is an object as one broken off', () => {
+    for (const choices of [[], [null], 'x']) expect(() => vllm.whole({ choices, usage })).toThrow(UpstreamBrokeOff);
+  });
+
+  it("passes over a streamed event's choices, tool call pieces and logprobs that are not objects, and a finish_reason that is not a string", () => {
+    const e = vllm.streamEvent(event({ choices: [null, { index: 0, delta: { tool_calls: [null, { index: 0, function: { arguments: { a: 1 } } }] }, logprobs: { content: [null, { token: 't', logprob: -1, top_logprobs: [null] }] }, finish_reason: 0 }] }));
+    expect(e.choices).toEqual([
+      { index: 0, delta: { tool_calls: [{ index: 0, function: { arguments: '{"a":1}' } }] }, logprobs: { content: [{ token: 't', logprob: -1, bytes: null, top_logprobs: [] }] }, finish_reason: null },
+    ]);
+  });
+});
+
 describe('quirks each dialect names', () => {
   const streamed = (kind: keyof typeof DIALECTS, sse: string) => {
     const api = DIALECTS[kind].chat;
