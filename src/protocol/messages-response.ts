@@ -43,7 +43,7 @@ export function renderMessage(identity: ReplyIdentity, completion: Completion, r
   const content: unknown[] = [];
   if (message.reasoning_content) content.push({ type: 'thinking', thinking: message.reasoning_content, signature: UNSIGNED });
   if (message.content) content.push({ type: 'text', text: message.content });
-  for (const [i, call] of ((message.tool_calls ?? []) as { id?: string; function?: { name?: string; arguments?: string } }[]).entries()) {
+  for (const [i, call] of (message.tool_calls ?? []).entries()) {
     content.push({ type: 'tool_use', id: toolUseId(call.id, `${identity.id}_${i}`), name: call.function?.name ?? '', input: toolInput(call.function?.arguments) });
   }
   return {
@@ -64,7 +64,8 @@ type BlockKind = 'text' | 'thinking' | 'tool_use';
 /** One reply's named events. Blocks open and close in turn: at most one is open at a time. */
 export class MessageEventRenderer implements ReplyRenderer {
   readonly keepAlive = event('ping', '{"type":"ping"}');
-  private open: { kind: BlockKind; index: number; toolIndex?: number } | undefined;
+  /** The block open now; a tool call's arguments are gathered in `args` until it closes. */
+  private open: { kind: BlockKind; index: number; toolIndex?: number; args?: string } | undefined;
   private blocks = 0;
   private finish: string | null = null;
   private matchedStop: string | undefined;
@@ -114,11 +115,11 @@ export class MessageEventRenderer implements ReplyRenderer {
     if (this.open?.kind !== 'tool_use' || this.open.toolIndex !== call.index) {
       out += this.close();
       const index = this.blocks++;
-      this.open = { kind: 'tool_use', index, toolIndex: call.index };
+      this.open = { kind: 'tool_use', index, toolIndex: call.index, args: '' };
       const block = { type: 'tool_use', id: toolUseId(call.id, `${this.identity.id}_${index}`), name: call.function?.name ?? '', input: {} };
       out += event('content_block_start', JSON.stringify({ type: 'content_block_start', index, content_block: block }));
     }
-    if (call.function?.arguments) out += this.delta({ type: 'input_json_delta', partial_json: call.function.arguments });
+    this.open.args += call.function?.arguments ?? '';
     return out;
   }
 
@@ -140,8 +141,13 @@ export class MessageEventRenderer implements ReplyRenderer {
     const open = this.open;
     if (!open) return '';
     this.open = undefined;
-    const signature = open.kind === 'thinking' ? this.delta({ type: 'signature_delta', signature: UNSIGNED }, open.index) : '';
-    return signature + event('content_block_stop', JSON.stringify({ type: 'content_block_stop', index: open.index }));
+    let last = '';
+    if (open.kind === 'thinking') last = this.delta({ type: 'signature_delta', signature: UNSIGNED }, open.index);
+    // A call's input goes whole, as the whole reply's, once its arguments are all in: Anthropic's API sends a
+    // tool's input as JSON it has checked (unless a client asks for fine-grained tool streaming, which Claude Code
+    // does not), and its SDK's stream reader throws on arguments that are not JSON, which a model can write.
+    if (open.kind === 'tool_use') last = this.delta({ type: 'input_json_delta', partial_json: JSON.stringify(toolInput(open.args)) }, open.index);
+    return last + event('content_block_stop', JSON.stringify({ type: 'content_block_stop', index: open.index }));
   }
 }
 

@@ -113,6 +113,27 @@ describe.each(['vllm', 'sglang', 'llamacpp'])('POST /v1/messages on %s', (kind) 
 });
 
 describe('the Messages API and its clients', () => {
+  it("sends a streamed call's input whole, once its arguments are in, as the whole reply's; arguments a model wrote that are not JSON come as the whole reply has them", async () => {
+    const brokenArguments: Script = (req, res) => {
+      const call = { index: 0, id: 'call_1', type: 'function', function: { name: 'get_weather', arguments: 'city=' } };
+      if (!req.body.stream) return replyJson(res, { ...completionBody('', { prompt_tokens: 5, completion_tokens: 3 }), choices: [{ index: 0, message: { role: 'assistant', content: null, tool_calls: [{ ...call, function: { ...call.function, arguments: 'city=Paris' } }] }, finish_reason: 'tool_calls' }] });
+      writeEvents(res, [chunk({ tool_calls: [call] }), chunk({ tool_calls: [{ index: 0, function: { arguments: 'Paris' } }] }), chunk({}, 'tool_calls'), { ...chunk({}), choices: [], usage: { prompt_tokens: 5, completion_tokens: 3 } }]);
+    };
+    await withGatewayOn([callingTool('get_weather'), brokenArguments], ([good, broken]) => ({ models: [modelEntry('good', [{ kind: 'vllm', url: good }], { supports: { tools: true } }), modelEntry('broken', [{ kind: 'vllm', url: broken }], { supports: { tools: true } })] }), async (gw) => {
+      const ask = { max_tokens: 100, tools: [weatherTool], messages: [{ role: 'user' as const, content: 'Weather in Paris?' }] };
+      const raw = await (await fetch(`${gw.url}/v1/messages`, { method: 'POST', headers: { 'content-type': 'application/json', 'x-api-key': gw.apiKey }, body: JSON.stringify({ ...ask, model: 'good', stream: true }) })).text();
+      // The upstream sent the arguments in two pieces; they go in one, with the call's block still opening first.
+      expect([...raw.matchAll(/"partial_json":("(?:[^"\\]|\\.)*")/g)].map(([, literal]) => JSON.parse(literal))).toEqual(['{"city":"Paris"}']);
+      for (const model of ['good', 'broken']) {
+        const streamed = await anthropic(gw).messages.stream({ ...ask, model }).finalMessage();
+        const whole = await anthropic(gw).messages.create({ ...ask, model });
+        const input = model === 'good' ? { city: 'Paris' } : { arguments: 'city=Paris' };
+        expect(streamed.content).toEqual([{ type: 'tool_use', id: expect.stringMatching(/^toolu_/), name: 'get_weather', input }]);
+        expect(whole.content).toEqual(streamed.content);
+      }
+    });
+  });
+
   it('counts tokens without charging, and lists models in Anthropic\'s shape to an Anthropic client', async () => {
     await withGatewayOn([greeting()], model('vllm'), async (gw, [up]) => {
       const before = await readBalance(gw.redis.client, gw.account);
