@@ -1,0 +1,217 @@
+// Generated requests to the chat, Messages and Responses APIs, each answered
+// by a scripted upstream with what a model might write: a tenant steers its
+// model with its prompt, so a tool call's name and arguments, its content and
+// its finish may be anything the upstream's format lets through, and some
+// servers leave out what OpenAI always sends. Each reply is read back by the
+// API's own SDK, whole or streamed, as its clients would read it.
+import { request } from 'node:http';
+import Anthropic from '@anthropic-ai/sdk';
+import fc from 'fast-check';
+import OpenAI from 'openai';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { readBalance } from '../../src/billing/credit-ledger.js';
+import { chunk, completionBody, replyJson, writeEvents, type FakeUpstream, type Script } from '../support/fake-upstream.js';
+import { type GatewayOnUpstreams, modelEntry, startGatewayOn, type TestGateway } from '../support/gateway.js';
+
+let running: GatewayOnUpstreams;
+let upstream: FakeUpstream;
+let gw: TestGateway;
+
+const text = fc.oneof(fc.string({ maxLength: 20 }), fc.constantFrom('', '{', '{"a":', '[]', 'null', '{"x":1}', '\u0000', '𝕏'));
+const anything = fc.anything({ maxDepth: 3 });
+/** Mostly what the API takes, now and then anything at all: most requests get past validation to the mapping. */
+const mostly = <T,>(valid: fc.Arbitrary<T>) => fc.oneof({ arbitrary: valid, weight: 40 }, { arbitrary: anything, weight: 1 });
+
+// What a model says: a tenant steers it with its prompt, so it may be anything the upstream's format allows.
+const toolCall = fc.record({ id: mostly(text), type: fc.constantFrom('function', 'other'), function: fc.record({ name: mostly(text), arguments: mostly(text) }, { requiredKeys: [] }) }, { requiredKeys: [] });
+const message = fc.record({ role: fc.constantFrom('assistant'), content: mostly(fc.oneof(text, fc.constant(null))), tool_calls: mostly(fc.array(toolCall, { maxLength: 3 })), reasoning_content: mostly(text) }, { requiredKeys: ['role'] });
+const finish = mostly(fc.constantFrom('stop', 'length', 'tool_calls', 'content_filter', null));
+let nextReply: { message: unknown; finish: unknown; streamed: unknown[] } = { message: { role: 'assistant', content: 'ok' }, finish: 'stop', streamed: [] };
+
+const script: Script = (req, res) => {
+  const usage = { prompt_tokens: 3, completion_tokens: 1, total_tokens: 4 };
+  // An engine held to a JSON format (vLLM's guided decoding) writes JSON, which the SDKs' stream readers parse.
+  const json = ['json_object', 'json_schema'].includes(req.body.response_format?.type);
+  if (req.body.stream) {
+    const deltas = json ? [{ content: '{}' }] : nextReply.streamed;
+    return writeEvents(res, [...deltas.map((delta) => chunk(delta as Record<string, unknown>)), chunk({}, nextReply.finish as string), { ...chunk({}), choices: [], usage }]);
+  }
+  const message = json ? { role: 'assistant', content: '{}' } : nextReply.message;
+  replyJson(res, { ...completionBody('', usage), choices: [{ index: 0, message, finish_reason: nextReply.finish }] });
+};
+
+beforeAll(async () => {
+  running = await startGatewayOn([script], ([url]) => ({
+    gateway: { maxBodyBytes: 64 * 1024 },
+    rateLimits: { requestsPerMinute: 100_000 },
+    models: [modelEntry('m', [{ kind: 'vllm', url }], { supports: { tools: true, jsonOutput: true } })],
+  }));
+  ({ gw, upstreams: [upstream] } = running);
+});
+afterAll(() => running.close());
+
+/** The generations the upstream was asked for (its health probe's GETs left out). */
+const upstreamCalls = () => upstream.received.filter((r) => r.path === '/v1/chat/completions').length;
+
+async function settledBalance() {
+  for (;;) {
+    const b = (await readBalance(gw.redis.client, gw.account))!;
+    if (b.held === 0) return b;
+    await new Promise((r) => setTimeout(r, 2));
+  }
+}
+
+interface RawReply {
+  status: number;
+  contentType: string;
+  body: string;
+}
+
+function rawPost(path: string, body: string, headers: Record<string, string | undefined>): Promise<RawReply> {
+  return new Promise((resolve, reject) => {
+    const url = new URL(`${gw.url}${path}`);
+    const req = request({ host: url.hostname, port: url.port, path: url.pathname, method: 'POST', headers }, (res) => {
+      let t = '';
+      res.on('data', (c) => (t += c));
+      res.on('end', () => resolve({ status: res.statusCode!, contentType: String(res.headers['content-type']), body: t }));
+    });
+    req.on('error', reject);
+    req.end(body);
+  });
+}
+
+/** One of `valid`, and now and then anything at all. */
+const mostlyOneOf = (...valid: fc.Arbitrary<unknown>[]) => fc.oneof(...valid.map((arbitrary) => ({ arbitrary, weight: 20 })), { arbitrary: anything, weight: 1 });
+const object = fc.dictionary(fc.string({ maxLength: 5 }), anything, { maxKeys: 3 });
+const schema = mostlyOneOf(fc.constant({ type: 'object', properties: { a: { type: 'string' } } }), object);
+
+const block = mostlyOneOf(
+  fc.record({ type: fc.constant('text'), text: mostly(text), cache_control: mostly(fc.constant({ type: 'ephemeral' })) }, { requiredKeys: ['type', 'text'] }),
+  fc.record({ type: fc.constant('image'), source: mostly(fc.record({ type: fc.constantFrom('base64', 'url'), media_type: fc.oneof(fc.constantFrom('image/png', 'image/jpeg'), text), data: text, url: text }, { requiredKeys: [] })) }, { requiredKeys: ['type'] }),
+  fc.record({ type: fc.constant('tool_use'), id: mostly(text), name: mostly(text), input: mostlyOneOf(object) }, { requiredKeys: ['type', 'id', 'name', 'input'] }),
+  fc.record({ type: fc.constant('tool_result'), tool_use_id: mostly(text), content: mostlyOneOf(text, fc.array(fc.record({ type: fc.constantFrom('text', 'image'), text }), { maxLength: 2 })), is_error: mostly(fc.boolean()) }, { requiredKeys: ['type', 'tool_use_id'] }),
+  fc.record({ type: fc.constantFrom('thinking', 'redacted_thinking', 'document', 'search_result', 'server_tool_use', 'web_search_tool_result', 'container_upload'), thinking: text, signature: text, data: text }, { requiredKeys: ['type'] }),
+);
+const anthropicMessage = fc.record({ role: mostlyOneOf(fc.constantFrom('user', 'assistant')), content: mostlyOneOf(text, fc.array(block, { minLength: 1, maxLength: 4 })) });
+const messagesBody = fc.record(
+  {
+    model: mostly(fc.constant('m')),
+    max_tokens: mostly(fc.integer({ min: 1, max: 100 })),
+    system: mostlyOneOf(text, fc.array(fc.record({ type: fc.constant('text'), text }), { maxLength: 2 })),
+    messages: mostly(fc.array(anthropicMessage, { minLength: 1, maxLength: 4 })),
+    tools: mostly(fc.array(fc.record({ name: mostly(fc.string({ minLength: 1, maxLength: 10 })), description: text, input_schema: schema, type: mostlyOneOf(fc.constantFrom('custom', 'web_search_20250305', 'bash_20250124')) }, { requiredKeys: ['name', 'input_schema'] }), { maxLength: 2 })),
+    tool_choice: mostly(fc.record({ type: mostlyOneOf(fc.constantFrom('auto', 'any', 'tool', 'none')), name: text, disable_parallel_tool_use: mostly(fc.boolean()) }, { requiredKeys: ['type'] })),
+    thinking: mostly(fc.record({ type: fc.constantFrom('enabled', 'disabled', 'adaptive'), budget_tokens: mostly(fc.integer({ min: -5, max: 5000 })) }, { requiredKeys: ['type'] })),
+    stream: mostly(fc.boolean()),
+    stop_sequences: mostly(fc.array(text, { maxLength: 5 })),
+    temperature: mostly(fc.double({ min: 0, max: 1, noNaN: true })),
+    top_k: mostly(fc.nat(50)),
+    metadata: mostly(fc.record({ user_id: text }, { requiredKeys: [] })),
+  },
+  { requiredKeys: ['model', 'max_tokens', 'messages'] },
+);
+
+const contentPart = mostlyOneOf(
+  fc.record({ type: fc.constantFrom('input_text', 'output_text', 'text', 'refusal'), text: mostly(text), refusal: text }, { requiredKeys: ['type'] }),
+  fc.record({ type: fc.constantFrom('input_image', 'input_file', 'input_audio'), image_url: text, file_id: text, file_data: text, detail: text }, { requiredKeys: ['type'] }),
+);
+const inputItem = mostlyOneOf(
+  fc.record({ type: fc.constantFrom('message', undefined), role: mostlyOneOf(fc.constantFrom('user', 'assistant', 'system', 'developer')), content: mostlyOneOf(text, fc.array(contentPart, { maxLength: 3 })), id: text, status: text }, { requiredKeys: ['role', 'content'] }),
+  fc.record({ type: fc.constant('function_call'), call_id: mostly(text), name: mostly(text), arguments: mostly(text), id: text }, { requiredKeys: ['type', 'call_id', 'name', 'arguments'] }),
+  fc.record({ type: fc.constant('function_call_output'), call_id: mostly(text), output: mostlyOneOf(text, fc.array(contentPart, { maxLength: 2 })) }, { requiredKeys: ['type', 'call_id', 'output'] }),
+  fc.record({ type: fc.constantFrom('reasoning', 'item_reference', 'web_search_call', 'custom_tool_call', 'custom_tool_call_output', 'local_shell_call', 'compaction'), id: text, summary: mostly(fc.array(fc.record({ type: fc.constant('summary_text'), text }))), content: anything, encrypted_content: text, input: text, call_id: text, output: text, name: text }, { requiredKeys: ['type'] }),
+);
+const responsesBody = fc.record(
+  {
+    model: mostly(fc.constant('m')),
+    input: mostlyOneOf(text, fc.array(inputItem, { minLength: 1, maxLength: 4 })),
+    instructions: mostly(text),
+    tools: mostly(fc.array(fc.record({ type: mostlyOneOf(fc.constantFrom('function', 'web_search', 'custom', 'local_shell', 'file_search')), name: mostly(text), parameters: schema, format: anything }, { requiredKeys: ['type'] }), { maxLength: 2 })),
+    tool_choice: mostlyOneOf(fc.constantFrom('auto', 'none', 'required'), fc.record({ type: fc.constantFrom('function', 'allowed_tools'), name: text, tools: anything, mode: text }, { requiredKeys: ['type'] })),
+    text: mostly(fc.record({ format: mostly(fc.record({ type: fc.constantFrom('text', 'json_object', 'json_schema'), name: text, schema, strict: mostly(fc.boolean()) }, { requiredKeys: ['type'] })), verbosity: mostlyOneOf(fc.constantFrom('low', 'medium', 'high')) }, { requiredKeys: [] })),
+    reasoning: mostly(fc.record({ effort: mostlyOneOf(fc.constantFrom('minimal', 'low', 'medium', 'high')), summary: mostlyOneOf(fc.constantFrom('auto', 'concise', 'detailed')) }, { requiredKeys: [] })),
+    stream: mostly(fc.boolean()),
+    store: mostly(fc.boolean()),
+    max_output_tokens: mostly(fc.integer({ min: 16, max: 100 })),
+    include: mostly(fc.array(fc.constantFrom('reasoning.encrypted_content', 'message.output_text.logprobs'))),
+    parallel_tool_calls: mostly(fc.boolean()),
+  },
+  { requiredKeys: ['model', 'input'] },
+);
+const chatToolCall = fc.record({ id: mostly(text), type: fc.constant('function'), function: fc.record({ name: mostly(text), arguments: mostly(text) }) });
+const chatMessage = mostlyOneOf(
+  fc.record({ role: fc.constantFrom('system', 'developer', 'user'), content: mostlyOneOf(text, fc.array(fc.record({ type: fc.constant('text'), text }), { minLength: 1, maxLength: 2 })), name: text }, { requiredKeys: ['role', 'content'] }),
+  fc.record({ role: fc.constant('assistant'), content: mostlyOneOf(text, fc.constant(null)), tool_calls: mostly(fc.array(chatToolCall, { minLength: 1, maxLength: 2 })), reasoning_content: text }, { requiredKeys: ['role'] }),
+  fc.record({ role: fc.constant('tool'), content: mostly(text), tool_call_id: mostly(text) }),
+);
+const chatBody = fc.record(
+  {
+    model: mostly(fc.constant('m')),
+    messages: mostly(fc.array(chatMessage, { minLength: 1, maxLength: 4 })),
+    tools: mostly(fc.array(fc.record({ type: fc.constant('function'), function: fc.record({ name: fc.string({ minLength: 1, maxLength: 10 }), description: text, parameters: schema }, { requiredKeys: ['name'] }) }), { maxLength: 2 })),
+    tool_choice: mostlyOneOf(fc.constantFrom('auto', 'none', 'required'), fc.record({ type: fc.constant('function'), function: fc.record({ name: text }) })),
+    response_format: mostly(fc.record({ type: fc.constantFrom('text', 'json_object', 'json_schema'), json_schema: fc.record({ name: fc.string({ minLength: 1, maxLength: 5 }), schema }) }, { requiredKeys: ['type'] })),
+    max_tokens: mostly(fc.integer({ min: 1, max: 100 })),
+    n: mostly(fc.integer({ min: 1, max: 3 })),
+    logprobs: mostly(fc.boolean()),
+    stream: mostly(fc.boolean()),
+    stream_options: mostly(fc.record({ include_usage: fc.boolean() })),
+  },
+  { requiredKeys: ['model', 'messages'] },
+);
+
+const reply = fc.record({ message, finish, streamed: fc.array(fc.oneof(fc.record({ content: text }), fc.record({ tool_calls: fc.array(fc.record({ index: mostly(fc.nat(3)), id: text, function: fc.record({ name: text, arguments: text }, { requiredKeys: [] }) }, { requiredKeys: [] }), { maxLength: 2 }) }), fc.record({ reasoning_content: text }), anything), { maxLength: 5 }) });
+
+/** The official SDK's client, given a reply already received: it reads it as it would Parley's own. */
+const replaying = (raw: RawReply) => ({ apiKey: 'unused', maxRetries: 0, timeout: 60_000, fetch: async () => new Response(raw.body, { status: raw.status, headers: { 'content-type': raw.contentType } }) });
+
+/** What the API's official SDK makes of a reply, whole or streamed: it throws where the reply breaks its API. */
+async function readByMessagesSdk(request: any, raw: RawReply) {
+  const sdk = new Anthropic({ ...replaying(raw), baseURL: gw.url });
+  const message = request.stream === true ? await sdk.messages.stream(request).finalMessage() : await sdk.messages.create(request);
+  expect(message.type).toBe('message');
+}
+
+async function readByOpenAiSdk(request: any, raw: RawReply) {
+  const sdk = new OpenAI({ ...replaying(raw), baseURL: `${gw.url}/v1` });
+  const response = request.stream === true ? await sdk.responses.stream(request).finalResponse() : await sdk.responses.create(request);
+  expect(response.object).toBe('response');
+}
+
+async function readByChatSdk(request: any, raw: RawReply) {
+  const sdk = new OpenAI({ ...replaying(raw), baseURL: `${gw.url}/v1` });
+  const completion = request.stream === true ? await sdk.chat.completions.stream(request).finalChatCompletion() : await sdk.chat.completions.create(request);
+  expect(completion.object).toBe('chat.completion');
+}
+
+const RUNS = 1500;
+
+describe.each([
+  { path: '/v1/chat/completions', body: chatBody, headers: {}, readBySdk: readByChatSdk },
+  { path: '/v1/messages', body: messagesBody, headers: { 'anthropic-version': '2023-06-01' }, readBySdk: readByMessagesSdk },
+  { path: '/v1/responses', body: responsesBody, headers: {}, readBySdk: readByOpenAiSdk },
+])('$path: generated requests, answered with what a model might write', ({ path, body, headers, readBySdk }) => {
+  it("get a 200 the API's official SDK reads, whole or streamed, or a 4xx in the API's error shape that calls no upstream and costs nothing", async () => {
+    let served = 0;
+    await fc.assert(
+      fc.asyncProperty(body, reply, async (request, modelReply) => {
+        nextReply = modelReply;
+        const calls = upstreamCalls();
+        // The last request's settlement lands just after its reply.
+        const before = await settledBalance();
+        const res = await rawPost(path, JSON.stringify(request), { 'content-type': 'application/json', authorization: `Bearer ${gw.apiKey}`, ...headers });
+        expect(res.status, `${JSON.stringify(request)}\n${JSON.stringify(modelReply)}\n${res.body}`).toBeLessThan(500);
+        if (res.status === 200) {
+          served++;
+          return readBySdk(request, res);
+        }
+        expect(JSON.parse(res.body).error.type).toBeTypeOf('string');
+        expect(upstreamCalls(), `${res.status} ${res.body}`).toBe(calls);
+        expect((await readBalance(gw.redis.client, gw.account))!.granted).toBe(before.granted);
+      }),
+      { numRuns: RUNS },
+    );
+    // Most requests are valid, so that the mapping and the renderers get the model's replies, not validation alone.
+    expect(served).toBeGreaterThan(RUNS / 5);
+  }, 120_000);
+});
