@@ -203,7 +203,10 @@ describe.each([
         expect(res.status, `${JSON.stringify(request)}\n${JSON.stringify(modelReply)}\n${res.body}`).toBeLessThan(500);
         if (res.status === 200) {
           served++;
-          return readBySdk(request, res);
+          await readBySdk(request, res);
+          // Every reply's usage is 3 prompt tokens and 1 completion token: 3 × 1 + 1 × 2 micro-units (modelEntry's prices).
+          expect(before.granted - (await settledBalance()).granted).toBe(5);
+          return;
         }
         expect(JSON.parse(res.body).error.type).toBeTypeOf('string');
         expect(upstreamCalls(), `${res.status} ${res.body}`).toBe(calls);
