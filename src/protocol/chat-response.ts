@@ -226,6 +226,12 @@ export class ChunkRenderer extends OpenAiChunks {
   private readonly toolCallIndexes = new Map<string, number>();
   /** How many tool calls each choice has opened. */
   private readonly toolCallsOfChoice: number[] = [];
+  /**
+   * The index each of the upstream's choices goes out under: from 0, in the order they first come. OpenAI numbers
+   * a reply's choices from 0, and the SDK's stream reader fails on a gap, which a server that numbers otherwise
+   * leaves (a stream of choice 2 alone, for one reply). Choices are alike, so their order says nothing.
+   */
+  private readonly choiceIndexes = new Map<number, number>();
 
   constructor(private readonly identity: ReplyIdentity, includeUsage: boolean) {
     super(`{"id":${JSON.stringify(identity.id)},"object":"chat.completion.chunk","created":${identity.created},"model":${JSON.stringify(identity.model)},"service_tier":${JSON.stringify(identity.serviceTier)},"choices":`, includeUsage);
@@ -238,14 +244,17 @@ export class ChunkRenderer extends OpenAiChunks {
    * because the run is long and joining would copy it.
    */
   content(run: ContentRun): [opening: string, pieces: string] {
-    const opening = this.open(run.index);
-    return [opening, run.render(this.contentHeads[run.index], this.contentTail)];
+    const index = this.choiceOf(run.index);
+    const opening = this.open(index);
+    return [opening, run.render(this.contentHeads[index], this.contentTail)];
   }
 
   /** The SSE text for a batch of deltas ('' when there is nothing to send). */
   deltas(choices: ChoiceDelta[]): string {
     let out = '';
-    for (const c of choices) {
+    for (const upstreamChoice of choices) {
+      const index = this.choiceOf(upstreamChoice.index);
+      const c = index === upstreamChoice.index ? upstreamChoice : { ...upstreamChoice, index };
       out += this.open(c.index);
       this.noteChoice(c);
       const bare = c.logprobs === null && c.finish_reason === null;
@@ -288,6 +297,12 @@ export class ChunkRenderer extends OpenAiChunks {
 
   protected stopped(index: number): string {
     return `[{"index":${index},"delta":{},"logprobs":null,"finish_reason":"stop"}]`;
+  }
+
+  private choiceOf(upstreamIndex: number): number {
+    let index = this.choiceIndexes.get(upstreamIndex);
+    if (index === undefined) this.choiceIndexes.set(upstreamIndex, (index = this.choiceIndexes.size));
+    return index;
   }
 
   /** As OpenAI does: a choice opens with a chunk of its own carrying the role. '' once it has. */

@@ -26,18 +26,21 @@ const mostly = <T,>(valid: fc.Arbitrary<T>) => fc.oneof({ arbitrary: valid, weig
 const toolCall = fc.record({ id: mostly(text), type: fc.constantFrom('function', 'other'), function: fc.record({ name: mostly(text), arguments: mostly(text) }, { requiredKeys: [] }) }, { requiredKeys: [] });
 const message = fc.record({ role: fc.constantFrom('assistant'), content: mostly(fc.oneof(text, fc.constant(null))), tool_calls: mostly(fc.array(toolCall, { maxLength: 3 })), reasoning_content: mostly(text) }, { requiredKeys: ['role'] });
 const finish = mostly(fc.constantFrom('stop', 'length', 'tool_calls', 'content_filter', null));
-let nextReply: { message: unknown; finish: unknown; streamed: unknown[] } = { message: { role: 'assistant', content: 'ok' }, finish: 'stop', streamed: [] };
+/** A choice's index: 0 for one reply, but a server may number otherwise. */
+const choiceIndex = mostly(fc.constantFrom(0, 0, 0, 1, 2));
+let nextReply: { choices: { index: unknown; message: unknown; finish_reason: unknown }[]; finish: unknown; streamed: { index: unknown; delta: unknown }[] } = { choices: [], finish: 'stop', streamed: [] };
 
 const script: Script = (req, res) => {
   const usage = { prompt_tokens: 3, completion_tokens: 1, total_tokens: 4 };
   // An engine held to a JSON format (vLLM's guided decoding) writes JSON, which the SDKs' stream readers parse.
   const json = ['json_object', 'json_schema'].includes(req.body.response_format?.type);
   if (req.body.stream) {
-    const deltas = json ? [{ content: '{}' }] : nextReply.streamed;
-    return writeEvents(res, [...deltas.map((delta) => chunk(delta as Record<string, unknown>)), chunk({}, nextReply.finish as string), { ...chunk({}), choices: [], usage }]);
+    const pieces = json ? [{ index: 0, delta: { content: '{}' } }] : nextReply.streamed;
+    const events = pieces.map(({ index, delta }) => ({ ...chunk({}), choices: [{ index, delta, logprobs: null, finish_reason: null }] }));
+    return writeEvents(res, [...events, chunk({}, nextReply.finish as string), { ...chunk({}), choices: [], usage }]);
   }
-  const message = json ? { role: 'assistant', content: '{}' } : nextReply.message;
-  replyJson(res, { ...completionBody('', usage), choices: [{ index: 0, message, finish_reason: nextReply.finish }] });
+  const choices = json ? [{ index: 0, message: { role: 'assistant', content: '{}' }, finish_reason: 'stop' }] : nextReply.choices;
+  replyJson(res, { ...completionBody('', usage), choices });
 };
 
 beforeAll(async () => {
@@ -160,7 +163,17 @@ const chatBody = fc.record(
   { requiredKeys: ['model', 'messages'] },
 );
 
-const reply = fc.record({ message, finish, streamed: fc.array(fc.oneof(fc.record({ content: text }), fc.record({ tool_calls: fc.array(fc.record({ index: mostly(fc.nat(3)), id: text, function: fc.record({ name: text, arguments: text }, { requiredKeys: [] }) }, { requiredKeys: [] }), { maxLength: 2 }) }), fc.record({ reasoning_content: text }), anything), { maxLength: 5 }) });
+const streamedDelta = fc.oneof(
+  fc.record({ content: text }),
+  fc.record({ tool_calls: fc.array(fc.record({ index: mostly(fc.nat(3)), id: text, function: fc.record({ name: text, arguments: text }, { requiredKeys: [] }) }, { requiredKeys: [] }), { maxLength: 2 }) }),
+  fc.record({ reasoning_content: text }),
+  anything,
+);
+const reply = fc.record({
+  choices: fc.array(fc.record({ index: choiceIndex, message, finish_reason: finish }), { minLength: 1, maxLength: 2 }),
+  finish,
+  streamed: fc.array(fc.record({ index: choiceIndex, delta: streamedDelta }), { maxLength: 5 }),
+});
 
 /** The official SDK's client, given a reply already received: it reads it as it would Parley's own. */
 const replaying = (raw: RawReply) => ({ apiKey: 'unused', maxRetries: 0, timeout: 60_000, fetch: async () => new Response(raw.body, { status: raw.status, headers: { 'content-type': raw.contentType } }) });

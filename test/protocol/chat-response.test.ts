@@ -74,6 +74,12 @@ describe('ChunkRenderer', () => {
     ]);
   });
 
+  it("numbers choices from 0 in the order they first come, where the upstream numbered them otherwise", () => {
+    const renderer = new ChunkRenderer(identity, false);
+    const text = renderer.deltas([2, 7, 2].map((index, i) => ({ index, delta: { content: `c${i}` }, logprobs: null, finish_reason: null })));
+    expect(chunks(text).map((c) => JSON.parse(c).choices[0]).map((c) => [c.index, c.delta.content])).toEqual([[0, ''], [0, 'c0'], [1, ''], [1, 'c1'], [0, 'c2']]);
+  });
+
   it('ends with stop a choice its upstream never ended, before the usage chunk, as its whole reply would be', () => {
     const renderer = new ChunkRenderer(identity, true);
     const text = renderer.deltas([0, 1].map((index) => ({ index, delta: { content: 'hi' }, logprobs: null, finish_reason: index === 1 ? 'length' : null })));
@@ -89,7 +95,8 @@ describe('ChunkRenderer', () => {
     fc.assert(
       fc.property(fc.integer({ min: 0, max: 12 }), fc.string({ unit: 'binary' }), fc.constantFrom<ChoiceDelta['delta']>({}, { role: 'assistant' }), (index, reason, delta) => {
         const text = new ChunkRenderer(identity, true).deltas([{ index, delta, logprobs: null, finish_reason: reason }]);
-        const choice = { index, delta: {}, logprobs: null, finish_reason: reason };
+        // The first choice it is given goes out as choice 0, whatever the upstream numbered it.
+        const choice = { index: 0, delta: {}, logprobs: null, finish_reason: reason };
         expect(chunks(text).at(-1)).toBe(JSON.stringify({ id: identity.id, object: 'chat.completion.chunk', created: identity.created, model: identity.model, service_tier: 'default', choices: [choice], usage: null }));
       }),
       { numRuns: 300 },
@@ -98,6 +105,12 @@ describe('ChunkRenderer', () => {
 });
 
 describe('TextChunkRenderer', () => {
+  it("numbers choices from 0 in the order they first come, where the upstream numbered them otherwise", () => {
+    const renderer = new ChunkRenderer(identity, false);
+    const text = renderer.deltas([2, 7, 2].map((index, i) => ({ index, delta: { content: `c${i}` }, logprobs: null, finish_reason: null })));
+    expect(chunks(text).map((c) => JSON.parse(c).choices[0]).map((c) => [c.index, c.delta.content])).toEqual([[0, ''], [0, 'c0'], [1, ''], [1, 'c1'], [0, 'c2']]);
+  });
+
   it('ends with stop a choice its upstream never ended, as the chat renderer does', () => {
     const renderer = new TextChunkRenderer({ ...identity, id: 'cmpl-1' }, false);
     const text = renderer.deltas([{ index: 0, delta: { content: 'hi' }, logprobs: null, finish_reason: null }]) + renderer.end({ prompt_tokens: 1, completion_tokens: 1, cached_tokens: 0 });
