@@ -10,6 +10,8 @@ import fc from 'fast-check';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readBalance } from '../../src/billing/credit-ledger.js';
+import { parseChatCompletionRequest } from '../../src/protocol/chat-request.js';
+import { ApiError } from '../../src/protocol/errors.js';
 import { chunk, completionBody, replyJson, writeEvents, type FakeUpstream, type Script } from '../support/fake-upstream.js';
 import { type GatewayOnUpstreams, modelEntry, startGatewayOn, type TestGateway } from '../support/gateway.js';
 
@@ -30,7 +32,17 @@ const finish = mostly(fc.constantFrom('stop', 'length', 'tool_calls', 'content_f
 const choiceIndex = mostly(fc.constantFrom(0, 0, 0, 1, 2));
 let nextReply: { choices: { index: unknown; message: unknown; finish_reason: unknown }[]; finish: unknown; streamed: { index: unknown; delta: unknown }[] } = { choices: [], finish: 'stop', streamed: [] };
 
+/**
+ * What Parley sent upstream that is not a chat request it would take itself: each API's mapping must send a valid
+ * one. Past OpenAI's 4 stop strings is left out: Anthropic's clients may send more, and vLLM and SGLang take them.
+ */
+let invalidUpstreamRequests: string[] = [];
+
 const script: Script = (req, res) => {
+  // The endpoint's health probe.
+  if (req.path === '/v1/models') return replyJson(res, { object: 'list', data: [] });
+  const parsed = parseChatCompletionRequest({ ...req.body, stop: undefined });
+  if (parsed instanceof ApiError) invalidUpstreamRequests.push(`${parsed.message}: ${JSON.stringify(req.body)}`);
   const usage = { prompt_tokens: 3, completion_tokens: 1, total_tokens: 4 };
   // An engine held to a JSON format (vLLM's guided decoding) writes JSON, which the SDKs' stream readers parse.
   const json = ['json_object', 'json_schema'].includes(req.body.response_format?.type);
@@ -209,11 +221,13 @@ describe.each([
     await fc.assert(
       fc.asyncProperty(body, reply, async (request, modelReply) => {
         nextReply = modelReply;
+        invalidUpstreamRequests = [];
         const calls = upstreamCalls();
         // The last request's settlement lands just after its reply.
         const before = await settledBalance();
         const res = await rawPost(path, JSON.stringify(request), { 'content-type': 'application/json', authorization: `Bearer ${gw.apiKey}`, ...headers });
         expect(res.status, `${JSON.stringify(request)}\n${JSON.stringify(modelReply)}\n${res.body}`).toBeLessThan(500);
+        expect(invalidUpstreamRequests, invalidUpstreamRequests.join('\n')).toEqual([]);
         if (res.status === 200) {
           served++;
           await readBySdk(request, res);
