@@ -21,6 +21,8 @@ let gw: TestGateway;
 
 const text = fc.oneof(fc.string({ maxLength: 20 }), fc.constantFrom('', '{', '{"a":', '[]', 'null', '{"x":1}', '\u0000', '𝕏'));
 const anything = fc.anything({ maxDepth: 3 });
+const DIALECT_KINDS = ['vllm', 'sglang', 'llamacpp', 'deepseek', 'openai'];
+const dialectModel = fc.constantFrom(...DIALECT_KINDS);
 /** Mostly what the API takes, now and then anything at all: most requests get past validation to the mapping. */
 const mostly = <T,>(valid: fc.Arbitrary<T>) => fc.oneof({ arbitrary: valid, weight: 40 }, { arbitrary: anything, weight: 1 });
 
@@ -59,7 +61,8 @@ beforeAll(async () => {
   running = await startGatewayOn([script], ([url]) => ({
     gateway: { maxBodyBytes: 64 * 1024 },
     rateLimits: { requestsPerMinute: 100_000 },
-    models: [modelEntry('m', [{ kind: 'vllm', url }], { supports: { tools: true, jsonOutput: true } })],
+    // A model for each dialect, all on the one scripted server: each reads the same replies its own way.
+    models: DIALECT_KINDS.map((kind) => modelEntry(kind, [{ kind, url }], { supports: { tools: true, jsonOutput: true } })),
   }));
   ({ gw, upstreams: [upstream] } = running);
 });
@@ -110,7 +113,7 @@ const block = mostlyOneOf(
 const anthropicMessage = fc.record({ role: mostlyOneOf(fc.constantFrom('user', 'assistant')), content: mostlyOneOf(text, fc.array(block, { minLength: 1, maxLength: 4 })) });
 const messagesBody = fc.record(
   {
-    model: mostly(fc.constant('m')),
+    model: mostly(dialectModel),
     max_tokens: mostly(fc.integer({ min: 1, max: 100 })),
     system: mostlyOneOf(text, fc.array(fc.record({ type: fc.constant('text'), text }), { maxLength: 2 })),
     messages: mostly(fc.array(anthropicMessage, { minLength: 1, maxLength: 4 })),
@@ -138,7 +141,7 @@ const inputItem = mostlyOneOf(
 );
 const responsesBody = fc.record(
   {
-    model: mostly(fc.constant('m')),
+    model: mostly(dialectModel),
     input: mostlyOneOf(text, fc.array(inputItem, { minLength: 1, maxLength: 4 })),
     instructions: mostly(text),
     tools: mostly(fc.array(fc.record({ type: mostlyOneOf(fc.constantFrom('function', 'web_search', 'custom', 'local_shell', 'file_search')), name: mostly(text), parameters: schema, format: anything }, { requiredKeys: ['type'] }), { maxLength: 2 })),
@@ -161,7 +164,7 @@ const chatMessage = mostlyOneOf(
 );
 const chatBody = fc.record(
   {
-    model: mostly(fc.constant('m')),
+    model: mostly(dialectModel),
     messages: mostly(fc.array(chatMessage, { minLength: 1, maxLength: 4 })),
     tools: mostly(fc.array(fc.record({ type: fc.constant('function'), function: fc.record({ name: fc.string({ minLength: 1, maxLength: 10 }), description: text, parameters: schema }, { requiredKeys: ['name'] }) }), { maxLength: 2 })),
     tool_choice: mostlyOneOf(fc.constantFrom('auto', 'none', 'required'), fc.record({ type: fc.constant('function'), function: fc.record({ name: text }) })),
@@ -231,8 +234,9 @@ describe.each([
         if (res.status === 200) {
           served++;
           await readBySdk(request, res);
-          // Every reply's usage is 3 prompt tokens and 1 completion token: 3 × 1 + 1 × 2 micro-units (modelEntry's prices).
-          expect(before.granted - (await settledBalance()).granted).toBe(5);
+          // Every upstream reply's usage is 3 prompt tokens and 1 completion token, at modelEntry's prices of 1 and 2
+          // micro-units: where the upstream takes no n, each of n replies is a call of its own, and the prompt is paid once.
+          expect(before.granted - (await settledBalance()).granted).toBe(3 + 2 * (upstreamCalls() - calls));
           return;
         }
         expect(JSON.parse(res.body).error.type).toBeTypeOf('string');
