@@ -1,4 +1,4 @@
-// Generated requests to the chat, Messages and Responses APIs, each answered
+// Generated requests to the chat, completions, Messages and Responses APIs, each answered
 // by a scripted upstream with what a model might write: a tenant steers its
 // model with its prompt, so a tool call's name and arguments, its content and
 // its finish may be anything the upstream's format lets through, and some
@@ -11,6 +11,7 @@ import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readBalance } from '../../src/billing/credit-ledger.js';
 import { parseChatCompletionRequest } from '../../src/protocol/chat-request.js';
+import { parseCompletionRequest } from '../../src/protocol/completions.js';
 import { ApiError } from '../../src/protocol/errors.js';
 import { chunk, completionBody, replyJson, writeEvents, type FakeUpstream, type Script } from '../support/fake-upstream.js';
 import { type GatewayOnUpstreams, modelEntry, startGatewayOn, type TestGateway } from '../support/gateway.js';
@@ -35,17 +36,31 @@ const choiceIndex = mostly(fc.constantFrom(0, 0, 0, 1, 2));
 let nextReply: { choices: { index: unknown; message: unknown; finish_reason: unknown }[]; finish: unknown; streamed: { index: unknown; delta: unknown }[] } = { choices: [], finish: 'stop', streamed: [] };
 
 /**
- * What Parley sent upstream that is not a chat request it would take itself: each API's mapping must send a valid
- * one. Past OpenAI's 4 stop strings is left out: Anthropic's clients may send more, and vLLM and SGLang take them.
+ * What Parley sent upstream that is not a request it would take itself: each API's mapping must send a valid one.
+ * Past OpenAI's 4 stop strings is left out: Anthropic's clients may send more, and vLLM and SGLang take them.
  */
 let invalidUpstreamRequests: string[] = [];
+
+const usage = { prompt_tokens: 3, completion_tokens: 1, total_tokens: 4 };
+
+/** A text completion's reply: the model's words as text, whatever they were. */
+const textCompletion: Script = (req, res) => {
+  const textOf = (v: unknown) => (typeof v === 'string' ? v : v === null ? '' : v);
+  if (req.body.stream) {
+    const events = nextReply.streamed.map(({ index, delta }) => ({ id: 'up-1', object: 'text_completion', created: 1, model: 'up', choices: [{ index, text: textOf((delta as { content?: unknown })?.content ?? ''), logprobs: null, finish_reason: null }] }));
+    return writeEvents(res, [...events, { id: 'up-1', object: 'text_completion', created: 1, model: 'up', choices: [{ index: 0, text: '', logprobs: null, finish_reason: nextReply.finish }] }, { id: 'up-1', object: 'text_completion', created: 1, model: 'up', choices: [], usage }]);
+  }
+  const choices = nextReply.choices.map((c) => ({ index: c.index, text: textOf((c.message as { content?: unknown })?.content ?? ''), logprobs: null, finish_reason: c.finish_reason }));
+  replyJson(res, { id: 'up-1', object: 'text_completion', created: 1, model: 'up', choices, usage });
+};
 
 const script: Script = (req, res) => {
   // The endpoint's health probe.
   if (req.path === '/v1/models') return replyJson(res, { object: 'list', data: [] });
-  const parsed = parseChatCompletionRequest({ ...req.body, stop: undefined });
+  const text = req.path === '/v1/completions';
+  const parsed = text ? parseCompletionRequest({ ...req.body, stop: undefined }) : parseChatCompletionRequest({ ...req.body, stop: undefined });
   if (parsed instanceof ApiError) invalidUpstreamRequests.push(`${parsed.message}: ${JSON.stringify(req.body)}`);
-  const usage = { prompt_tokens: 3, completion_tokens: 1, total_tokens: 4 };
+  if (text) return textCompletion(req, res);
   // An engine held to a JSON format (vLLM's guided decoding) writes JSON, which the SDKs' stream readers parse.
   const json = ['json_object', 'json_schema'].includes(req.body.response_format?.type);
   if (req.body.stream) {
@@ -62,14 +77,14 @@ beforeAll(async () => {
     gateway: { maxBodyBytes: 64 * 1024 },
     rateLimits: { requestsPerMinute: 100_000 },
     // A model for each dialect, all on the one scripted server: each reads the same replies its own way.
-    models: DIALECT_KINDS.map((kind) => modelEntry(kind, [{ kind, url }], { supports: { tools: true, jsonOutput: true } })),
+    models: DIALECT_KINDS.map((kind) => modelEntry(kind, [{ kind, url }], { api: ['chat', 'completions'], supports: { tools: true, jsonOutput: true } })),
   }));
   ({ gw, upstreams: [upstream] } = running);
 });
 afterAll(() => running.close());
 
 /** The generations the upstream was asked for (its health probe's GETs left out). */
-const upstreamCalls = () => upstream.received.filter((r) => r.path === '/v1/chat/completions').length;
+const upstreamCalls = () => upstream.received.filter((r) => r.path !== '/v1/models').length;
 
 async function settledBalance() {
   for (;;) {
@@ -184,6 +199,23 @@ const streamedDelta = fc.oneof(
   fc.record({ reasoning_content: text }),
   anything,
 );
+const tokenIds = fc.array(fc.nat(1000), { minLength: 1, maxLength: 4 });
+const completionsBody = fc.record(
+  {
+    model: mostly(dialectModel),
+    prompt: mostlyOneOf(text, fc.array(text, { minLength: 1, maxLength: 3 }), tokenIds, fc.array(tokenIds, { minLength: 1, maxLength: 3 })),
+    suffix: mostly(text),
+    echo: mostly(fc.boolean()),
+    logprobs: mostly(fc.integer({ min: 0, max: 5 })),
+    max_tokens: mostly(fc.integer({ min: 1, max: 100 })),
+    n: mostly(fc.integer({ min: 1, max: 3 })),
+    stop: mostly(fc.array(text, { maxLength: 4 })),
+    stream: mostly(fc.boolean()),
+    stream_options: mostly(fc.record({ include_usage: fc.boolean() })),
+  },
+  { requiredKeys: ['model', 'prompt'] },
+);
+
 const reply = fc.record({
   choices: fc.array(fc.record({ index: choiceIndex, message, finish_reason: finish }), { minLength: 1, maxLength: 2 }),
   finish,
@@ -206,6 +238,14 @@ async function readByOpenAiSdk(request: any, raw: RawReply) {
   expect(response.object).toBe('response');
 }
 
+async function readByCompletionsSdk(request: any, raw: RawReply) {
+  const sdk = new OpenAI({ ...replaying(raw), baseURL: `${gw.url}/v1` });
+  if (request.stream !== true) return expect((await sdk.completions.create(request)).object).toBe('text_completion');
+  // The SDK keeps no helper for these streams: each event read, an error event thrown.
+  const stream = await sdk.completions.create({ ...request, stream: true } as OpenAI.CompletionCreateParamsStreaming);
+  for await (const event of stream) expect(event.object).toBe('text_completion');
+}
+
 async function readByChatSdk(request: any, raw: RawReply) {
   const sdk = new OpenAI({ ...replaying(raw), baseURL: `${gw.url}/v1` });
   const completion = request.stream === true ? await sdk.chat.completions.stream(request).finalChatCompletion() : await sdk.chat.completions.create(request);
@@ -214,8 +254,12 @@ async function readByChatSdk(request: any, raw: RawReply) {
 
 const RUNS = 1500;
 
+/** The prompts a request carries: a text completion may send several, each paid for once. */
+const promptsOf = (request: object) => ('prompt' in request && Array.isArray(request.prompt) && typeof request.prompt[0] !== 'number' ? request.prompt.length : 1);
+
 describe.each([
   { path: '/v1/chat/completions', body: chatBody, headers: {}, readBySdk: readByChatSdk },
+  { path: '/v1/completions', body: completionsBody, headers: {}, readBySdk: readByCompletionsSdk },
   { path: '/v1/messages', body: messagesBody, headers: { 'anthropic-version': '2023-06-01' }, readBySdk: readByMessagesSdk },
   { path: '/v1/responses', body: responsesBody, headers: {}, readBySdk: readByOpenAiSdk },
 ])('$path: generated requests, answered with what a model might write', ({ path, body, headers, readBySdk }) => {
@@ -235,8 +279,8 @@ describe.each([
           served++;
           await readBySdk(request, res);
           // Every upstream reply's usage is 3 prompt tokens and 1 completion token, at modelEntry's prices of 1 and 2
-          // micro-units: where the upstream takes no n, each of n replies is a call of its own, and the prompt is paid once.
-          expect(before.granted - (await settledBalance()).granted).toBe(3 + 2 * (upstreamCalls() - calls));
+          // micro-units: each prompt is paid once, and where the upstream takes no n each of n replies is a call of its own.
+          expect(before.granted - (await settledBalance()).granted).toBe(3 * promptsOf(request) + 2 * (upstreamCalls() - calls));
           return;
         }
         expect(JSON.parse(res.body).error.type).toBeTypeOf('string');
