@@ -7,14 +7,15 @@
 import { request } from 'node:http';
 import Anthropic from '@anthropic-ai/sdk';
 import fc from 'fast-check';
-import OpenAI from 'openai';
+import OpenAI, { toFile } from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { readBalance } from '../../src/billing/credit-ledger.js';
 import { parseChatCompletionRequest } from '../../src/protocol/chat-request.js';
 import { parseCompletionRequest } from '../../src/protocol/completions.js';
 import { ApiError } from '../../src/protocol/errors.js';
-import { chunk, completionBody, replyJson, writeEvents, type FakeUpstream, type Script } from '../support/fake-upstream.js';
+import { chunk, completionBody, replyJson, until, writeEvents, type FakeUpstream, type Script } from '../support/fake-upstream.js';
 import { type GatewayOnUpstreams, modelEntry, startGatewayOn, type TestGateway } from '../support/gateway.js';
+import { usageEventsOf } from '../support/ledger.js';
 
 let running: GatewayOnUpstreams;
 let upstream: FakeUpstream;
@@ -75,7 +76,8 @@ const script: Script = (req, res) => {
 beforeAll(async () => {
   running = await startGatewayOn([script], ([url]) => ({
     gateway: { maxBodyBytes: 64 * 1024 },
-    rateLimits: { requestsPerMinute: 100_000 },
+    // Thousands of requests a minute, each holding its whole context window's tokens: no rate window may stop them.
+    rateLimits: { requestsPerMinute: 1_000_000, tokensPerMinute: 1_000_000_000 },
     // A model for each dialect, all on the one scripted server: each reads the same replies its own way.
     models: DIALECT_KINDS.map((kind) => modelEntry(kind, [{ kind, url }], { api: ['chat', 'completions'], supports: { tools: true, jsonOutput: true } })),
   }));
@@ -86,12 +88,10 @@ afterAll(() => running.close());
 /** The generations the upstream was asked for (its health probe's GETs left out). */
 const upstreamCalls = () => upstream.received.filter((r) => r.path !== '/v1/models').length;
 
+/** The account's balance once nothing is held: a request's settlement lands just after its reply. */
 async function settledBalance() {
-  for (;;) {
-    const b = (await readBalance(gw.redis.client, gw.account))!;
-    if (b.held === 0) return b;
-    await new Promise((r) => setTimeout(r, 2));
-  }
+  await until(async () => (await readBalance(gw.redis.client, gw.account))!.held === 0);
+  return (await readBalance(gw.redis.client, gw.account))!;
 }
 
 interface RawReply {
@@ -270,7 +270,6 @@ describe.each([
         nextReply = modelReply;
         invalidUpstreamRequests = [];
         const calls = upstreamCalls();
-        // The last request's settlement lands just after its reply.
         const before = await settledBalance();
         const res = await rawPost(path, JSON.stringify(request), { 'content-type': 'application/json', authorization: `Bearer ${gw.apiKey}`, ...headers });
         expect(res.status, `${JSON.stringify(request)}\n${JSON.stringify(modelReply)}\n${res.body}`).toBeLessThan(500);
@@ -291,5 +290,50 @@ describe.each([
     );
     // Most requests are valid, so that the mapping and the renderers get the model's replies, not validation alone.
     expect(served).toBeGreaterThan(RUNS / 5);
+  }, 120_000);
+});
+
+describe.each([
+  { endpoint: '/v1/chat/completions' as const, body: chatBody, readBySdk: readByChatSdk },
+  { endpoint: '/v1/completions' as const, body: completionsBody, readBySdk: readByCompletionsSdk },
+  { endpoint: '/v1/responses' as const, body: responsesBody, readBySdk: readByOpenAiSdk },
+])("OpenAI's Batch API on $endpoint: generated lines, answered with what a model might write", ({ endpoint, body, readBySdk }) => {
+  it('answers every line once, in the output file (a reply the SDK reads) or the error file, and charges what its usage events say', async () => {
+    const sdk = new OpenAI({ baseURL: `${gw.url}/v1`, apiKey: gw.apiKey, maxRetries: 0 });
+    await fc.assert(
+      fc.asyncProperty(fc.array(body as fc.Arbitrary<object>, { minLength: 1, maxLength: 8 }), reply, async (requests, modelReply) => {
+        nextReply = modelReply;
+        invalidUpstreamRequests = [];
+        const before = await settledBalance();
+        const eventsBefore = (await usageEventsOf(gw.redis.client, gw.account)).length;
+        const lines = requests.map((request, i) => JSON.stringify({ custom_id: `line-${i}`, method: 'POST', url: endpoint, body: request }));
+        const file = await sdk.files.create({ file: await toFile(Buffer.from(`${lines.join('\n')}\n`), 'input.jsonl'), purpose: 'batch' });
+        const created = await sdk.batches.create({ input_file_id: file.id, endpoint, completion_window: '24h' });
+        let batch = created;
+        await until(async () => ['completed', 'failed', 'expired', 'cancelled'].includes((batch = await sdk.batches.retrieve(created.id)).status), 20_000);
+        // As OpenAI's does, a batch whose lines name a model there is none of fails whole, before any line runs.
+        const modelsKnown = requests.every((r) => DIALECT_KINDS.includes((r as { model: unknown }).model as string));
+        expect(batch.status).toBe(modelsKnown ? 'completed' : 'failed');
+        if (!modelsKnown) {
+          expect(batch.errors?.data?.[0]).toMatchObject({ code: expect.any(String), line: expect.any(Number) });
+          expect((await settledBalance()).granted).toBe(before.granted);
+          return;
+        }
+        expect(invalidUpstreamRequests, invalidUpstreamRequests.join('\n')).toEqual([]);
+        const linesOf = async (id: string | null | undefined) => (id ? (await (await sdk.files.content(id)).text()).trim().split('\n').map((l) => JSON.parse(l)) : []);
+        const [output, errors] = await Promise.all([linesOf(batch.output_file_id), linesOf(batch.error_file_id)]);
+        expect([...output, ...errors].map((l) => l.custom_id).sort()).toEqual(requests.map((_, i) => `line-${i}`).sort());
+        for (const line of output) {
+          const request = requests[Number(line.custom_id.slice('line-'.length))] as Record<string, unknown>;
+          await readBySdk({ ...request, stream: false }, { status: 200, contentType: 'application/json', body: JSON.stringify(line.response.body) });
+        }
+        for (const line of errors) expect(line.response?.status_code ?? 400, JSON.stringify(line)).toBeLessThan(500);
+        // Each line served is charged once, as its usage event says; nothing stays held.
+        const after = await settledBalance();
+        const charged = (await usageEventsOf(gw.redis.client, gw.account)).slice(eventsBefore).reduce((sum, e) => sum + e.charged, 0);
+        expect(before.granted - after.granted).toBe(charged);
+      }),
+      { numRuns: 20 },
+    );
   }, 120_000);
 });
