@@ -337,3 +337,39 @@ describe.each([
     );
   }, 120_000);
 });
+
+describe("Anthropic's Message Batches: generated requests, answered with what a model might write", () => {
+  it('answers every request once, each result one the SDK reads, and charges what the usage events say', async () => {
+    const sdk = new Anthropic({ baseURL: gw.url, apiKey: gw.apiKey, maxRetries: 0 });
+    await fc.assert(
+      fc.asyncProperty(fc.array(messagesBody, { minLength: 1, maxLength: 8 }), reply, async (params, modelReply) => {
+        nextReply = modelReply;
+        invalidUpstreamRequests = [];
+        const before = await settledBalance();
+        const eventsBefore = (await usageEventsOf(gw.redis.client, gw.account)).length;
+        const requests = params.map((p, i) => ({ custom_id: `req-${i}`, params: p as Anthropic.MessageCreateParamsNonStreaming }));
+        const created = await sdk.messages.batches.create({ requests }).catch((err: unknown) => err);
+        // Requests the API refuses whole (one that names no model, say) are a 4xx in Anthropic's shape, uncharged.
+        if (created instanceof Anthropic.APIError) {
+          expect(created.status).toBeLessThan(500);
+          expect((await settledBalance()).granted).toBe(before.granted);
+          return;
+        }
+        const id = (created as Anthropic.Messages.Batches.MessageBatch).id;
+        await until(async () => (await sdk.messages.batches.retrieve(id)).processing_status === 'ended', 20_000);
+        expect(invalidUpstreamRequests, invalidUpstreamRequests.join('\n')).toEqual([]);
+        const results: Anthropic.Messages.Batches.MessageBatchIndividualResponse[] = [];
+        for await (const r of await sdk.messages.batches.results(id)) results.push(r);
+        expect(results.map((r) => r.custom_id).sort()).toEqual(requests.map((r) => r.custom_id).sort());
+        for (const r of results) {
+          if (r.result.type === 'succeeded') expect(r.result.message.type).toBe('message');
+          else expect(r.result.type, JSON.stringify(r)).toBe('errored');
+        }
+        const after = await settledBalance();
+        const charged = (await usageEventsOf(gw.redis.client, gw.account)).slice(eventsBefore).reduce((sum, e) => sum + e.charged, 0);
+        expect(before.granted - after.granted).toBe(charged);
+      }),
+      { numRuns: 20 },
+    );
+  }, 120_000);
+});
