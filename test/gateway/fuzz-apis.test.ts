@@ -236,6 +236,13 @@ async function readByOpenAiSdk(request: any, raw: RawReply) {
   const sdk = new OpenAI({ ...replaying(raw), baseURL: `${gw.url}/v1` });
   const response = request.stream === true ? await sdk.responses.stream(request).finalResponse() : await sdk.responses.create(request);
   expect(response.object).toBe('response');
+  if (request.stream !== true) return;
+  // What the SDK does not check: the events are numbered 0, 1, 2 ..., and the last one's output is the items done.
+  const events = raw.body.split('\n\n').filter((e) => e.includes('data: ')).map((e) => JSON.parse(e.slice(e.indexOf('data: ') + 6)));
+  expect(events.map((e) => e.sequence_number)).toEqual(events.map((_, i) => i));
+  const done = events.filter((e) => e.type === 'response.output_item.done');
+  expect(done.map((e) => e.output_index)).toEqual(done.map((_, i) => i));
+  expect(events.at(-1)).toMatchObject({ type: expect.stringMatching(/^response\.(completed|incomplete)$/), response: { id: response.id, output: done.map((e) => e.item) } });
 }
 
 async function readByCompletionsSdk(request: any, raw: RawReply) {
