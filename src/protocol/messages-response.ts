@@ -44,7 +44,7 @@ export function renderMessage(identity: ReplyIdentity, completion: Completion, r
   if (message.reasoning_content) content.push({ type: 'thinking', thinking: message.reasoning_content, signature: UNSIGNED });
   if (message.content) content.push({ type: 'text', text: message.content });
   for (const [i, call] of (message.tool_calls ?? []).entries()) {
-    content.push({ type: 'tool_use', id: toolUseId(call.id, `${identity.id}_${i}`), name: call.function?.name ?? '', input: toolInput(call.function?.arguments) });
+    content.push({ type: 'tool_use', id: toolUseId(call.id, `${identity.id}_${i}`), name: call.function.name, input: toolInput(call.function.arguments) });
   }
   return {
     id: identity.id,

@@ -93,7 +93,7 @@ export function renderResponse(identity: ReplyIdentity, completion: Completion, 
   if (message.reasoning_content) output.push(reasoningItem(`rs_${id}`, message.reasoning_content));
   if (message.content) output.push(messageItem(`msg_${id}`, message.content, 'completed'));
   for (const [i, call] of (message.tool_calls ?? []).entries()) {
-    output.push(functionCallItem(`fc_${id}_${i}`, call.id ?? `call_${id}_${i}`, call.function?.name ?? '', call.function?.arguments ?? '', 'completed', req));
+    output.push(functionCallItem(`fc_${id}_${i}`, call.id ?? `call_${id}_${i}`, call.function.name, call.function.arguments, 'completed', req));
   }
   // The SDKs make `output_text` from the output themselves; clients reading the JSON find it here too.
   return { ...responseObject(identity, req, output, 'completed', finish_reason, completion.usage), output_text: message.content ?? '' };
