@@ -1,9 +1,10 @@
-// Generated requests to the chat, completions, Messages and Responses APIs, each answered
-// by a scripted upstream with what a model might write: a tenant steers its
-// model with its prompt, so a tool call's name and arguments, its content and
-// its finish may be anything the upstream's format lets through, and some
-// servers leave out what OpenAI always sends. Each reply is read back by the
-// API's own SDK, whole or streamed, as its clients would read it.
+// Generated requests to the chat, completions, Messages and Responses APIs
+// and both batch APIs, each answered by a scripted upstream with what a model
+// might write: a tenant steers its model with its prompt, so a tool call's
+// name and arguments, its content and its finish may be anything the
+// upstream's format lets through, and some servers leave out what OpenAI
+// always sends. Each reply is read back by the API's own SDK, whole or
+// streamed, as its clients would read it, and charged exactly.
 import { request } from 'node:http';
 import Anthropic from '@anthropic-ai/sdk';
 import fc from 'fast-check';
@@ -27,6 +28,8 @@ const DIALECT_KINDS = ['vllm', 'sglang', 'llamacpp', 'deepseek', 'openai'];
 const dialectModel = fc.constantFrom(...DIALECT_KINDS);
 /** Mostly what the API takes, now and then anything at all: most requests get past validation to the mapping. */
 const mostly = <T,>(valid: fc.Arbitrary<T>) => fc.oneof({ arbitrary: valid, weight: 40 }, { arbitrary: anything, weight: 1 });
+/** One of `valid`, and now and then anything at all. */
+const mostlyOneOf = (...valid: fc.Arbitrary<unknown>[]) => fc.oneof(...valid.map((arbitrary) => ({ arbitrary, weight: 20 })), { arbitrary: anything, weight: 1 });
 
 // What a model says: a tenant steers it with its prompt, so it may be anything the upstream's format allows.
 const toolCall = fc.record({ id: mostly(text), type: fc.constantFrom('function', 'other'), function: fc.record({ name: mostly(text), arguments: mostly(text) }, { requiredKeys: [] }) }, { requiredKeys: [] });
@@ -34,6 +37,18 @@ const message = fc.record({ role: fc.constantFrom('assistant'), content: mostly(
 const finish = mostly(fc.constantFrom('stop', 'length', 'tool_calls', 'content_filter', null));
 /** A choice's index: 0 for one reply, but a server may number otherwise. */
 const choiceIndex = mostly(fc.constantFrom(0, 0, 0, 1, 2));
+const streamedDelta = fc.oneof(
+  fc.record({ content: text }),
+  fc.record({ tool_calls: fc.array(fc.record({ index: mostly(fc.nat(3)), id: text, function: fc.record({ name: text, arguments: text }, { requiredKeys: [] }) }, { requiredKeys: [] }), { maxLength: 2 }) }),
+  fc.record({ reasoning_content: text }),
+  anything,
+);
+/** What the model writes for a request: its whole reply's choices, or its stream's pieces and finish. */
+const reply = fc.record({
+  choices: fc.array(fc.record({ index: choiceIndex, message, finish_reason: finish }), { minLength: 1, maxLength: 2 }),
+  finish,
+  streamed: fc.array(fc.record({ index: choiceIndex, delta: streamedDelta }), { maxLength: 5 }),
+});
 let nextReply: { choices: { index: unknown; message: unknown; finish_reason: unknown }[]; finish: unknown; streamed: { index: unknown; delta: unknown }[] } = { choices: [], finish: 'stop', streamed: [] };
 
 /**
@@ -46,22 +61,25 @@ const usage = { prompt_tokens: 3, completion_tokens: 1, total_tokens: 4 };
 
 /** A text completion's reply: the model's words as text, whatever they were. */
 const textCompletion: Script = (req, res) => {
-  const textOf = (v: unknown) => (typeof v === 'string' ? v : v === null ? '' : v);
+  const textOf = (said: unknown) => {
+    const content = (said as { content?: unknown } | null)?.content ?? '';
+    return content === null ? '' : content;
+  };
+  const body = (choices: unknown[], extra = {}) => ({ id: 'up-1', object: 'text_completion', created: 1, model: 'up', choices, ...extra });
   if (req.body.stream) {
-    const events = nextReply.streamed.map(({ index, delta }) => ({ id: 'up-1', object: 'text_completion', created: 1, model: 'up', choices: [{ index, text: textOf((delta as { content?: unknown })?.content ?? ''), logprobs: null, finish_reason: null }] }));
-    return writeEvents(res, [...events, { id: 'up-1', object: 'text_completion', created: 1, model: 'up', choices: [{ index: 0, text: '', logprobs: null, finish_reason: nextReply.finish }] }, { id: 'up-1', object: 'text_completion', created: 1, model: 'up', choices: [], usage }]);
+    const events = nextReply.streamed.map(({ index, delta }) => body([{ index, text: textOf(delta), logprobs: null, finish_reason: null }]));
+    return writeEvents(res, [...events, body([{ index: 0, text: '', logprobs: null, finish_reason: nextReply.finish }]), body([], { usage })]);
   }
-  const choices = nextReply.choices.map((c) => ({ index: c.index, text: textOf((c.message as { content?: unknown })?.content ?? ''), logprobs: null, finish_reason: c.finish_reason }));
-  replyJson(res, { id: 'up-1', object: 'text_completion', created: 1, model: 'up', choices, usage });
+  replyJson(res, body(nextReply.choices.map((c) => ({ index: c.index, text: textOf(c.message), logprobs: null, finish_reason: c.finish_reason })), { usage }));
 };
 
 const script: Script = (req, res) => {
   // The endpoint's health probe.
   if (req.path === '/v1/models') return replyJson(res, { object: 'list', data: [] });
-  const text = req.path === '/v1/completions';
-  const parsed = text ? parseCompletionRequest({ ...req.body, stop: undefined }) : parseChatCompletionRequest({ ...req.body, stop: undefined });
+  const isText = req.path === '/v1/completions';
+  const parsed = isText ? parseCompletionRequest({ ...req.body, stop: undefined }) : parseChatCompletionRequest({ ...req.body, stop: undefined });
   if (parsed instanceof ApiError) invalidUpstreamRequests.push(`${parsed.message}: ${JSON.stringify(req.body)}`);
-  if (text) return textCompletion(req, res);
+  if (isText) return textCompletion(req, res);
   // An engine held to a JSON format (vLLM's guided decoding) writes JSON, which the SDKs' stream readers parse.
   const json = ['json_object', 'json_schema'].includes(req.body.response_format?.type);
   if (req.body.stream) {
@@ -113,8 +131,6 @@ function rawPost(path: string, body: string, headers: Record<string, string | un
   });
 }
 
-/** One of `valid`, and now and then anything at all. */
-const mostlyOneOf = (...valid: fc.Arbitrary<unknown>[]) => fc.oneof(...valid.map((arbitrary) => ({ arbitrary, weight: 20 })), { arbitrary: anything, weight: 1 });
 const object = fc.dictionary(fc.string({ maxLength: 5 }), anything, { maxKeys: 3 });
 const schema = mostlyOneOf(fc.constant({ type: 'object', properties: { a: { type: 'string' } } }), object);
 
@@ -193,12 +209,6 @@ const chatBody = fc.record(
   { requiredKeys: ['model', 'messages'] },
 );
 
-const streamedDelta = fc.oneof(
-  fc.record({ content: text }),
-  fc.record({ tool_calls: fc.array(fc.record({ index: mostly(fc.nat(3)), id: text, function: fc.record({ name: text, arguments: text }, { requiredKeys: [] }) }, { requiredKeys: [] }), { maxLength: 2 }) }),
-  fc.record({ reasoning_content: text }),
-  anything,
-);
 const tokenIds = fc.array(fc.nat(1000), { minLength: 1, maxLength: 4 });
 const completionsBody = fc.record(
   {
@@ -215,12 +225,6 @@ const completionsBody = fc.record(
   },
   { requiredKeys: ['model', 'prompt'] },
 );
-
-const reply = fc.record({
-  choices: fc.array(fc.record({ index: choiceIndex, message, finish_reason: finish }), { minLength: 1, maxLength: 2 }),
-  finish,
-  streamed: fc.array(fc.record({ index: choiceIndex, delta: streamedDelta }), { maxLength: 5 }),
-});
 
 /** The official SDK's client, given a reply already received: it reads it as it would Parley's own. */
 const replaying = (raw: RawReply) => ({ apiKey: 'unused', maxRetries: 0, timeout: 60_000, fetch: async () => new Response(raw.body, { status: raw.status, headers: { 'content-type': raw.contentType } }) });
