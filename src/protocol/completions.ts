@@ -67,7 +67,11 @@ export function renderTextCompletion(identity: ReplyIdentity, completion: Comple
   };
 }
 
-/** A streamed reply's `text_completion` chunks: a chunk per piece of text, then each choice's finish, the usage chunk when asked for, and [DONE]. */
+/**
+ * A streamed reply's `text_completion` chunks: a chunk per piece of text, then each choice's finish, the usage chunk
+ * when asked for, and [DONE]. Choices keep the upstream's index (chat's are numbered as they come): for a batch of
+ * prompts, the index says which prompt a reply is for.
+ */
 export class TextChunkRenderer extends OpenAiChunks {
   constructor(identity: ReplyIdentity, includeUsage: boolean) {
     super(`{"id":${JSON.stringify(identity.id)},"object":"text_completion","created":${identity.created},"model":${JSON.stringify(identity.model)},"service_tier":${JSON.stringify(identity.serviceTier)},"choices":`, includeUsage);

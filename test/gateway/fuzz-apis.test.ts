@@ -5,7 +5,6 @@
 // upstream's format lets through, and some servers leave out what OpenAI
 // always sends. Each reply is read back by the API's own SDK, whole or
 // streamed, as its clients would read it, and charged exactly.
-import { request } from 'node:http';
 import Anthropic from '@anthropic-ai/sdk';
 import fc from 'fast-check';
 import OpenAI, { toFile } from 'openai';
@@ -118,17 +117,10 @@ interface RawReply {
   body: string;
 }
 
-function rawPost(path: string, body: string, headers: Record<string, string | undefined>): Promise<RawReply> {
-  return new Promise((resolve, reject) => {
-    const url = new URL(`${gw.url}${path}`);
-    const req = request({ host: url.hostname, port: url.port, path: url.pathname, method: 'POST', headers }, (res) => {
-      let t = '';
-      res.on('data', (c) => (t += c));
-      res.on('end', () => resolve({ status: res.statusCode!, contentType: String(res.headers['content-type']), body: t }));
-    });
-    req.on('error', reject);
-    req.end(body);
-  });
+/** The reply as it came, for the SDK to read again. */
+async function post(path: string, body: string, headers: Record<string, string>): Promise<RawReply> {
+  const res = await fetch(`${gw.url}${path}`, { method: 'POST', headers, body });
+  return { status: res.status, contentType: String(res.headers.get('content-type')), body: await res.text() };
 }
 
 const object = fc.dictionary(fc.string({ maxLength: 5 }), anything, { maxKeys: 3 });
@@ -282,7 +274,7 @@ describe.each([
         invalidUpstreamRequests = [];
         const calls = upstreamCalls();
         const before = await settledBalance();
-        const res = await rawPost(path, JSON.stringify(request), { 'content-type': 'application/json', authorization: `Bearer ${gw.apiKey}`, ...headers });
+        const res = await post(path, JSON.stringify(request), { 'content-type': 'application/json', authorization: `Bearer ${gw.apiKey}`, ...(headers as Record<string, string>) });
         expect(res.status, `${JSON.stringify(request)}\n${JSON.stringify(modelReply)}\n${res.body}`).toBeLessThan(500);
         expect(invalidUpstreamRequests, invalidUpstreamRequests.join('\n')).toEqual([]);
         if (res.status === 200) {
