@@ -13,7 +13,7 @@
 //   together       the four above off at once
 //
 //   npm run build && node bench/feature-costs.mjs [features, default all, comma-separated] [seconds per run, default 8] [rounds, default 4] [connections, default 32] [upstream first byte ms, default 0] [spread ms, default 0]
-import { abRounds, benchModel, forked, patchedBuild, ROOT, startParley, stopAll } from './support.mjs';
+import { abRounds, benchModel, FLEET_SLOTS_OFF, forked, patchedBuild, ROOT, startParley, stopAll } from './support.mjs';
 
 /** A method of the built Telemetry class that returns at once. */
 const unrecorded = (signature) => ['telemetry/telemetry.js', `${signature} {`, `${signature} { return;`];
@@ -28,7 +28,7 @@ const FEATURES = {
       unrecorded('recordUpstreamCall(r, endpoint, seconds, errorType)'),
     ],
   },
-  'fleet-slots': { patches: [['routing/router.js', 'this.slots = redis && new FleetSlots(redis);', 'this.slots = undefined;']] },
+  'fleet-slots': { patches: [FLEET_SLOTS_OFF] },
   'fleet-load': { patches: [['routing/router.js', 'this.fleet = redis && new FleetLoad(', 'this.fleet = undefined && new FleetLoad(']] },
 };
 // All four off at once: what they cost together, where each alone is within the VM's spread.

@@ -205,6 +205,9 @@ export function patchedBuild(label, patches) {
   return root;
 }
 
+/** patchedBuild's patch that takes the fleet's slots out (routing/fleet-slots.ts): each replica goes by its own count. */
+export const FLEET_SLOTS_OFF = ['routing/router.js', 'this.slots = redis && new FleetSlots(redis);', 'this.slots = undefined;'];
+
 /** A checkout of `revision` with its build, sharing this one's node_modules. */
 export function buildOf(revision) {
   const dir = mkdtempSync(join(tmpdir(), `parley-${revision}-`));
