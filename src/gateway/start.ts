@@ -17,6 +17,7 @@ import { LocalEngines } from '../engine/supervisor.js';
 import { listen } from '../listen.js';
 import { connectRedis, type Redis } from '../redis/connection.js';
 import type { SharedRedis } from '../redis/shared-redis.js';
+import { checkEvictionPolicy } from '../redis/eviction-policy.js';
 import { checkKeyLayout } from '../redis/key-layout.js';
 import { startPrivateRedis } from '../redis/private-server.js';
 import { PrefixSharing } from '../routing/prefix-sharing.js';
@@ -76,6 +77,7 @@ async function openState(opts: GatewayOptions, secret: string, demoCredit: numbe
   const privateRedis = opts.redis ? undefined : parts.add(await startPrivateRedis(opts.dataDir), (r) => r.stop());
   const redis = parts.add(await connectRedis(opts.redis ?? privateRedis!.target), (r) => r.disconnect());
   await checkKeyLayout(redis);
+  await checkEvictionPolicy(redis);
   const keys = parts.add(await KeyAuthenticator.start(redis, secret), (k) => k.close());
   const demo = privateRedis && demoCredit > 0 ? await ensureDemoAccount(redis, secret, Math.round(demoCredit * MICROS_PER_UNIT)) : undefined;
   return { redis, keys, demo };

@@ -94,6 +94,15 @@ describe('the manifests', () => {
     expect(pod.terminationGracePeriodSeconds * 1000).toBeGreaterThan(routing.gateway.shutdownGraceMs + 5_000);
   });
 
+  it("keep the Redis they run below its container's memory, refusing writes when full rather than evicting keys", () => {
+    const redis = find('StatefulSet', 'parley-redis').spec.template.spec.containers[0];
+    const arg = (name: string) => redis.args[redis.args.indexOf(name) + 1];
+    expect(arg('--maxmemory-policy')).toBe('noeviction');
+    const [, megabytes] = /^(\d+)mb$/.exec(arg('--maxmemory'))!;
+    const [, gibibytes] = /^(\d+)Gi$/.exec(redis.resources.limits.memory)!;
+    expect(Number(megabytes) * 2 ** 20).toBeLessThan(Number(gibibytes) * 2 ** 30);
+  });
+
   it('point REDIS_URL at the Redis Service, and scale and protect the Deployment', () => {
     const url = new URL(env.REDIS_URL);
     const redisService = find('Service', url.hostname);

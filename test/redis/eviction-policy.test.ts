@@ -1,0 +1,57 @@
+// `parley serve` refuses a Redis that would evict its keys when full (a
+// memory limit and any policy but noeviction), on one server and on each
+// primary of a cluster, and starts on one without a limit or that refuses
+// writes when full.
+import type { Cluster } from 'ioredis';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { modelEntry, startTestGateway } from '../support/gateway.js';
+import { startTestRedis, type TestRedis } from '../support/redis.js';
+import { startClusterAsTestRedis } from '../support/redis-topologies.js';
+
+// Its endpoint is never called: only the start is.
+const config = { models: [modelEntry('m', [{ kind: 'vllm', url: 'http://127.0.0.1:9/v1' }])] };
+
+async function setPolicy(client: Pick<TestRedis['client'], 'config'>, policy: string, maxmemory: string) {
+  await client.config('SET', 'maxmemory-policy', policy);
+  await client.config('SET', 'maxmemory', maxmemory);
+}
+
+describe('a Redis that evicts keys when full', () => {
+  let redis: TestRedis;
+  beforeAll(async () => {
+    redis = await startTestRedis();
+  });
+  afterAll(() => redis?.stop());
+
+  it('is refused with the setting to change, for allkeys and volatile policies alike', async () => {
+    for (const policy of ['allkeys-lru', 'volatile-lru', 'volatile-ttl']) {
+      await setPolicy(redis.client, policy, '64mb');
+      await expect(startTestGateway(config, { redis })).rejects.toThrow(`evicts keys when it reaches its memory limit (maxmemory-policy ${policy})`);
+    }
+  });
+
+  it('is served where it has no memory limit, or refuses writes when full', async () => {
+    for (const [policy, maxmemory] of [['volatile-lru', '0'], ['noeviction', '64mb']]) {
+      await setPolicy(redis.client, policy, maxmemory);
+      const gateway = await startTestGateway(config, { redis });
+      await gateway.close();
+    }
+  });
+});
+
+describe('a Redis Cluster one of whose primaries evicts', () => {
+  let cluster: TestRedis;
+  beforeAll(async () => {
+    cluster = await startClusterAsTestRedis();
+  });
+  afterAll(() => cluster?.stop());
+
+  it('is refused, naming that primary', async () => {
+    const [, evicting] = (cluster.client as unknown as Cluster).nodes('master');
+    await setPolicy(evicting, 'allkeys-lfu', '64mb');
+    await expect(startTestGateway(config, { redis: cluster })).rejects.toThrow(`the primary at ${evicting.options.host}:${evicting.options.port}`);
+    await setPolicy(evicting, 'noeviction', '64mb');
+    const gateway = await startTestGateway(config, { redis: cluster });
+    await gateway.close();
+  });
+});
