@@ -1,6 +1,27 @@
 // Redis work done on a request's behalf fails closed: a Redis that cannot be
-// reached means no answer (503), never a free reply.
+// reached means no answer (503), never a free reply. A Redis that answers
+// with an error (one full under `noeviction`: "OOM command not allowed")
+// fails the request alike, and is logged, at most once per REFUSAL_LOG_MS
+// with a count of the rest: nothing else tells an operator why a reachable
+// Redis turns requests away.
+import { ReplyError } from 'ioredis';
 import { ApiError, Cancelled, stateUnavailable } from '../protocol/errors.js';
+
+const REFUSAL_LOG_MS = 10_000;
+let lastLogged = -Infinity;
+let unlogged = 0;
+
+function noteRefusal(err: Error): void {
+  const now = performance.now();
+  if (now - lastLogged < REFUSAL_LOG_MS) {
+    unlogged++;
+    return;
+  }
+  const more = unlogged > 0 ? ` (and ${unlogged} more since the last such line)` : '';
+  console.warn(`parley: Redis refused a request's work${more}: ${err.message}`);
+  lastLogged = now;
+  unlogged = 0;
+}
 
 /**
  * Awaits Redis work: any failure to reach Redis becomes the 503 the request is answered with. An ApiError raised
@@ -9,6 +30,8 @@ import { ApiError, Cancelled, stateUnavailable } from '../protocol/errors.js';
  */
 export function failClosed<T>(work: Promise<T>): Promise<T> {
   return work.catch((err: unknown) => {
-    throw err instanceof ApiError || err instanceof Cancelled || err instanceof TypeError || err instanceof RangeError ? err : stateUnavailable();
+    if (err instanceof ApiError || err instanceof Cancelled || err instanceof TypeError || err instanceof RangeError) throw err;
+    if (err instanceof ReplyError) noteRefusal(err as Error);
+    throw stateUnavailable();
   });
 }
