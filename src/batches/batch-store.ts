@@ -11,6 +11,7 @@ import type { Redis } from 'ioredis';
 import { ApiError } from '../protocol/errors.js';
 import { redisKeys } from '../redis/keys.js';
 import { LUA_INT, LUA_NOW_MS, luaScript } from '../redis/lua-script.js';
+import { execAll, writeInParts } from '../redis/pipelines.js';
 import { LUA_KEEP_STORED_FOR, releaseStoredBytes, storeCounted } from './stored-bytes.js';
 
 export type BatchApi = 'openai' | 'anthropic';
@@ -123,20 +124,26 @@ export async function createBatch(redis: Redis, b: NewBatch, keep: { ms: number;
       await redis.zrem(redisKeys.activeBatches, activeMember(b.account, b.id));
       throw new ApiError(429, 'rate_limit_error', `This account has ${active - 1} batches running, the most it may have at once; wait for one to end, or cancel one.`, 'too_many_batches');
     }
-    for (let i = 0; i < texts.length; i += WRITE_CHUNK) {
-      const fields = texts.slice(i, i + WRITE_CHUNK).flatMap((text, j) => [String(i + j), text]);
-      await redis.pipeline().hset(keys.lines, ...fields).pexpire(keys.lines, linesMs).exec();
-    }
-    for (let i = 0; i < b.order.length; i += WRITE_CHUNK) {
-      await redis.pipeline().rpush(keys.todo, ...b.order.slice(i, i + WRITE_CHUNK).map(String)).pexpire(keys.todo, linesMs).exec();
-    }
     const now = Date.now();
-    await redis
-      .multi()
-      .hset(keys.meta, { ...metaFields(b, 'in_progress', now), in_progress_at: now })
-      .hset(keys.results, '#total', b.lines.length)
-      .zadd(redisKeys.accountBatches(b.account, b.api), now, b.id)
-      .exec();
+    await writeInParts(
+      async () => {
+        for (let i = 0; i < texts.length; i += WRITE_CHUNK) {
+          const fields = texts.slice(i, i + WRITE_CHUNK).flatMap((text, j) => [String(i + j), text]);
+          await execAll(redis.pipeline().hset(keys.lines, ...fields).pexpire(keys.lines, linesMs));
+        }
+        for (let i = 0; i < b.order.length; i += WRITE_CHUNK) {
+          await execAll(redis.pipeline().rpush(keys.todo, ...b.order.slice(i, i + WRITE_CHUNK).map(String)).pexpire(keys.todo, linesMs));
+        }
+      },
+      () =>
+        redis
+          .multi()
+          .hset(keys.meta, { ...metaFields(b, 'in_progress', now), in_progress_at: now })
+          .hset(keys.results, '#total', b.lines.length)
+          .zadd(redisKeys.accountBatches(b.account, b.api), now, b.id)
+          .exec(),
+      () => Promise.all([redis.del(keys.lines, keys.todo), redis.zrem(redisKeys.activeBatches, activeMember(b.account, b.id))]),
+    );
   });
 }
 

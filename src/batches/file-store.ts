@@ -6,6 +6,7 @@
 import type { Redis } from 'ioredis';
 import { redisKeys } from '../redis/keys.js';
 import { luaScript } from '../redis/lua-script.js';
+import { execAll, writeInParts } from '../redis/pipelines.js';
 import { keepStoredFor, releaseStoredBytes, storeCounted } from './stored-bytes.js';
 
 export interface FileRecord {
@@ -32,16 +33,22 @@ export async function createFile(redis: Redis, account: string, f: { id: string;
   const item = `file:${f.id}` as const;
   return storeCounted(redis, account, item, { bytes: f.content.length, capBytes: keep.capBytes, keepMs: UPLOAD_MS, param: 'file' }, async () => {
     const keys = redisKeys.file(account, f.id);
-    for (let at = 0; at < f.content.length; at += CHUNK) {
-      await redis.pipeline().append(keys.content, f.content.subarray(at, at + CHUNK)).pexpire(keys.content, keep.ms).exec();
-    }
     const now = Date.now();
-    await redis
-      .multi()
-      .hset(keys.meta, { filename: f.filename, purpose: f.purpose, bytes: f.content.length, created_at: now, expires_at: now + keep.ms })
-      .pexpire(keys.meta, keep.ms)
-      .zadd(redisKeys.accountFiles(account), now, f.id)
-      .exec();
+    await writeInParts(
+      async () => {
+        for (let at = 0; at < f.content.length; at += CHUNK) {
+          await execAll(redis.pipeline().append(keys.content, f.content.subarray(at, at + CHUNK)).pexpire(keys.content, keep.ms));
+        }
+      },
+      () =>
+        redis
+          .multi()
+          .hset(keys.meta, { filename: f.filename, purpose: f.purpose, bytes: f.content.length, created_at: now, expires_at: now + keep.ms })
+          .pexpire(keys.meta, keep.ms)
+          .zadd(redisKeys.accountFiles(account), now, f.id)
+          .exec(),
+      () => redis.del(keys.content),
+    );
     await keepStoredFor(redis, account, item, keep.ms);
     return { id: f.id, filename: f.filename, purpose: f.purpose, bytes: f.content.length, createdAt: now, expiresAt: now + keep.ms, batch: null };
   });
