@@ -202,9 +202,9 @@ export class RequestTooLarge extends ApiError {
   }
 }
 
-/** Redis (keys, balances, holds) unreachable: fail closed, never serve for free. */
+/** Redis (keys, balances, holds) unreachable, or refusing the request's work (full): fail closed, never serve for free. */
 export const stateUnavailable = () =>
-  new ApiError(503, 'service_unavailable', 'Parley cannot reach its account store right now. Nothing was charged; retry after 1 s.', 'service_unavailable', null, { 'retry-after': '1' });
+  new ApiError(503, 'service_unavailable', "Parley's account store cannot take this request right now. Nothing was charged; retry after 1 s.", 'service_unavailable', null, { 'retry-after': '1' });
 
 export const shuttingDown = () =>
   new ApiError(503, 'service_unavailable', 'This gateway replica is shutting down; retry and another replica will answer.', 'shutting_down', null, { 'retry-after': '1', connection: 'close' });

@@ -157,7 +157,7 @@ describe('hostile input to every public route', () => {
     await expect.poll(async () => (await call('GET', `/admin/v1/usage.csv?since=0000-01-01&account=${gw.account}`, { headers: asAdmin })).text.trim().split('\n').length, { timeout: 5000 }).toBeGreaterThan(1);
   });
 
-  it('admin: an over-long email is a 400, not "cannot reach account store"', async () => {
+  it("admin: an over-long email is a 400, not the account store's 503", async () => {
     const answer = await call('POST', '/admin/v1/accounts', { headers: asAdmin, body: JSON.stringify({ email: `${'a'.repeat(300)}@example.com` }) });
     expect(answer.status).toBe(400);
     expect(JSON.parse(answer.text).error.message).toMatch(/^email/);
