@@ -1,13 +1,16 @@
 // Redis work done on a request's behalf fails closed: a Redis that cannot be
 // reached means no answer (503), never a free reply. A Redis that answers
-// with an error (one full under `noeviction`: "OOM command not allowed")
+// with an error (one full under `noeviction`: "OOM command not allowed"), or
+// does not answer in time (redis/connection.ts: GATEWAY_COMMAND_TIMEOUT_MS),
 // fails the request alike, and is logged, at most once per REFUSAL_LOG_MS
-// with a count of the rest: nothing else tells an operator why a reachable
-// Redis turns requests away.
+// with a count of the rest: nothing else tells an operator why a Redis that
+// is connected turns requests away.
 import { ReplyError } from 'ioredis';
 import { ApiError, Cancelled, stateUnavailable } from '../protocol/errors.js';
 
 const REFUSAL_LOG_MS = 10_000;
+/** ioredis's error for a command its commandTimeout ended. */
+const COMMAND_TIMED_OUT = 'Command timed out';
 let lastLogged = -Infinity;
 let unlogged = 0;
 
@@ -18,7 +21,7 @@ function noteRefusal(err: Error): void {
     return;
   }
   const more = unlogged > 0 ? ` (and ${unlogged} more since the last such line)` : '';
-  console.warn(`parley: Redis refused a request's work${more}: ${err.message}`);
+  console.warn(`parley: Redis did not take a request's work${more}: ${err.message}`);
   lastLogged = now;
   unlogged = 0;
 }
@@ -31,7 +34,7 @@ function noteRefusal(err: Error): void {
 export function failClosed<T>(work: Promise<T>): Promise<T> {
   return work.catch((err: unknown) => {
     if (err instanceof ApiError || err instanceof Cancelled || err instanceof TypeError || err instanceof RangeError) throw err;
-    if (err instanceof ReplyError) noteRefusal(err as Error);
+    if (err instanceof ReplyError || (err instanceof Error && err.message === COMMAND_TIMED_OUT)) noteRefusal(err as Error);
     throw stateUnavailable();
   });
 }

@@ -15,7 +15,7 @@ import { SettlementQueue } from '../billing/settlement-queue.js';
 import { loadRoutingFile, watchRoutingFile } from '../config.js';
 import { LocalEngines } from '../engine/supervisor.js';
 import { listen } from '../listen.js';
-import { connectRedis, type Redis } from '../redis/connection.js';
+import { connectRedis, GATEWAY_COMMAND_TIMEOUT_MS, type Redis } from '../redis/connection.js';
 import type { SharedRedis } from '../redis/shared-redis.js';
 import { checkEvictionPolicy } from '../redis/eviction-policy.js';
 import { checkKeyLayout } from '../redis/key-layout.js';
@@ -75,7 +75,7 @@ class StartedParts {
 /** Redis (the shared one, or a private one with a demo account on its first start) and the keys it holds. */
 async function openState(opts: GatewayOptions, secret: string, demoCredit: number, parts: StartedParts) {
   const privateRedis = opts.redis ? undefined : parts.add(await startPrivateRedis(opts.dataDir), (r) => r.stop());
-  const redis = parts.add(await connectRedis(opts.redis ?? privateRedis!.target), (r) => r.disconnect());
+  const redis = parts.add(await connectRedis(opts.redis ?? privateRedis!.target, 'parley', GATEWAY_COMMAND_TIMEOUT_MS), (r) => r.disconnect());
   await checkKeyLayout(redis);
   await checkEvictionPolicy(redis);
   const keys = parts.add(await KeyAuthenticator.start(redis, secret), (k) => k.close());

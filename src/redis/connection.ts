@@ -26,9 +26,18 @@ function tls(wanted: boolean): ConnectionOptions | undefined {
 // A write refused by a primary that was demoted under it: reconnect, and find the new one.
 const reconnectOnError = (err: Error) => err.message.startsWith('READONLY');
 
-function commonOptions(name: string): RedisOptions {
+/**
+ * How long the gateway waits for Redis's answer to a command before failing it (and the request it was for, 503):
+ * a Redis whose connection stays open but which answers nothing (stopped, blocked by a slow command, cut off by a
+ * network that drops rather than refuses) would otherwise hold every request for as long as its client waits. Well
+ * past a hold's time under load and its wait for replicas (REDIS_WAIT_TIMEOUT_MS, 250 by default).
+ */
+export const GATEWAY_COMMAND_TIMEOUT_MS = 5_000;
+
+function commonOptions(name: string, commandTimeout: number | undefined): RedisOptions {
   return {
     connectionName: name,
+    commandTimeout,
     password: process.env.REDIS_PASSWORD || undefined,
     enableOfflineQueue: false,
     maxRetriesPerRequest: 0,
@@ -44,12 +53,12 @@ function commonOptions(name: string): RedisOptions {
   };
 }
 
-function client(shared: SharedRedis, name: string): Redis {
-  if (shared.kind === 'server') return new Redis(shared.url, { ...commonOptions(name), tls: tls(shared.url.startsWith('rediss://')) });
+function client(shared: SharedRedis, name: string, commandTimeout: number | undefined): Redis {
+  if (shared.kind === 'server') return new Redis(shared.url, { ...commonOptions(name, commandTimeout), tls: tls(shared.url.startsWith('rediss://')) });
   const useTls = process.env.REDIS_TLS === '1';
   if (shared.kind === 'sentinel') {
     return new Redis({
-      ...commonOptions(name),
+      ...commonOptions(name, commandTimeout),
       sentinels: shared.sentinels,
       name: shared.master,
       tls: tls(useTls),
@@ -63,7 +72,7 @@ function client(shared: SharedRedis, name: string): Redis {
     });
   }
   const cluster = new Cluster(shared.nodes, {
-    redisOptions: { ...commonOptions(name), tls: tls(useTls) },
+    redisOptions: { ...commonOptions(name, commandTimeout), tls: tls(useTls) },
     enableOfflineQueue: false,
     lazyConnect: true,
     clusterRetryStrategy: (attempt) => Math.min(attempt * 100, 500),
@@ -74,10 +83,13 @@ function client(shared: SharedRedis, name: string): Redis {
   return cluster as unknown as Redis;
 }
 
-/** A connection to the shared Redis, or to the private server's unix socket (a path). */
-export async function connectRedis(target: SharedRedis | string, name = 'parley'): Promise<Redis> {
+/**
+ * A connection to the shared Redis, or to the private server's unix socket (a path). `commandTimeoutMs`: how long a
+ * command may go unanswered before it fails (the gateway's GATEWAY_COMMAND_TIMEOUT_MS); without, it waits.
+ */
+export async function connectRedis(target: SharedRedis | string, name = 'parley', commandTimeoutMs?: number): Promise<Redis> {
   const shared: SharedRedis = typeof target === 'string' ? { kind: 'server', url: target } : target;
-  const redis = client(shared, name);
+  const redis = client(shared, name, commandTimeoutMs);
   trackReplication(redis, shared);
   // Reconnection is ioredis's job; an error event without a listener would crash the process.
   redis.on('error', () => {});
@@ -95,7 +107,8 @@ export async function connectRedis(target: SharedRedis | string, name = 'parley'
  * published on any node reaches subscribers on every node.
  */
 export function subscriberFor(redis: Redis): Redis {
-  const options = { enableOfflineQueue: true, maxRetriesPerRequest: null, autoResubscribe: false };
+  // No command timeout: a renewal left unanswered while Redis stalls still lands, and then clears the key cache.
+  const options = { enableOfflineQueue: true, maxRetriesPerRequest: null, autoResubscribe: false, commandTimeout: undefined };
   const sub = isCluster(redis)
     ? ((redis as unknown as Cluster).duplicate([], { enableOfflineQueue: true, redisOptions: { ...(redis as unknown as Cluster).options.redisOptions, ...options } }) as unknown as Redis)
     : redis.duplicate(options);
