@@ -6,7 +6,8 @@
 import { readFileSync } from 'node:fs';
 import type { ConnectionOptions } from 'node:tls';
 import { Cluster, Redis, type RedisOptions } from 'ioredis';
-import { trackReplication } from './replication.js';
+import { ConfigError } from '../config-error.js';
+import { durabilityOf, trackReplication } from './replication.js';
 import { isCluster, type SharedRedis } from './shared-redis.js';
 
 // Every module types the connection as ioredis's Redis: a Cluster answers the same commands.
@@ -91,6 +92,11 @@ export async function connectRedis(target: SharedRedis | string, name = 'parley'
   const shared: SharedRedis = typeof target === 'string' ? { kind: 'server', url: target } : target;
   const redis = client(shared, name, commandTimeoutMs);
   trackReplication(redis, shared);
+  // A durable write's WAIT must end well before its command would be given up on.
+  const waitMs = durabilityOf(redis).timeoutMs;
+  if (commandTimeoutMs !== undefined && waitMs > commandTimeoutMs / 2) {
+    throw new ConfigError(`REDIS_WAIT_TIMEOUT_MS (${waitMs}) must be at most ${commandTimeoutMs / 2}: half the time the gateway waits for any answer from Redis`);
+  }
   // Reconnection is ioredis's job; an error event without a listener would crash the process.
   redis.on('error', () => {});
   await redis.connect();

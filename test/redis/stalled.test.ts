@@ -3,7 +3,8 @@
 // request fails closed with a 503 once GATEWAY_COMMAND_TIMEOUT_MS has passed,
 // rather than hanging for as long as its client waits, charges nothing and
 // calls no upstream; the hold Redis takes late is released; and the replica
-// serves again once Redis answers.
+// serves again once Redis answers. A wait for replicas too long to fit in
+// that timeout is refused at the start.
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { readBalance } from '../../src/billing/credit-ledger.js';
 import { GATEWAY_COMMAND_TIMEOUT_MS } from '../../src/redis/connection.js';
@@ -50,5 +51,18 @@ describe('a Redis that stops answering', () => {
     // Redis ran the hold once it went on, and then its release: the balance is as it was, nothing held.
     await expect.poll(() => readBalance(client, gateway.account), { timeout: 10_000, interval: 200 }).toEqual(before);
     expect((await chat()).status).toBe(200);
+  });
+});
+
+describe('a wait for replicas', () => {
+  it('longer than half the command timeout is refused at the start, where every durable write would otherwise be given up on', async () => {
+    const before = process.env.REDIS_WAIT_TIMEOUT_MS;
+    process.env.REDIS_WAIT_TIMEOUT_MS = String(GATEWAY_COMMAND_TIMEOUT_MS / 2 + 1);
+    try {
+      await expect(startTestGateway({ models: [modelEntry('m', [{ kind: 'vllm', url: upstream.url }])] }, { redis: gateway.redis })).rejects.toThrow('REDIS_WAIT_TIMEOUT_MS');
+    } finally {
+      if (before === undefined) delete process.env.REDIS_WAIT_TIMEOUT_MS;
+      else process.env.REDIS_WAIT_TIMEOUT_MS = before;
+    }
   });
 });
