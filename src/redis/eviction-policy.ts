@@ -19,7 +19,7 @@ export async function checkEvictionPolicy(redis: Redis): Promise<void> {
     const memory = await primary.info('memory');
     const policy = /^maxmemory_policy:(\S+)/m.exec(memory)?.[1];
     const limit = Number(/^maxmemory:(\d+)/m.exec(memory)?.[1] ?? 0);
-    // No limit (0): nothing is evicted, whatever the policy. A server that does not say (some managed services) is taken at its word.
+    // No limit (0): nothing is evicted, whatever the policy. One whose INFO does not name its policy cannot be checked.
     if (policy === undefined || policy === 'noeviction' || limit === 0) continue;
     const where = isCluster(redis) ? ` (the primary at ${primary.options.host}:${primary.options.port})` : '';
     throw new ConfigError(

@@ -7,11 +7,9 @@
 // it did not become visible.
 import type { ChainableCommander } from 'ioredis';
 
-/** The pipeline's replies, in order; rejects with the first command's error, if any. */
-export async function execAll(commands: ChainableCommander): Promise<unknown[]> {
-  const results = (await commands.exec()) ?? [];
-  for (const [err] of results) if (err) throw err;
-  return results.map(([, reply]) => reply);
+/** Runs the pipeline; rejects with the first command's error, if any. */
+export async function execAll(commands: ChainableCommander): Promise<void> {
+  for (const [err] of (await commands.exec()) ?? []) if (err) throw err;
 }
 
 /** Whether a transaction failed as one Redis discarded whole (a command refused as it was queued): none of it applied. */
