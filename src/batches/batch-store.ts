@@ -75,7 +75,28 @@ export const activeMember = (account: string, id: string) => `${account} ${id}`;
  */
 export const MAX_ACTIVE_BATCHES = 100;
 
-const activeBatchesOf = async (redis: Redis, account: string) => (await redis.zrange(redisKeys.activeBatches, 0, -1)).filter((m) => m.startsWith(`${account} `)).length;
+/** How long past its window a batch may still be in the fleet's active set: finalizing, and a runner's turn to retire it. */
+const FINALIZING_MS = 10 * 60_000;
+
+/**
+ * Counts a new batch among its account's active ones, in the account's own slot: with its own entry in, so that
+ * batches made at once cannot pass the most together (each sees the others); past the most, it is taken out
+ * again. Each entry lapses when its batch may run no longer (its window, and a finalizing's time), so that one a
+ * replica left behind, dying part-way through a create, stops counting then. Returns how many the account had.
+ */
+async function countActive(redis: Redis, account: string, id: string, windowMs: number): Promise<number> {
+  const key = redisKeys.accountActiveBatches(account);
+  const now = Date.now();
+  const [, , [, counted]] = (await redis.multi().zremrangebyscore(key, '-inf', now).zadd(key, now + windowMs + FINALIZING_MS, id).zcard(key).exec())!;
+  const active = counted as number;
+  if (active > MAX_ACTIVE_BATCHES) await redis.zrem(key, id);
+  return active;
+}
+
+/** Takes a batch out of the fleet's active set and its account's count. */
+export async function retireActive(redis: Redis, account: string, id: string): Promise<void> {
+  await Promise.all([redis.zrem(redisKeys.activeBatches, activeMember(account, id)), redis.zrem(redisKeys.accountActiveBatches(account), id)]);
+}
 
 const allKeys = (account: string, id: string) => Object.values(redisKeys.batch(account, id));
 
@@ -104,10 +125,10 @@ async function storedLines(lines: StoredLine[]): Promise<string[]> {
 
 /**
  * Stores a batch and puts it in the fleet's queue. Its lines' bytes are counted against the account's cap first
- * (refused past it: stored-bytes.ts), for as long as they are kept. The queue's entry goes next, and with it the
- * account's batches running are counted (a 429 past MAX_ACTIVE_BATCHES). It is in another slot, so it cannot join
- * the transaction below; a runner leaves an entry whose batch is not there yet for a minute, and so one whose
- * replica died part-way through storing it goes then. Lines go next, in chunks (a file of 50,000 lines would
+ * (refused past it: stored-bytes.ts), for as long as they are kept. It is counted among its account's batches
+ * running next (a 429 past MAX_ACTIVE_BATCHES: countActive), then given its entry in the fleet's queue. That is in
+ * another slot, so it cannot join the transaction below; a runner leaves an entry whose batch is not there yet for
+ * a minute, and so one whose replica died part-way through storing it goes then. Lines go next, in chunks (a file of 50,000 lines would
  * otherwise hold Redis in one command); the batch's hash, which makes it visible, goes last, in one transaction
  * with its counters and its place in the account's list. Lines a replica lost part-way expire.
  */
@@ -117,13 +138,11 @@ export async function createBatch(redis: Redis, b: NewBatch, keep: { ms: number;
   const texts = await storedLines(b.lines);
   const bytes = texts.reduce((sum, t) => sum + Buffer.byteLength(t), 0);
   await storeCounted(redis, b.account, `batch:${b.id}`, { bytes, capBytes: keep.capBytes, keepMs: linesMs, param: null }, async () => {
-    await redis.zadd(redisKeys.activeBatches, Date.now(), activeMember(b.account, b.id));
-    // Counted with its own entry in, so batches made at once cannot pass the most together: each sees the others.
-    const active = await activeBatchesOf(redis, b.account);
+    const active = await countActive(redis, b.account, b.id, b.windowMs);
     if (active > MAX_ACTIVE_BATCHES) {
-      await redis.zrem(redisKeys.activeBatches, activeMember(b.account, b.id));
       throw new ApiError(429, 'rate_limit_error', `This account has ${active - 1} batches running, the most it may have at once; wait for one to end, or cancel one.`, 'too_many_batches');
     }
+    await redis.zadd(redisKeys.activeBatches, Date.now(), activeMember(b.account, b.id));
     const now = Date.now();
     await writeInParts(
       async () => {
@@ -142,7 +161,7 @@ export async function createBatch(redis: Redis, b: NewBatch, keep: { ms: number;
           .hset(keys.results, '#total', b.lines.length)
           .zadd(redisKeys.accountBatches(b.account, b.api), now, b.id)
           .exec(),
-      () => Promise.all([redis.del(keys.lines, keys.todo), redis.zrem(redisKeys.activeBatches, activeMember(b.account, b.id))]),
+      () => Promise.all([redis.del(keys.lines, keys.todo), retireActive(redis, b.account, b.id)]),
     );
   });
 }

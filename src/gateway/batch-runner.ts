@@ -30,7 +30,7 @@ import { embeddings } from './embeddings.js';
 import { messages } from './messages.js';
 import { randomId } from './random-ids.js';
 import { responses } from './responses.js';
-import { activeMember, claimLines, endLine, keepMsOf, MAX_TRIES, releaseLine, renewLeases, type BatchApi, type BatchCall, type ClaimedLine } from '../batches/batch-store.js';
+import { activeMember, claimLines, endLine, keepMsOf, MAX_TRIES, releaseLine, renewLeases, retireActive, type BatchApi, type BatchCall, type ClaimedLine } from '../batches/batch-store.js';
 import { activeBatches, lineTotals, type BatchLineTotals } from '../batches/batch-progress.js';
 import { finalizeBatch } from '../batches/batch-results.js';
 import { LINE_FORMATS } from '../batches/line-formats.js';
@@ -185,9 +185,9 @@ export class BatchRunner {
     return byAccount;
   }
 
-  /** A batch has nothing left to run: out of the fleet's active set, and out of this replica's last reading of it. */
-  private async retire(member: string): Promise<void> {
-    await this.ctx.redis.zrem(redisKeys.activeBatches, member);
+  /** A batch has nothing left to run: out of the fleet's active set and its account's count, and out of this replica's last reading of it. */
+  private async retire(account: string, id: string): Promise<void> {
+    await retireActive(this.ctx.redis, account, id);
     this.active = undefined;
   }
 
@@ -195,10 +195,10 @@ export class BatchRunner {
     const { redis } = this.ctx;
     const [account, id] = member.split(' ');
     const claim = await claimLines(redis, account, id, count, this.settings().leaseMs, this.token);
-    if (claim.kind === 'ended' || (claim.kind === 'gone' && Date.now() - queuedAt > UNSTORED_KEPT_MS)) return this.retire(member);
+    if (claim.kind === 'ended' || (claim.kind === 'gone' && Date.now() - queuedAt > UNSTORED_KEPT_MS)) return this.retire(account, id);
     if (claim.kind === 'finalize') {
       await finalizeBatch(redis, account, id, keepMsOf(this.settings()));
-      return this.retire(member);
+      return this.retire(account, id);
     }
     if (claim.kind === 'gone' || claim.lines.length === 0) return;
     const batch: ActiveBatch = { account, id, ...claim.batch! };

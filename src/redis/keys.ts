@@ -114,6 +114,8 @@ export const redisKeys = {
   storedBytes: (account: string) => ({ items: `${accountTag(account)}stored`, sizes: `${accountTag(account)}stored:bytes` }),
   /** Sorted set of the batches with lines to run, fleet-wide, as "<account> <batch id>", by creation time. */
   activeBatches: `${P}batches:active`,
+  /** Sorted set of an account's batches in the fleet's active set, by when each may run no longer: what its cap counts. */
+  accountActiveBatches: (account: string) => `${accountTag(account)}active-batches`,
   /** Set when the demo account was made, so it is made once per Redis. */
   demoAccount: `${P}demo-account`,
   /** Stream of every operator action (CLI or admin API): actor, action, target, before, after. */
