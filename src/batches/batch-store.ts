@@ -128,9 +128,10 @@ async function storedLines(lines: StoredLine[]): Promise<string[]> {
  * (refused past it: stored-bytes.ts), for as long as they are kept. It is counted among its account's batches
  * running next (a 429 past MAX_ACTIVE_BATCHES: countActive), then given its entry in the fleet's queue. That is in
  * another slot, so it cannot join the transaction below; a runner leaves an entry whose batch is not there yet for
- * a minute, and so one whose replica died part-way through storing it goes then. Lines go next, in chunks (a file of 50,000 lines would
- * otherwise hold Redis in one command); the batch's hash, which makes it visible, goes last, in one transaction
- * with its counters and its place in the account's list. Lines a replica lost part-way expire.
+ * a minute, and so one whose replica died part-way through storing it goes then. Lines go next, in chunks (a file
+ * of 50,000 lines would otherwise hold Redis in one command); the batch's hash, which makes it visible, goes last,
+ * in one transaction with its counters and its place in the account's list. Lines a replica lost part-way expire;
+ * where a write fails, what was written goes at once, and the batch's place in the queue and the count with it.
  */
 export async function createBatch(redis: Redis, b: NewBatch, keep: { ms: number; capBytes: number }): Promise<void> {
   const keys = redisKeys.batch(b.account, b.id);
@@ -142,10 +143,10 @@ export async function createBatch(redis: Redis, b: NewBatch, keep: { ms: number;
     if (active > MAX_ACTIVE_BATCHES) {
       throw new ApiError(429, 'rate_limit_error', `This account has ${active - 1} batches running, the most it may have at once; wait for one to end, or cancel one.`, 'too_many_batches');
     }
-    await redis.zadd(redisKeys.activeBatches, Date.now(), activeMember(b.account, b.id));
     const now = Date.now();
     await writeInParts(
       async () => {
+        await redis.zadd(redisKeys.activeBatches, now, activeMember(b.account, b.id));
         for (let i = 0; i < texts.length; i += WRITE_CHUNK) {
           const fields = texts.slice(i, i + WRITE_CHUNK).flatMap((text, j) => [String(i + j), text]);
           await execAll(redis.pipeline().hset(keys.lines, ...fields).pexpire(keys.lines, linesMs));

@@ -21,11 +21,15 @@ const keep = { ms: 60_000, capBytes: 64 * 2 ** 20 };
 const MIB = 2 ** 20;
 const counted = (account: string) => redis.client.hgetall(redisKeys.storedBytes(account).sizes);
 
-/** The client, but every transaction it begins has a command Redis refuses as it is queued: Redis discards it whole. */
-function discardingTransactions(client: Redis): Redis {
+/**
+ * The client, but every transaction it begins after the first `spared` has a command Redis refuses as it is
+ * queued: Redis discards it whole.
+ */
+function discardingTransactions(client: Redis, spared = 0): Redis {
+  let begun = 0;
   return new Proxy(client, {
     get(target, name) {
-      if (name === 'multi') return () => target.multi().call('NO-SUCH-COMMAND');
+      if (name === 'multi') return () => (++begun > spared ? target.multi().call('NO-SUCH-COMMAND') : target.multi());
       const value = Reflect.get(target, name, target);
       return typeof value === 'function' ? value.bind(target) : value;
     },
@@ -69,14 +73,17 @@ describe('a batch written in parts', () => {
     await expect(createBatch(redis.client, b, keep)).rejects.toThrow('WRONGTYPE');
     expect(await redis.client.exists(keys.lines, keys.todo, keys.meta)).toBe(0);
     expect(await redis.client.zscore(redisKeys.activeBatches, activeMember(b.account, b.id))).toBeNull();
+    expect(await redis.client.zcard(redisKeys.accountActiveBatches(b.account))).toBe(0);
     expect(await counted(b.account)).toEqual({});
   });
 
   it('drops its lines where Redis discards the transaction that would make it visible', async () => {
     const b = batch('acct_discarded_batch', 'batch_b');
     const keys = redisKeys.batch(b.account, b.id);
-    await expect(createBatch(discardingTransactions(redis.client), b, keep)).rejects.toThrow('EXECABORT');
+    // The first transaction counts it among the account's batches running; the second, which would list it, is discarded.
+    await expect(createBatch(discardingTransactions(redis.client, 1), b, keep)).rejects.toThrow('EXECABORT');
     expect(await redis.client.exists(keys.lines, keys.todo, keys.meta)).toBe(0);
     expect(await redis.client.zscore(redisKeys.activeBatches, activeMember(b.account, b.id))).toBeNull();
+    expect(await redis.client.zcard(redisKeys.accountActiveBatches(b.account))).toBe(0);
   });
 });
