@@ -279,7 +279,9 @@ describe.each([
         expect(invalidUpstreamRequests, invalidUpstreamRequests.join('\n')).toEqual([]);
         if (res.status === 200) {
           served++;
-          await readBySdk(request, res);
+          // Read as it was sent: a value JSON cannot carry (Infinity, NaN) went as null, where the SDK, which streams
+          // for any truthy `stream`, would have taken `stream: Infinity` for a stream.
+          await readBySdk(JSON.parse(JSON.stringify(request)), res);
           // Every upstream reply's usage is 3 prompt tokens and 1 completion token, at modelEntry's prices of 1 and 2
           // micro-units: each prompt is paid once, and where the upstream takes no n each of n replies is a call of its own.
           expect(before.granted - (await settledBalance()).granted).toBe(3 * promptsOf(request) + 2 * (upstreamCalls() - calls));
