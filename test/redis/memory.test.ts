@@ -52,6 +52,8 @@ describe('a full Redis that refuses writes', () => {
       const chat = (stream: boolean) => postChat(gateway, { model: 'm', stream, messages: [{ role: 'user', content: 'hi' }] });
       expect((await chat(false)).status).toBe(200);
       const { client } = gateway.redis;
+      // The first chat's settlement lands a moment after its reply.
+      await expect.poll(async () => (await readBalance(client, gateway.account))!.held).toBe(0);
       const used = Number(/^used_memory:(\d+)/m.exec(await client.info('memory'))![1]);
       await setPolicy(client, 'noeviction', String(used - 100_000));
       // Counted by path: the endpoint's health probe may come meanwhile.

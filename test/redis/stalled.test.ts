@@ -27,6 +27,8 @@ describe('a Redis that stops answering', () => {
     const chat = () => postChat(gateway, { model: 'm', messages: [{ role: 'user', content: 'hi' }] });
     expect((await chat()).status).toBe(200);
     const { client } = gateway.redis;
+    // The first chat's settlement lands a moment after its reply.
+    await expect.poll(async () => (await readBalance(client, gateway.account))!.held).toBe(0);
     const before = await readBalance(client, gateway.account);
     // Counted by path: the endpoint's health probe may come meanwhile.
     const chats = () => upstream.received.filter((r) => r.path.endsWith('/chat/completions')).length;
