@@ -9,7 +9,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { readBalance, type Settlement } from '../../src/billing/credit-ledger.js';
 import { SettlementJournal } from '../../src/billing/settlement-journal.js';
 import { readUsageEvents } from '../../src/billing/usage-events.js';
-import { completionBody, replyJson, sleep, startFakeUpstream, until } from '../support/fake-upstream.js';
+import { chatCalls, completionBody, replyJson, sleep, startFakeUpstream, until } from '../support/fake-upstream.js';
 import { makeAccount, modelEntry, postChat, startTestGateway, TEST_KEY_SECRET } from '../support/gateway.js';
 import { startParleyServe } from '../support/parley-process.js';
 import { startTestRedis, type TestRedis } from '../support/redis.js';
@@ -144,7 +144,6 @@ describe('settlements owed when Redis is away', () => {
       await gate;
       replyJson(res, completionBody('x', { prompt_tokens: 1000, completion_tokens: 0 }));
     });
-    const chats = () => upstream.received.filter((r) => r.path.endsWith('/chat/completions')).length;
     const redis = await startTestRedis();
     redises.push(redis);
     const dir = tempDir();
@@ -158,7 +157,7 @@ describe('settlements owed when Redis is away', () => {
     try {
       const gateway = { url: replica.url, apiKey: caller.key };
       const replies = Array.from({ length: 3 }, () => postChat(gateway, { model: 'm', messages }));
-      await until(async () => chats() === 3);
+      await until(async () => chatCalls(upstream) === 3);
       await redis.kill();
       release();
       expect((await Promise.all(replies)).map((r) => r.status)).toEqual([200, 200, 200]);

@@ -8,7 +8,7 @@ import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { EXACT_COUNT_MAX_BYTES } from '../../src/gateway/chat-completions.js';
 import { ensureDefaultModel } from '../../src/engine/model-maker.js';
-import { completionBody, replyJson, type FakeUpstream } from '../support/fake-upstream.js';
+import { chatCalls, completionBody, replyJson, type FakeUpstream } from '../support/fake-upstream.js';
 import { makeAccount, modelEntry, startGatewayOn, type GatewayOnUpstreams, type TestGateway } from '../support/gateway.js';
 
 let running: GatewayOnUpstreams;
@@ -52,8 +52,7 @@ describe('the main thread under large prompts', () => {
     const text = 'lorem ipsum dolor sit amet, '.repeat(150_000);
     expect(text.length).toBeGreaterThan(4_000_000);
     const messages = [{ role: 'user', content: text }];
-    const chatCalls = () => upstream.received.filter((r) => r.path.endsWith('/chat/completions')).length;
-    const calls = chatCalls();
+    const calls = chatCalls(upstream);
     const send = () =>
       Promise.all([
         post('/v1/chat/completions', broke.key, { model: 'big', messages }),
@@ -79,7 +78,7 @@ describe('the main thread under large prompts', () => {
     expect([count1.status, count2.status]).toEqual([200, 200]);
     // Past the bound, count_tokens estimates (about 3 bytes a token), as for a model without a tokenizer.
     expect((await count1.json()).input_tokens).toBeGreaterThan(1_000_000);
-    expect(chatCalls()).toBe(calls);
+    expect(chatCalls(upstream)).toBe(calls);
   });
 
   it('counts a prompt exactly up to the bound', async () => {

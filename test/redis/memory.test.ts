@@ -7,7 +7,7 @@
 import type { Cluster } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { readBalance } from '../../src/billing/credit-ledger.js';
-import { answering, startFakeUpstream } from '../support/fake-upstream.js';
+import { answering, chatCalls, startFakeUpstream } from '../support/fake-upstream.js';
 import { modelEntry, postChat, startTestGateway } from '../support/gateway.js';
 import { startTestRedis, type TestRedis } from '../support/redis.js';
 import { startClusterAsTestRedis } from '../support/redis-topologies.js';
@@ -56,15 +56,13 @@ describe('a full Redis that refuses writes', () => {
       await expect.poll(async () => (await readBalance(client, gateway.account))!.held).toBe(0);
       const used = Number(/^used_memory:(\d+)/m.exec(await client.info('memory'))![1]);
       await setPolicy(client, 'noeviction', String(used - 100_000));
-      // Counted by path: the endpoint's health probe may come meanwhile.
-      const chats = () => upstream.received.filter((r) => r.path.endsWith('/chat/completions')).length;
-      const [balance, calls] = [await readBalance(client, gateway.account), chats()];
+      const [balance, calls] = [await readBalance(client, gateway.account), chatCalls(upstream)];
       for (const stream of [false, true, false]) {
         const refused = await chat(stream);
         expect(refused.status).toBe(503);
         expect((await refused.json()).error.type).toBe('service_unavailable');
       }
-      expect(chats()).toBe(calls);
+      expect(chatCalls(upstream)).toBe(calls);
       expect(await readBalance(client, gateway.account)).toEqual(balance);
       const said = warn.mock.calls.map(([line]) => String(line)).filter((line) => line.includes('Redis did not take'));
       expect(said).toHaveLength(1);

@@ -8,7 +8,7 @@
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { readBalance } from '../../src/billing/credit-ledger.js';
 import { GATEWAY_COMMAND_TIMEOUT_MS } from '../../src/redis/connection.js';
-import { answering, startFakeUpstream, type FakeUpstream } from '../support/fake-upstream.js';
+import { answering, chatCalls, startFakeUpstream, type FakeUpstream } from '../support/fake-upstream.js';
 import { modelEntry, postChat, startTestGateway, type TestGateway } from '../support/gateway.js';
 
 let upstream: FakeUpstream;
@@ -30,9 +30,7 @@ describe('a Redis that stops answering', () => {
     // The first chat's settlement lands a moment after its reply.
     await expect.poll(async () => (await readBalance(client, gateway.account))!.held).toBe(0);
     const before = await readBalance(client, gateway.account);
-    // Counted by path: the endpoint's health probe may come meanwhile.
-    const chats = () => upstream.received.filter((r) => r.path.endsWith('/chat/completions')).length;
-    const calls = chats();
+    const calls = chatCalls(upstream);
     const pid = Number(/^process_id:(\d+)/m.exec(await client.info('server'))![1]);
     const warn = vi.spyOn(console, 'warn');
     process.kill(pid, 'SIGSTOP');
@@ -49,7 +47,7 @@ describe('a Redis that stops answering', () => {
       process.kill(pid, 'SIGCONT');
       warn.mockRestore();
     }
-    expect(chats()).toBe(calls);
+    expect(chatCalls(upstream)).toBe(calls);
     // Redis ran the hold once it went on, and then its release: the balance is as it was, nothing held.
     await expect.poll(() => readBalance(client, gateway.account), { timeout: 10_000, interval: 200 }).toEqual(before);
     expect((await chat()).status).toBe(200);

@@ -20,7 +20,7 @@ import { startGateway, type RunningGateway } from '../../src/gateway/start.js';
 import type { Redis } from '../../src/redis/connection.js';
 import type { SharedRedis } from '../../src/redis/shared-redis.js';
 import { redisKeys } from '../../src/redis/keys.js';
-import { answering, sleep, startFakeUpstream, until, type FakeUpstream } from '../support/fake-upstream.js';
+import { answering, chatCalls, sleep, startFakeUpstream, until, type FakeUpstream } from '../support/fake-upstream.js';
 import { asAdmin, modelEntry, TEST_KEY_SECRET } from '../support/gateway.js';
 import { runParley } from '../support/parley-process.js';
 import { startTestCluster, startTestSentinels, type TestCluster, type TestSentinels } from '../support/redis-topologies.js';
@@ -254,13 +254,12 @@ describe('behind Sentinel: a primary, a replica and 3 sentinels', () => {
   it('refuses a request whose hold the replica did not take in time (503), and releases that hold', async () => {
     const [tenant] = await makeTenants(fleet.redis, 1, 1_000_000);
     // Generation calls only: the endpoint's health probe may come meanwhile.
-    const chatCalls = () => upstream.received.filter((r) => r.path.endsWith('/chat/completions')).length;
-    const calls = chatCalls();
+    const calls = chatCalls(upstream);
     await sentinels.stallReplica(1_000);
     const res = await ask(fleet.gateways[0], tenant.key, false);
     expect(res.status).toBe(503);
     expect(res.headers.get('retry-after')).toBe('1');
-    expect(chatCalls()).toBe(calls);
+    expect(chatCalls(upstream)).toBe(calls);
     await until(async () => (await ask(fleet.gateways[0], tenant.key, false)).status === 200, 5_000);
     await until(async () => (await readBalance(fleet.redis, tenant.account))!.held === 0, 5_000);
     await expectBooksExact(fleet, [tenant], new Map([[tenant.account, 1]]));

@@ -53,6 +53,9 @@ export async function startFakeUpstream(initial: Script): Promise<FakeUpstream> 
 
 export const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
+/** The chat completions the upstream has been sent, by path: its health probe may come meanwhile. */
+export const chatCalls = (upstream: Pick<FakeUpstream, 'received'>) => upstream.received.filter((r) => r.path.endsWith('/chat/completions')).length;
+
 /** An OpenAI-style stream chunk for choice 0. */
 export function chunk(delta: Record<string, unknown>, finish: string | null = null, extra: Record<string, unknown> = {}) {
   return { id: 'up-1', object: 'chat.completion.chunk', created: 1, model: 'up', choices: [{ index: 0, delta, finish_reason: finish }], ...extra };
