@@ -4,13 +4,16 @@
 // result. And the settlement that charges a line writes its result, so a line
 // run a second time is never charged a second time. What an account keeps is
 // counted fleet-wide: uploads and batches sent through three replicas at once
-// cannot pass its cap together.
+// cannot pass its cap together, nor can batches made through three replicas
+// at once pass the most an account may have running.
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import Anthropic from '@anthropic-ai/sdk';
 import OpenAI, { toFile } from 'openai';
 import { stringify } from 'yaml';
 import { describe, expect, it } from 'vitest';
+import { MAX_ACTIVE_BATCHES } from '../../src/batches/batch-store.js';
 import { STORED_ITEM_OVERHEAD_BYTES } from '../../src/batches/stored-bytes.js';
 import { holdCredits, readBalance } from '../../src/billing/credit-ledger.js';
 import { readUsageEvents } from '../../src/billing/usage-events.js';
@@ -183,6 +186,30 @@ describe('a batch on a fleet', () => {
       const batches = await Promise.allSettled(own.map((client) => client.batches.create({ input_file_id: kept[1].id, endpoint: '/v1/chat/completions', completion_window: '24h' })));
       expect(batches.filter((b) => b.status === 'fulfilled')).toHaveLength(1);
       expect((await own[1].batches.list()).data).toHaveLength(1);
+    } finally {
+      for (const r of replicas) await r.close();
+      await redis.stop();
+    }
+  });
+
+  it('makes no more batches than an account may have running when they are asked for through three replicas at once', async () => {
+    const redis = await startTestRedis();
+    const config = { gateway: { batches: { concurrency: 0 } }, models: [modelEntry('m', [{ kind: 'vllm', url: 'http://127.0.0.1:9/v1' }])] };
+    const replicas = [await startTestGateway(config, { redis }), await startTestGateway(config, { redis }), await startTestGateway(config, { redis })];
+    try {
+      const { account, key } = await makeAccount(redis, 1);
+      // Room for five more: the account's count as if it had that many batches running, none ending before tomorrow.
+      const running = Array.from({ length: MAX_ACTIVE_BATCHES - 5 }, (_, i) => [Date.now() + 86_400_000, `batch_running_${i}`]).flat();
+      await redis.client.zadd(redisKeys.accountActiveBatches(account), ...running);
+      const clients = replicas.map((r) => new Anthropic({ baseURL: r.url, apiKey: key, maxRetries: 0 }));
+      const request = { custom_id: 'only', params: { model: 'm', max_tokens: 4, messages: [{ role: 'user' as const, content: 'hi' }] } };
+      const made = await Promise.allSettled(Array.from({ length: 15 }, (_, i) => clients[i % 3].messages.batches.create({ requests: [request] })));
+      expect(made.filter((b) => b.status === 'fulfilled')).toHaveLength(5);
+      for (const b of made) if (b.status === 'rejected') expect(b.reason).toMatchObject({ status: 429, error: { error: { type: 'rate_limit_error' } } });
+      expect(await redis.client.zcard(redisKeys.accountActiveBatches(account))).toBe(MAX_ACTIVE_BATCHES);
+      // The ten refused kept nothing: no batch, no place in the fleet's queue.
+      expect((await clients[0].messages.batches.list()).data).toHaveLength(5);
+      expect((await redis.client.zrange(redisKeys.activeBatches, 0, -1)).filter((m) => m.startsWith(`${account} `))).toHaveLength(5);
     } finally {
       for (const r of replicas) await r.close();
       await redis.stop();
