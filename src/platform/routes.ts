@@ -40,14 +40,14 @@ function forbidden(req: IncomingMessage, res: ServerResponse): void {
 /**
  * A failure as a page, for a person in a browser rather than a client
  * library: the request's own error (a page not found, a form too large) with
- * its status, and anything else, an unreachable Redis first of all, as a 503
- * that says to try again.
+ * its status, and anything else (a Redis away, stalled or full first of all)
+ * as a 503 that says to try again.
  */
 function failurePage(req: IncomingMessage, res: ServerResponse, err: unknown): void {
   if (res.headersSent) return void res.destroy();
   if (!(err instanceof ApiError) || err.status >= 500) {
     console.error('parley: platform:', err);
-    const body = html`<section class="auth card"><h1>Temporarily unavailable</h1><p class="notice error" role="alert">Parley cannot reach its account store right now. Nothing was changed. Try again in a moment.</p></section>`;
+    const body = html`<section class="auth card"><h1>Temporarily unavailable</h1><p class="notice error" role="alert">Parley's account store cannot take this request right now. Try again in a moment.</p></section>`;
     res.setHeader('retry-after', '1');
     return sendPage(res, 503, page({ title: 'Unavailable', csrf: '' }, body));
   }

@@ -360,6 +360,7 @@ describe('the platform in a browser', () => {
       expect(down!.status()).toBe(503);
       expect(down!.headers()['content-type']).toContain('text/html');
       expect(await page.textContent('h1')).toBe('Temporarily unavailable');
+      expect(await page.textContent('[role=alert]')).toContain('account store cannot take this request right now');
       await shot(page, '07-unavailable');
     } finally {
       await gw.redis.restart();
