@@ -51,8 +51,8 @@ const CLAIM_AT_ONCE = 8;
 const UNSTORED_KEPT_MS = 60_000;
 /** How long a batch waits after a line of it could not run now. */
 const BACKOFF_MS = 1_000;
-/** How often the fleet's batch totals are read for /metrics. */
-const TOTALS_EVERY_MS = 2_000;
+/** How long a reading of the fleet's batch totals answers /metrics: scrapers asking at once share one. */
+const TOTALS_KEPT_MS = 2_000;
 
 /** Failures that say "not now" rather than "not this line": the line goes back to its queue (a request too large for any minute's window is "not this line"). */
 const NOT_NOW = new Set(['resource_unavailable', 'rate_limit_exceeded', 'queue_full', 'upstream_unavailable', 'shutting_down', 'service_unavailable']);
@@ -94,19 +94,22 @@ export class BatchRunner {
   private ticking = false;
   private readonly poll: NodeJS.Timeout;
   private readonly renewal: NodeJS.Timeout;
-  private readonly totalsReading: NodeJS.Timeout;
-  /** The fleet's batch lines by state, as last read. */
-  fleetTotals: BatchLineTotals = lineTotals([]);
+  private totals: { readAt: number; read: Promise<BatchLineTotals> } | undefined;
 
   constructor(private readonly ctx: GatewayContext) {
     this.poll = setInterval(() => this.fill(), IDLE_POLL_MS);
     this.poll.unref();
     this.renewal = setInterval(() => void this.renew(), Math.floor(this.settings().leaseMs / 3));
     this.renewal.unref();
-    this.totalsReading = setInterval(() => {
-      activeBatches(ctx.redis).then((batches) => (this.fleetTotals = lineTotals(batches)), () => {});
-    }, TOTALS_EVERY_MS);
-    this.totalsReading.unref();
+  }
+
+  /**
+   * The fleet's batch lines by state, read when /metrics is scraped: each reading reads every active batch (up to a
+   * thousand), which a timer on every replica would do whether anyone looked or not.
+   */
+  fleetTotals(): Promise<BatchLineTotals> {
+    if (!this.totals || Date.now() - this.totals.readAt >= TOTALS_KEPT_MS) this.totals = { readAt: Date.now(), read: activeBatches(this.ctx.redis).then(lineTotals) };
+    return this.totals.read;
   }
 
   private settings() {
@@ -309,7 +312,6 @@ export class BatchRunner {
   async stop(graceMs: number): Promise<void> {
     this.stopping = true;
     clearInterval(this.poll);
-    clearInterval(this.totalsReading);
     const deadline = Date.now() + graceMs;
     while (this.running.size > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
     for (const line of this.running) line.cancellation.cancel('shutdown');

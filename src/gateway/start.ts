@@ -118,7 +118,7 @@ export async function startGateway(opts: GatewayOptions): Promise<RunningGateway
     const metricsServer = opts.metricsPort === undefined ? undefined : parts.add(createMetricsServer(telemetry), (s) => new Promise((resolve) => s.close(resolve)));
     if (metricsServer) await listen(metricsServer, opts.metricsPort!, opts.host);
     const batches = (context.batches = new BatchRunner(context));
-    telemetry.watch({ settlementsJournaled: () => settlements.journaled, redisReady: () => redis.status === 'ready', keyCaches: () => keys.remembered(), batches: () => ({ totals: batches.fleetTotals, runningHere: batches.linesRunning }) });
+    telemetry.watch({ settlementsJournaled: () => settlements.journaled, redisReady: () => redis.status === 'ready', keyCaches: () => keys.remembered(), batchTotals: () => batches.fleetTotals(), batchLinesRunningHere: () => batches.linesRunning });
 
     const watcher = applyRoutingFileChanges(opts.configPath, engines, (next) => {
       router.apply(next);

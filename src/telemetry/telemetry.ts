@@ -55,8 +55,10 @@ interface GatewayGauges {
   redisReady(): boolean;
   /** Entries in the API-key caches (accounts/key-authenticator.ts). */
   keyCaches?(): { keys: number; keyHmacs: number; keyIdHashes: number };
-  /** The fleet's batch lines by state (as this replica last read them), and this replica's lines running. */
-  batches?(): { totals: BatchLineTotals; runningHere: number };
+  /** The fleet's batch lines by state, read from Redis when asked (a scrape); rejected while it cannot be read. */
+  batchTotals?(): Promise<BatchLineTotals>;
+  /** Batch lines this replica is running now. */
+  batchLinesRunningHere?(): number;
 }
 
 export class Telemetry {
@@ -108,16 +110,15 @@ export class Telemetry {
       r.observe(ranked.slice(this.topAccounts).reduce((sum, [, tokens]) => sum + tokens, 0), { account: 'other' });
     });
     meter.createObservableGauge('parley_settlements_journaled', { description: 'Settlements kept on disk while Redis was away, not landed yet' }).addCallback((r) => r.observe(this.gateway?.settlementsJournaled() ?? 0));
-    meter.createObservableGauge('parley_batches_active', { description: 'Batches with lines still to run, fleet-wide (every replica reports the same figure; read with max)' }).addCallback((r) => {
-      const batches = this.gateway?.batches?.();
-      if (batches) r.observe(batches.totals.batches);
-    });
-    meter.createObservableGauge('parley_batch_lines', { description: "The lines of the fleet's active batches, by state: queued, running, succeeded, errored (fleet-wide; read with max)" }).addCallback((r) => {
-      const batches = this.gateway?.batches?.();
-      if (!batches) return;
-      for (const state of ['queued', 'running', 'succeeded', 'errored'] as const) r.observe(batches.totals[state], { state });
-    });
-    meter.createObservableGauge('parley_batch_lines_running_here', { description: 'Batch lines this replica is running now' }).addCallback((r) => r.observe(this.gateway?.batches?.().runningHere ?? 0));
+    const batchesActive = meter.createObservableGauge('parley_batches_active', { description: 'Batches with lines still to run, fleet-wide (every replica reports the same figure; read with max)' });
+    const batchLines = meter.createObservableGauge('parley_batch_lines', { description: "The lines of the fleet's active batches, by state: queued, running, succeeded, errored (fleet-wide; read with max)" });
+    meter.addBatchObservableCallback(async (r) => {
+      const totals = await this.gateway?.batchTotals?.().catch(() => undefined);
+      if (!totals) return;
+      r.observe(batchesActive, totals.batches);
+      for (const state of ['queued', 'running', 'succeeded', 'errored'] as const) r.observe(batchLines, totals[state], { state });
+    }, [batchesActive, batchLines]);
+    meter.createObservableGauge('parley_batch_lines_running_here', { description: 'Batch lines this replica is running now' }).addCallback((r) => r.observe(this.gateway?.batchLinesRunningHere?.() ?? 0));
     meter.createObservableCounter('parley_request_log_lines_dropped', { description: "Request log lines dropped because stdout's reader fell 16 MiB behind" }).addCallback((r) => r.observe(requestLogLinesDropped()));
     meter.createObservableGauge('parley_key_cache_entries', { description: 'Entries in this replica\'s API-key caches: keys looked up (known or not), key HMACs, key ids\' hashes. Made-up keys fill key_hmacs to its bound (10,000)' }).addCallback((r) => {
       const sizes = this.gateway?.keyCaches?.();

@@ -1,6 +1,8 @@
 // Many teams share the batch runners: each account takes its turn however
 // many batches it has, and no account may keep more than its share of Redis
-// (its files and its batches' lines) or of running batches.
+// (its files and its batches' lines) or of running batches. And the more
+// batches the teams keep running, the more a reading of them costs Redis: it
+// is read for /metrics when scraped, not by every replica on a timer.
 import Anthropic from '@anthropic-ai/sdk';
 import OpenAI, { toFile } from 'openai';
 import { describe, expect, it } from 'vitest';
@@ -104,6 +106,26 @@ describe('batches of many teams', () => {
       // Another team keeps its own.
       const other = new OpenAI({ baseURL: `${gw.url}/v1`, apiKey: (await makeAccount(gw.redis, 1)).key, maxRetries: 0 });
       expect((await other.files.create({ file: await toFile(Buffer.from(line), 'y.jsonl'), purpose: 'batch' })).bytes).toBe(size);
+    });
+  });
+
+  it("are read for /metrics when it is scraped, and no more often: a replica nobody scrapes costs Redis nothing for them", async () => {
+    await withGatewayOn([greeting()], config({ concurrency: 0 }), async (gw) => {
+      const client = new Anthropic({ baseURL: gw.url, apiKey: gw.apiKey, maxRetries: 0 });
+      for (let i = 0; i < 3; i++) await client.messages.batches.create({ requests: requests(2) });
+      // Each batch's reading is a transaction with its queue's LLEN (no other command here sends one).
+      const batchReads = async () => Number(/^cmdstat_llen:calls=(\d+)/m.exec(await gw.redis.client.info('commandstats'))?.[1] ?? 0);
+      const before = await batchReads();
+      await sleep(4_500);
+      expect(await batchReads()).toBe(before);
+      const scrape = () => fetch(`${gw.url}/metrics`).then((r) => r.text());
+      const [first, second] = await Promise.all([scrape(), scrape()]);
+      for (const text of [first, second]) {
+        expect(text).toMatch(/^parley_batches_active(\{[^}]*\})? 3$/m);
+        expect(text).toMatch(/^parley_batch_lines\{state="queued"[^}]*\} 6$/m);
+      }
+      // Two scrapes at once share one reading: a read of each of the three batches.
+      expect((await batchReads()) - before).toBe(3);
     });
   });
 });
