@@ -71,7 +71,7 @@ export const activeMember = (account: string, id: string) => `${account} ${id}`;
 
 /**
  * The most batches an account may have running at once: the fleet's runners give each account its turn, and
- * read every active batch each second.
+ * visit each of its batches in turn.
  */
 export const MAX_ACTIVE_BATCHES = 100;
 

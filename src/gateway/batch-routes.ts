@@ -96,7 +96,7 @@ async function openAiBatches(req: IncomingMessage, res: ServerResponse, ctx: Gat
       redis, table, caller, id: `batch_${randomId()}`, api: 'openai', endpoint: request.endpoint, inputFileId: file.id, metadata: request.metadata ?? null, lines,
       problems: inputProblems(table, caller, lineApi('openai', request.endpoint), lines, problems),
     });
-    ctx.batches?.wake();
+    ctx.batches?.wake(batch);
     return sendJson(res, 200, renderOpenAiBatch(batch));
   }
   if (rest.length === 0 && method === 'GET') {
@@ -109,7 +109,7 @@ async function openAiBatches(req: IncomingMessage, res: ServerResponse, ctx: Gat
   if (rest.length === 2 && rest[1] === 'cancel' && method === 'POST') {
     const status = await cancelBatch(redis, caller.account, batch.id);
     if (status !== 'cancelling') throw conflict(`The batch cannot be cancelled: its status is '${status}'.`);
-    ctx.batches?.wake();
+    ctx.batches?.wake(batch);
     return sendJson(res, 200, renderOpenAiBatch((await readBatch(redis, caller.account, batch.id))!));
   }
   throw routeNotFound(method, `/v1/batches/${rest.join('/')}`);
@@ -142,7 +142,7 @@ async function messageBatches(req: IncomingMessage, res: ServerResponse, ctx: Ga
     const [problem] = inputProblems(table, caller, 'messages', lines, []);
     if (problem) throw invalidParameter(`requests[${(problem.line ?? 1) - 1}].params.model`, problem.message);
     const batch = await takeBatch({ redis, table, caller, id: `msgbatch_${randomId()}`, api: 'anthropic', endpoint: '/v1/messages', inputFileId: null, metadata: null, lines, problems: [] });
-    ctx.batches?.wake();
+    ctx.batches?.wake(batch);
     return sendJson(res, 200, render(batch));
   }
   if (rest.length === 0 && method === 'GET') {
@@ -160,7 +160,7 @@ async function messageBatches(req: IncomingMessage, res: ServerResponse, ctx: Ga
   }
   if (rest.length === 2 && rest[1] === 'cancel' && method === 'POST') {
     await cancelBatch(redis, caller.account, batch.id);
-    ctx.batches?.wake();
+    ctx.batches?.wake(batch);
     return sendJson(res, 200, render((await readBatch(redis, caller.account, batch.id))!));
   }
   if (rest.length === 2 && rest[1] === 'results' && method === 'GET') {

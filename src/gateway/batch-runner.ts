@@ -30,15 +30,20 @@ import { embeddings } from './embeddings.js';
 import { messages } from './messages.js';
 import { randomId } from './random-ids.js';
 import { responses } from './responses.js';
-import { activeMember, claimLines, endLine, keepMsOf, MAX_TRIES, releaseLine, renewLeases, retireActive, type BatchApi, type BatchCall, type ClaimedLine } from '../batches/batch-store.js';
+import { activeMember, claimLines, endLine, hasEnded, keepMsOf, MAX_TRIES, releaseLine, renewLeases, retireActive, type BatchApi, type BatchCall, type BatchStatus, type ClaimedLine } from '../batches/batch-store.js';
 import { activeBatches, lineTotals, type BatchLineTotals } from '../batches/batch-progress.js';
 import { finalizeBatch } from '../batches/batch-results.js';
 import { LINE_FORMATS } from '../batches/line-formats.js';
 
 /** How often the runner looks for lines when it has room and found none. */
 const IDLE_POLL_MS = 250;
-/** How long a reading of the fleet's active batches is used for. */
+/** How often a page of the fleet's active batches is read. */
 const ACTIVE_READ_EVERY_MS = 1_000;
+/**
+ * Entries of the fleet's active set read at once. A fleet with more is read a page a second, in turn: read whole,
+ * 100,000 batches held Redis 14 ms a reading, every replica every second, and every other team's requests with it.
+ */
+const ACTIVE_PAGE = 1_000;
 /**
  * Lines of this replica's that may wait for an endpoint's slot at once: more are claimed as these are admitted,
  * so the batches keep every slot flex may take busy, on engines of any size; and no more wait, since a line
@@ -78,6 +83,14 @@ interface QueuedBatch {
   queuedAt: number;
 }
 
+/** A batch as its create or cancel returns it. */
+interface MadeBatch {
+  account: string;
+  id: string;
+  status: BatchStatus;
+  times: { created: number | null };
+}
+
 /** A batch whose lines run here: whose, which, and what they call. */
 interface ActiveBatch extends BatchCall {
   account: string;
@@ -89,7 +102,15 @@ export class BatchRunner {
   private readonly waitUntil = new Map<string, number>();
   private readonly token = randomId();
   private turn = 0;
-  private active: { readAt: number; byAccount: Map<string, QueuedBatch[]> } | undefined;
+  /**
+   * The fleet's active batches as this replica knows them, by account: learned from the pages it reads and the
+   * batches made here, and forgotten as each is retired (by a claim that finds its batch ended or gone, here or on
+   * another replica).
+   */
+  private readonly known = new Map<string, Map<string, QueuedBatch>>();
+  /** The rank of the next page of the fleet's active set to read, and when the last was read. */
+  private cursor = 0;
+  private readAt = 0;
   private stopping = false;
   private ticking = false;
   private readonly poll: NodeJS.Timeout;
@@ -133,10 +154,16 @@ export class BatchRunner {
     return Math.min(this.settings().concurrency - this.running.size, WAITING_LINES - this.linesWaiting);
   }
 
-  /** A batch was made or cancelled here: look at the fleet's batches again now. */
-  wake(): void {
-    this.active = undefined;
+  /** A batch was made or cancelled here: it is known at once, and runs (or ends) without waiting for a page's turn. */
+  wake(batch: MadeBatch): void {
+    if (!hasEnded(batch.status) && batch.times.created !== null) this.learn(batch.account, { member: activeMember(batch.account, batch.id), queuedAt: batch.times.created });
     this.fill();
+  }
+
+  private learn(account: string, queued: QueuedBatch): void {
+    const batches = this.known.get(account);
+    if (batches) batches.set(queued.member, queued);
+    else this.known.set(account, new Map([[queued.member, queued]]));
   }
 
   /** Claims lines while this replica has room for more. */
@@ -154,12 +181,12 @@ export class BatchRunner {
    * team with one), from one of its batches, a different one each round.
    */
   private async claimRound(): Promise<void> {
-    const byAccount = await this.activeByAccount();
-    const accounts = [...byAccount.keys()];
+    if (Date.now() - this.readAt >= ACTIVE_READ_EVERY_MS) await this.readPage();
+    const accounts = [...this.known.keys()];
     const now = Date.now();
     const turn = this.turn++;
     for (let i = 0; i < accounts.length; i++) {
-      const batches = byAccount.get(accounts[(turn + i) % accounts.length])!;
+      const batches = [...(this.known.get(accounts[(turn + i) % accounts.length])?.values() ?? [])];
       for (let j = 0; j < batches.length; j++) {
         const room = this.room();
         if (room <= 0 || this.stopping) return;
@@ -171,27 +198,27 @@ export class BatchRunner {
     }
   }
 
-  /** The fleet's active batches by account, read at most once a second. */
-  private async activeByAccount(): Promise<Map<string, QueuedBatch[]>> {
-    if (this.active && Date.now() - this.active.readAt < ACTIVE_READ_EVERY_MS) return this.active.byAccount;
-    const byAccount = new Map<string, QueuedBatch[]>();
-    const read = await this.ctx.redis.zrange(redisKeys.activeBatches, 0, -1, 'WITHSCORES');
+  /**
+   * The next page of the fleet's active set, oldest first, and from the first again after the last. A batch retired
+   * between two pages moves the later ones up, so one may be passed over until the next time round; none is
+   * forgotten for that, only when retired.
+   */
+  private async readPage(): Promise<void> {
+    this.readAt = Date.now();
+    const read = await this.ctx.redis.zrange(redisKeys.activeBatches, this.cursor, this.cursor + ACTIVE_PAGE - 1, 'WITHSCORES');
     for (let i = 0; i < read.length; i += 2) {
       const member = read[i];
-      const account = member.slice(0, member.indexOf(' '));
-      const queued = { member, queuedAt: Number(read[i + 1]) };
-      const batches = byAccount.get(account);
-      if (batches) batches.push(queued);
-      else byAccount.set(account, [queued]);
+      this.learn(member.slice(0, member.indexOf(' ')), { member, queuedAt: Number(read[i + 1]) });
     }
-    this.active = { readAt: Date.now(), byAccount };
-    return byAccount;
+    this.cursor = read.length < 2 * ACTIVE_PAGE ? 0 : this.cursor + ACTIVE_PAGE;
   }
 
-  /** A batch has nothing left to run: out of the fleet's active set and its account's count, and out of this replica's last reading of it. */
+  /** A batch has nothing left to run: out of the fleet's active set and its account's count, and out of what this replica knows. */
   private async retire(account: string, id: string): Promise<void> {
     await retireActive(this.ctx.redis, account, id);
-    this.active = undefined;
+    const batches = this.known.get(account);
+    batches?.delete(activeMember(account, id));
+    if (batches?.size === 0) this.known.delete(account);
   }
 
   private async claimFrom({ member, queuedAt }: QueuedBatch, count: number): Promise<void> {

@@ -2,12 +2,14 @@
 // many batches it has, and no account may keep more than its share of Redis
 // (its files and its batches' lines) or of running batches. And the more
 // batches the teams keep running, the more a reading of them costs Redis: it
-// is read for /metrics when scraped, not by every replica on a timer.
+// is read for /metrics when scraped, not by every replica on a timer, and the
+// runners read it a page at a time.
 import Anthropic from '@anthropic-ai/sdk';
 import OpenAI, { toFile } from 'openai';
 import { describe, expect, it } from 'vitest';
 import { MAX_ACTIVE_BATCHES } from '../../src/batches/batch-store.js';
 import { STORED_ITEM_OVERHEAD_BYTES } from '../../src/batches/stored-bytes.js';
+import { redisKeys } from '../../src/redis/keys.js';
 import { greeting, sleep, until, type Script } from '../support/fake-upstream.js';
 import { makeAccount, modelEntry, withGatewayOn } from '../support/gateway.js';
 
@@ -106,6 +108,26 @@ describe('batches of many teams', () => {
       // Another team keeps its own.
       const other = new OpenAI({ baseURL: `${gw.url}/v1`, apiKey: (await makeAccount(gw.redis, 1)).key, maxRetries: 0 });
       expect((await other.files.create({ file: await toFile(Buffer.from(line), 'y.jsonl'), purpose: 'batch' })).bytes).toBe(size);
+    });
+  });
+
+  it("are read by each replica's runner a page at a time, however many the fleet runs, and one made here runs at once", async () => {
+    await withGatewayOn([greeting()], config({ concurrency: 2 }), async (gw) => {
+      // 20,000 batches of another team queued just now (and not stored yet, so kept and passed over): read whole, about 1 MB.
+      const now = Date.now();
+      for (let i = 0; i < 20_000; i += 2_000) {
+        await gw.redis.client.zadd(redisKeys.activeBatches, ...Array.from({ length: 2_000 }, (_, j) => [now, `acct_crowd batch_${i + j}`]).flat());
+      }
+      const bytesSent = async () => Number(/^total_net_output_bytes:(\d+)/m.exec(await gw.redis.client.info('stats'))![1]);
+      const before = await bytesSent();
+      const started = Date.now();
+      const client = new Anthropic({ baseURL: gw.url, apiKey: gw.apiKey, maxRetries: 0 });
+      const { id } = await client.messages.batches.create({ requests: requests(4) });
+      await until(async () => (await client.messages.batches.retrieve(id)).processing_status === 'ended', 10_000);
+      expect((await client.messages.batches.retrieve(id)).request_counts.succeeded).toBe(4);
+      await sleep(Math.max(0, 3_000 - (Date.now() - started)));
+      // In three seconds, three pages of a thousand or four; read whole, the set would have gone out three times.
+      expect((await bytesSent()) - before).toBeLessThan(600_000);
     });
   });
 
