@@ -77,10 +77,11 @@ interface RunningLine {
   record: RequestRecord;
 }
 
-/** A batch in the fleet's queue: its member there, and when it was queued. */
+/** A batch in the fleet's queue: its member there, when it was queued, and until when this replica leaves it be. */
 interface QueuedBatch {
   member: string;
   queuedAt: number;
+  waitUntil: number;
 }
 
 /** A batch as its create or cancel returns it. */
@@ -99,7 +100,6 @@ interface ActiveBatch extends BatchCall {
 
 export class BatchRunner {
   private readonly running = new Set<RunningLine>();
-  private readonly waitUntil = new Map<string, number>();
   private readonly token = randomId();
   private turn = 0;
   /**
@@ -156,14 +156,13 @@ export class BatchRunner {
 
   /** A batch was made or cancelled here: it is known at once, and runs (or ends) without waiting for a page's turn. */
   wake(batch: MadeBatch): void {
-    if (!hasEnded(batch.status) && batch.times.created !== null) this.learn(batch.account, { member: activeMember(batch.account, batch.id), queuedAt: batch.times.created });
+    if (!hasEnded(batch.status) && batch.times.created !== null) this.learn(batch.account, activeMember(batch.account, batch.id), batch.times.created);
     this.fill();
   }
 
-  private learn(account: string, queued: QueuedBatch): void {
-    const batches = this.known.get(account);
-    if (batches) batches.set(queued.member, queued);
-    else this.known.set(account, new Map([[queued.member, queued]]));
+  private learn(account: string, member: string, queuedAt: number): void {
+    const batches = this.known.get(account) ?? this.known.set(account, new Map()).get(account)!;
+    if (!batches.has(member)) batches.set(member, { member, queuedAt, waitUntil: 0 });
   }
 
   /** Claims lines while this replica has room for more. */
@@ -191,7 +190,7 @@ export class BatchRunner {
         const room = this.room();
         if (room <= 0 || this.stopping) return;
         const queued = batches[(turn + j) % batches.length];
-        if ((this.waitUntil.get(queued.member) ?? 0) > now) continue;
+        if (queued.waitUntil > now) continue;
         await this.claimFrom(queued, Math.min(room, CLAIM_AT_ONCE));
         break;
       }
@@ -208,7 +207,7 @@ export class BatchRunner {
     const read = await this.ctx.redis.zrange(redisKeys.activeBatches, this.cursor, this.cursor + ACTIVE_PAGE - 1, 'WITHSCORES');
     for (let i = 0; i < read.length; i += 2) {
       const member = read[i];
-      this.learn(member.slice(0, member.indexOf(' ')), { member, queuedAt: Number(read[i + 1]) });
+      this.learn(member.slice(0, member.indexOf(' ')), member, Number(read[i + 1]));
     }
     this.cursor = read.length < 2 * ACTIVE_PAGE ? 0 : this.cursor + ACTIVE_PAGE;
   }
@@ -248,7 +247,8 @@ export class BatchRunner {
       if (claimed.tries > MAX_TRIES) return void (await end(format.lost(customId, requestId)));
       const outcome = await this.serve(batch, claimed, running);
       if (outcome === 'not now') {
-        this.waitUntil.set(activeMember(batch.account, batch.id), Date.now() + BACKOFF_MS);
+        const queued = this.known.get(batch.account)?.get(activeMember(batch.account, batch.id));
+        if (queued) queued.waitUntil = Date.now() + BACKOFF_MS;
         await releaseLine(ctx.redis, batch.account, batch.id, running.member, claimed.line);
       } else await end(outcome instanceof ApiError ? format.failed(customId, requestId, outcome) : '');
     } catch (err) {
