@@ -400,8 +400,8 @@ export async function* resultPages(redis: Redis, account: string, id: string, to
   }
 }
 
-// KEYS: meta, every other key of the batch, then the output and error files' hashes, the account's file list and its
-// stored bytes' two keys. ARGV: status, keep ms, then per file (output, error) its id, its bytes, its name and when
+// KEYS: meta, every other key of the batch, then the output and error files' hashes, the account's file list, its
+// stored bytes' two keys and its list of batch outputs. ARGV: status, keep ms, then per file (output, error) its id, its bytes, its name and when
 // made ('' id: none).
 const FINISH = luaScript(`
 ${LUA_NOW_MS}
@@ -417,6 +417,7 @@ for i, part in ipairs({ 'output', 'error' }) do
     redis.call('HSET', file, 'purpose', 'batch_output', 'batch', string.match(KEYS[1], '[^:]+$'), 'part', part, 'bytes', ARGV[3 * i + 1], 'filename', ARGV[3 * i + 2], 'created_at', now_ms, 'expires_at', int(now_ms + keep))
     redis.call('PEXPIRE', file, keep)
     redis.call('ZADD', KEYS[9], now_ms, id)
+    redis.call('ZADD', KEYS[12], now_ms, id)
   end
 end
 for i = 1, 6 do redis.call('PEXPIRE', KEYS[i], keep) end
@@ -437,7 +438,7 @@ export async function finishBatch(redis: Redis, account: string, id: string, sta
   const args = [files.output, files.error].flatMap((f) => [f?.id ?? '', f?.bytes ?? 0, f?.filename ?? '']);
   const stored = redisKeys.storedBytes(account);
   const fileKeys = [fileKey(files.output), fileKey(files.error), redisKeys.accountFiles(account)];
-  await FINISH.run(redis, [k.meta, k.lines, k.todo, k.inFlight, k.tries, k.results, ...fileKeys, stored.items, stored.sizes], [status, keepMs, ...args]);
+  await FINISH.run(redis, [k.meta, k.lines, k.todo, k.inFlight, k.tries, k.results, ...fileKeys, stored.items, stored.sizes, redisKeys.accountFilesOf(account, 'batch_output')], [status, keepMs, ...args]);
 }
 
 /** How a finalizing batch ends: cancelled, expired (its window ended its queue), or completed. */

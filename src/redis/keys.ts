@@ -107,6 +107,10 @@ export const redisKeys = {
   file: (account: string, id: string) => ({ meta: `${accountTag(account)}file:${id}`, content: `${accountTag(account)}file:${id}:content` }),
   /** Sorted set of an account's files by creation time. */
   accountFiles: (account: string) => `${accountTag(account)}files`,
+  /** The same, of one purpose (batch, batch_output): complete while `accountFilesByPurposeBuilt` is set. */
+  accountFilesOf: (account: string, purpose: string) => `${accountTag(account)}files:${purpose}`,
+  /** Set for an hour once the account's files of each purpose were sorted from its list of all (file-store.ts). */
+  accountFilesByPurposeBuilt: (account: string) => `${accountTag(account)}files:by-purpose`,
   /**
    * What an account keeps for its batches, counted (batches/stored-bytes.ts): each uploaded file's and batch's
    * lines' end (member → when Redis drops its data), and their sizes (member → bytes, and `#total`).

@@ -202,9 +202,12 @@ describe("OpenAI's Batch API", () => {
       expect((await gw.client.batches.list()).data.map((b) => b.id)).toEqual([batch.id]);
       // The input file is still there after the batch; both it and the output go on DELETE.
       expect((await gw.client.files.list()).data.map((f) => f.id).sort()).toEqual([batch.input_file_id, batch.output_file_id].sort());
+      expect((await gw.client.files.list({ purpose: 'batch_output' })).data.map((f) => f.id)).toEqual([batch.output_file_id]);
+      expect((await gw.client.files.list({ purpose: 'batch' })).data.map((f) => f.id)).toEqual([batch.input_file_id]);
       expect(await gw.client.files.delete(batch.output_file_id!)).toMatchObject({ id: batch.output_file_id, deleted: true });
       await expect(gw.client.files.content(batch.output_file_id!)).rejects.toMatchObject({ status: 404 });
       expect((await gw.client.files.list()).data.map((f) => f.id)).toEqual([batch.input_file_id]);
+      expect((await gw.client.files.list({ purpose: 'batch_output' })).data).toEqual([]);
     });
   });
 
