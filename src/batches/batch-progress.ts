@@ -3,7 +3,7 @@
 // admin API asks, and summed for /metrics every few seconds by each replica.
 import type { Redis } from 'ioredis';
 import { redisKeys } from '../redis/keys.js';
-import { readBatch, type BatchRecord } from './batch-store.js';
+import { readBatches, type BatchRecord } from './batch-store.js';
 
 /** The most batches one reading lists. */
 const LISTED = 1000;
@@ -11,7 +11,7 @@ const LISTED = 1000;
 /** The batches with lines still to run (or running, or finalizing), oldest first. */
 export async function activeBatches(redis: Redis): Promise<BatchRecord[]> {
   const members = await redis.zrange(redisKeys.activeBatches, 0, LISTED - 1);
-  const read = await Promise.all(members.map((m) => readBatch(redis, ...(m.split(' ') as [string, string]))));
+  const read = await readBatches(redis, members.map((m) => m.split(' ') as [string, string]));
   return read.filter((b): b is BatchRecord => b !== null);
 }
 

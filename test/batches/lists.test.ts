@@ -1,9 +1,12 @@
-// An account's files listed as OpenAI's Files API lists them, at a cost that
-// does not grow with what else the account keeps: a list of one purpose reads
-// that purpose's files alone (files stored before purposes were listed apart
-// are sorted once), and a list answers at most a thousand, saying it has more.
+// An account's files and batches listed as the APIs list them, at a cost that
+// does not grow with what else the account keeps: a list of files of one
+// purpose reads that purpose's files alone (files stored before purposes were
+// listed apart are sorted once); a list answers at most a thousand files or a
+// hundred batches, saying it has more, which the clients' pages follow.
+import Anthropic from '@anthropic-ai/sdk';
 import { toFile } from 'openai';
 import { describe, expect, it } from 'vitest';
+import { BATCHES_PER_LIST, createFailedBatch } from '../../src/batches/batch-store.js';
 import { FILES_PER_LIST } from '../../src/batches/file-store.js';
 import { redisKeys } from '../../src/redis/keys.js';
 import { greeting } from '../support/fake-upstream.js';
@@ -11,7 +14,7 @@ import { modelEntry, withGatewayOn } from '../support/gateway.js';
 
 const OUTPUTS = 2_500;
 
-describe("an account's files, listed", () => {
+describe("an account's files and batches, listed", () => {
   it('of one purpose, read from that purpose alone; all of them a thousand at a time', async () => {
     await withGatewayOn([greeting()], ([url]) => ({ gateway: { batches: { concurrency: 0 } }, models: [modelEntry('m', [{ kind: 'vllm', url }])] }), async (gw) => {
       const uploads = [];
@@ -50,6 +53,23 @@ describe("an account's files, listed", () => {
       await gw.client.files.delete(uploads[0]);
       expect((await gw.client.files.list({ purpose: 'batch' })).data.map((f) => f.id)).toEqual([uploads[1]]);
       expect((await gw.client.files.list({ limit: 3 })).data.map((f) => f.id)).not.toContain(uploads[0]);
+    });
+  });
+
+  it('a hundred batches at a time, however many are asked for', async () => {
+    await withGatewayOn([greeting()], ([url]) => ({ gateway: { batches: { concurrency: 0 } }, models: [modelEntry('m', [{ kind: 'vllm', url }])] }), async (gw) => {
+      const made = 150;
+      for (let i = 0; i < made; i++) {
+        const batch = { id: `msgbatch_listed${i}`, api: 'anthropic' as const, account: gw.account, keyId: 'key_1', endpoint: '/v1/messages', inputFileId: null, metadata: null, model: 'm', windowMs: 86_400_000 };
+        await createFailedBatch(gw.redis.client, batch, [], 3_600_000);
+      }
+      const client = new Anthropic({ baseURL: gw.url, apiKey: gw.apiKey, maxRetries: 0 });
+      const first = await client.messages.batches.list({ limit: 1000 });
+      expect(first.data).toHaveLength(BATCHES_PER_LIST);
+      expect(first.has_more).toBe(true);
+      const listed = [];
+      for await (const b of client.messages.batches.list({ limit: 1000 })) listed.push(b.id);
+      expect(new Set(listed).size).toBe(made);
     });
   });
 });
