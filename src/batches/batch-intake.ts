@@ -10,6 +10,7 @@ import { findModel, type RoutingTable } from '../routing/routing-table.js';
 import { createBatch, createFailedBatch, keepMsOf, readBatch, type BatchApi, type BatchRecord, type InputProblem, type StoredLine } from './batch-store.js';
 import type { Redis } from 'ioredis';
 import { PROBLEMS_LISTED } from '../protocol/openai-batches.js';
+import { WorkSlices } from './work-slices.js';
 
 /**
  * The most lines a batch may have, and the most bytes of input (a file, or Anthropic's create body). Every line
@@ -37,13 +38,14 @@ function prefixGroup(body: Record<string, unknown>): string {
 
 /**
  * The order to run lines in: groups by prefix, each group where its first line is, lines in input order within
- * it. A large batch is grouped in slices (50,000 lines take about 270 ms here), so other requests are served
- * meanwhile.
+ * it. A large batch is grouped in slices (50,000 lines take about 270 ms here: work-slices.ts), so other
+ * requests are served meanwhile.
  */
 export async function cacheAwareOrder(lines: StoredLine[]): Promise<number[]> {
   const groups = new Map<string, number[]>();
+  const slices = new WorkSlices();
   for (const [i, l] of lines.entries()) {
-    if (i % 1000 === 999) await new Promise((r) => setImmediate(r));
+    if (slices.due()) await slices.pause();
     const key = prefixGroup(l.body);
     const group = groups.get(key);
     if (group) group.push(i);

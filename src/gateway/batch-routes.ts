@@ -134,7 +134,7 @@ async function messageBatches(req: IncomingMessage, res: ServerResponse, ctx: Ga
   const { redis } = ctx;
   const render = (b: BatchRecord) => renderAnthropicBatch(b, resultsUrl(req, b.id));
   if (rest.length === 0 && method === 'POST') {
-    const request = parseAnthropicBatchCreate(await readJsonBody(req, MAX_BATCH_BYTES, body), MAX_BATCH_LINES);
+    const request = await parseAnthropicBatchCreate(await readJsonBody(req, MAX_BATCH_BYTES, body), MAX_BATCH_LINES);
     if (request instanceof ApiError) throw request;
     const lines = request.requests.map((r) => ({ customId: r.custom_id, body: r.params as Record<string, unknown> }));
     const table = ctx.routing();

@@ -4,6 +4,7 @@
 // as @anthropic-ai/sdk and the Python client read them.
 import { z } from 'zod';
 import { hasEnded, type BatchRecord } from '../batches/batch-store.js';
+import { WorkSlices } from '../batches/work-slices.js';
 import { parseRequest } from './request-parsing.js';
 import { invalidParameter, type ApiError } from './errors.js';
 
@@ -14,17 +15,27 @@ const request = z.looseObject({
 const batchCreate = z.looseObject({ requests: z.array(request).min(1) });
 export type AnthropicBatchCreate = z.infer<typeof batchCreate>;
 
-/** The create request, its custom ids unique; `maxLines`: the most requests a batch may have. */
-export function parseAnthropicBatchCreate(body: unknown, maxLines: number): AnthropicBatchCreate | ApiError {
-  const parsed = parseRequest(batchCreate, body);
-  if ('requests' in parsed && parsed.requests.length > maxLines) return invalidParameter('requests', `A batch may hold at most ${maxLines} requests; this one holds ${parsed.requests.length}.`);
-  if (!('requests' in parsed)) return parsed;
+/**
+ * The create request, its custom ids unique; `maxLines`: the most requests a batch may have. Counted before any is
+ * checked, and checked one by one in slices: 100,000 checked in one go held the main thread 220 to 450 ms.
+ */
+export async function parseAnthropicBatchCreate(body: unknown, maxLines: number): Promise<AnthropicBatchCreate | ApiError> {
+  const given = (body as { requests?: unknown } | null)?.requests;
+  // Not an array, or an empty one: the schema's own 400, which checks no request.
+  if (!Array.isArray(given) || given.length === 0) return parseRequest(batchCreate, body);
+  if (given.length > maxLines) return invalidParameter('requests', `A batch may hold at most ${maxLines} requests; this one holds ${given.length}.`);
+  const requests: AnthropicBatchCreate['requests'] = [];
   const seen = new Set<string>();
-  for (const [i, r] of parsed.requests.entries()) {
-    if (seen.has(r.custom_id)) return invalidParameter(`requests[${i}].custom_id`, `Duplicate custom_id '${r.custom_id}': each request in a batch needs its own.`);
-    seen.add(r.custom_id);
+  const slices = new WorkSlices();
+  for (const [i, r] of given.entries()) {
+    if (slices.due()) await slices.pause();
+    const checked = parseRequest(request, r, ['requests', i]);
+    if (!('custom_id' in checked)) return checked;
+    if (seen.has(checked.custom_id)) return invalidParameter(`requests[${i}].custom_id`, `Duplicate custom_id '${checked.custom_id}': each request in a batch needs its own.`);
+    seen.add(checked.custom_id);
+    requests.push(checked);
   }
-  return parsed;
+  return { ...(body as object), requests };
 }
 
 const rfc3339 = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString());

@@ -17,16 +17,21 @@ export function textRefusal({ path, kind }: TextProblem): ApiError {
   return invalidParameter(param, `Invalid value for '${param}': the text is not valid Unicode (it holds a lone UTF-16 surrogate, such as \\ud800 without its pair). Send well-formed text.`);
 }
 
-/** `body` as `schema`'s type, or the 400 for its first problem. */
-export function parseRequest<T>(schema: z.ZodType<T>, body: unknown): T | ApiError {
-  if (typeof body !== 'object' || body === null || Array.isArray(body)) return invalidParameter(null, 'The request body must be a JSON object.');
+/**
+ * `body` as `schema`'s type, or the 400 for its first problem; `at`: where `body` is in the request, for a part of
+ * one checked on its own (an element of a batch's requests: `['requests', 3]`).
+ */
+export function parseRequest<T>(schema: z.ZodType<T>, body: unknown, at: PropertyKey[] = []): T | ApiError {
+  if (typeof body !== 'object' || body === null || Array.isArray(body)) {
+    return at.length === 0 ? invalidParameter(null, 'The request body must be a JSON object.') : invalidParameter(paramName(at), `Invalid value for '${paramName(at)}': expected an object.`);
+  }
   const parsed = schema.safeParse(body);
   if (parsed.success) {
     const problem = textProblemOf(parsed.data);
-    return problem ? textRefusal(problem) : parsed.data;
+    return problem ? textRefusal({ ...problem, path: [...at, ...problem.path] }) : parsed.data;
   }
   const issue = parsed.error.issues[0];
-  const param = paramName(issue.path);
+  const param = paramName([...at, ...issue.path]);
   const value = issue.path.reduce<unknown>((v, k) => (v as Record<PropertyKey, unknown> | undefined)?.[k], body);
   const message = value === undefined && issue.code === 'invalid_type' ? `Missing required parameter: '${param}'.` : `Invalid value for '${param}': ${issue.message}.`;
   return invalidParameter(param, message);
