@@ -54,7 +54,7 @@ const WAITING_LINES = 8;
 const CLAIM_AT_ONCE = 8;
 /** How long the fleet's queue keeps an entry whose batch is not stored: one being stored now has its hash by then. */
 const UNSTORED_KEPT_MS = 60_000;
-/** How long a batch waits after a line of it could not run now. */
+/** How long a batch waits after a line of it could not run now, or after a claim found none to run. */
 const BACKOFF_MS = 1_000;
 /** How long a reading of the fleet's batch totals answers /metrics: scrapers asking at once share one. */
 const TOTALS_KEPT_MS = 2_000;
@@ -220,8 +220,9 @@ export class BatchRunner {
     if (batches?.size === 0) this.known.delete(account);
   }
 
-  private async claimFrom({ member, queuedAt }: QueuedBatch, count: number): Promise<void> {
+  private async claimFrom(queued: QueuedBatch, count: number): Promise<void> {
     const { redis } = this.ctx;
+    const { member, queuedAt } = queued;
     const [account, id] = member.split(' ');
     const claim = await claimLines(redis, account, id, count, this.settings().leaseMs, this.token);
     if (claim.kind === 'ended' || (claim.kind === 'gone' && Date.now() - queuedAt > UNSTORED_KEPT_MS)) return this.retire(account, id);
@@ -229,7 +230,9 @@ export class BatchRunner {
       await finalizeBatch(redis, account, id, keepMsOf(this.settings()));
       return this.retire(account, id);
     }
-    if (claim.kind === 'gone' || claim.lines.length === 0) return;
+    // Nothing to claim: its lines all run (here or elsewhere), or it is still being stored. Asked again at each poll,
+    // every such batch of every account cost a round trip four times a second.
+    if (claim.kind === 'gone' || claim.lines.length === 0) return void (queued.waitUntil = Date.now() + BACKOFF_MS);
     const batch: ActiveBatch = { account, id, ...claim.batch! };
     for (const line of claim.lines) void this.run(batch, line);
   }

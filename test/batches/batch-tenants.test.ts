@@ -131,6 +131,31 @@ describe('batches of many teams', () => {
     });
   });
 
+  it('with nothing left to claim are left a second before this replica asks again, however many accounts have one', async () => {
+    let release = () => {};
+    const held = new Promise<void>((resolve) => (release = resolve));
+    let waiting = 0;
+    const holding: Script = async (req, res) => {
+      waiting++;
+      await held;
+      greeting()(req, res);
+    };
+    await withGatewayOn([holding], config({ concurrency: 8 }), async (gw) => {
+      const teams = [gw.apiKey, ...(await Promise.all([1, 2, 3, 4].map(async () => (await makeAccount(gw.redis, 1)).key)))];
+      const clients = teams.map((apiKey) => new Anthropic({ baseURL: gw.url, apiKey, maxRetries: 0 }));
+      const made = await Promise.all(clients.map((client) => client.messages.batches.create({ requests: requests(1) })));
+      // Each batch's one line is in flight, its queue empty; the replica still has room, and polls four times a second.
+      await until(async () => waiting === 5, 5_000);
+      const claims = async () => Number(/^cmdstat_lpop:calls=(\d+)/m.exec(await gw.redis.client.info('commandstats'))?.[1] ?? 0);
+      const before = await claims();
+      await sleep(2_000);
+      // Asked at each poll, the five empty queues were claimed from 40 times in these 2 s; left a second each, about 10.
+      expect((await claims()) - before).toBeLessThanOrEqual(15);
+      release();
+      for (const [i, client] of clients.entries()) await until(async () => (await client.messages.batches.retrieve(made[i].id)).processing_status === 'ended', 10_000);
+    });
+  });
+
   it("are read for /metrics when it is scraped, and no more often: a replica nobody scrapes costs Redis nothing for them", async () => {
     await withGatewayOn([greeting()], config({ concurrency: 0 }), async (gw) => {
       const client = new Anthropic({ baseURL: gw.url, apiKey: gw.apiKey, maxRetries: 0 });
