@@ -237,21 +237,30 @@ export class BatchRunner {
     for (const line of claim.lines) void this.run(batch, line);
   }
 
+  /** Leaves a batch this replica knows for `ms` before it claims from it again (0: from the next round). */
+  private leave(batch: ActiveBatch, ms: number): void {
+    const queued = this.known.get(batch.account)?.get(activeMember(batch.account, batch.id));
+    if (queued) queued.waitUntil = ms === 0 ? 0 : Date.now() + ms;
+  }
+
   private async run(batch: ActiveBatch, claimed: ClaimedLine): Promise<void> {
     const { ctx } = this;
     const requestId = randomId();
     const running: RunningLine = { account: batch.account, batch: batch.id, member: `${claimed.line}:${this.token}`, cancellation: new Cancellation(), record: { id: requestId, attempts: 0 } };
     this.running.add(running);
     const format = LINE_FORMATS[batch.api];
-    const end = (failure = '') => endLine(ctx.redis, batch.account, batch.id, running.member, claimed.line, failure);
+    // A line ended here: its batch may be drained now (to be finalized), so it is looked at in the next round.
+    const end = async (failure = '') => {
+      await endLine(ctx.redis, batch.account, batch.id, running.member, claimed.line, failure);
+      this.leave(batch, 0);
+    };
     try {
       if (!claimed.stored) return void (await end());
       const { customId } = claimed.stored;
       if (claimed.tries > MAX_TRIES) return void (await end(format.lost(customId, requestId)));
       const outcome = await this.serve(batch, claimed, running);
       if (outcome === 'not now') {
-        const queued = this.known.get(batch.account)?.get(activeMember(batch.account, batch.id));
-        if (queued) queued.waitUntil = Date.now() + BACKOFF_MS;
+        this.leave(batch, BACKOFF_MS);
         await releaseLine(ctx.redis, batch.account, batch.id, running.member, claimed.line);
       } else await end(outcome instanceof ApiError ? format.failed(customId, requestId, outcome) : '');
     } catch (err) {
