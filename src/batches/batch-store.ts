@@ -10,7 +10,6 @@
 import type { Redis } from 'ioredis';
 import { ApiError } from '../protocol/errors.js';
 import { redisKeys } from '../redis/keys.js';
-import { WorkSlices } from './work-slices.js';
 import { LUA_INT, LUA_NOW_MS, luaScript } from '../redis/lua-script.js';
 import { execAll, writeInParts } from '../redis/pipelines.js';
 import { LUA_KEEP_STORED_FOR, releaseStoredBytes, storeCounted } from './stored-bytes.js';
@@ -105,33 +104,15 @@ const allKeys = (account: string, id: string) => Object.values(redisKeys.batch(a
 
 export interface NewBatch extends Pick<BatchRecord, 'id' | 'api' | 'account' | 'keyId' | 'endpoint' | 'inputFileId' | 'metadata' | 'model'> {
   windowMs: number;
-  /** Lines in input order, and the order to run them in (indices into `lines`). */
-  lines: StoredLine[];
-  order: number[];
+  /** Lines as stored ([custom id, body] as JSON) in input order, their bytes, and the order to run them in (indices into `texts`). */
+  stored: { texts: string[]; bytes: number; order: number[] };
 }
 
 /** A new batch's hash: what it is, whose, and when it started and must end. */
-const metaFields = (b: Omit<NewBatch, 'lines' | 'order'>, status: BatchStatus, now: number) => ({
+const metaFields = (b: Omit<NewBatch, 'stored'>, status: BatchStatus, now: number) => ({
   api: b.api, account: b.account, key: b.keyId, endpoint: b.endpoint, input_file_id: b.inputFileId ?? '', metadata: b.metadata ? JSON.stringify(b.metadata) : '',
   model: b.model, status, created_at: now, expires_at: now + b.windowMs,
 });
-
-/**
- * Each line as stored, [custom id, body] as JSON, and their bytes, in slices, letting other requests be served
- * between (the bytes of 32 MB of lines counted in one go held the main thread 50 ms).
- */
-async function storedLines(lines: StoredLine[]): Promise<{ texts: string[]; bytes: number }> {
-  const texts: string[] = [];
-  let bytes = 0;
-  const slices = new WorkSlices();
-  for (const l of lines) {
-    if (slices.due()) await slices.pause();
-    const text = JSON.stringify([l.customId, l.body]);
-    texts.push(text);
-    bytes += Buffer.byteLength(text);
-  }
-  return { texts, bytes };
-}
 
 /**
  * Stores a batch and puts it in the fleet's queue. Its lines' bytes are counted against the account's cap first
@@ -146,7 +127,7 @@ async function storedLines(lines: StoredLine[]): Promise<{ texts: string[]; byte
 export async function createBatch(redis: Redis, b: NewBatch, keep: { ms: number; capBytes: number }): Promise<void> {
   const keys = redisKeys.batch(b.account, b.id);
   const linesMs = keep.ms + b.windowMs;
-  const { texts, bytes } = await storedLines(b.lines);
+  const { texts, bytes, order } = b.stored;
   await storeCounted(redis, b.account, `batch:${b.id}`, { bytes, capBytes: keep.capBytes, keepMs: linesMs, param: null }, async () => {
     const active = await countActive(redis, b.account, b.id, b.windowMs);
     if (active > MAX_ACTIVE_BATCHES) {
@@ -164,15 +145,15 @@ export async function createBatch(redis: Redis, b: NewBatch, keep: { ms: number;
           }
           await execAll(redis.pipeline().hset(keys.lines, ...fields).pexpire(keys.lines, linesMs));
         }
-        for (let i = 0; i < b.order.length; i += WRITE_CHUNK) {
-          await execAll(redis.pipeline().rpush(keys.todo, ...b.order.slice(i, i + WRITE_CHUNK).map(String)).pexpire(keys.todo, linesMs));
+        for (let i = 0; i < order.length; i += WRITE_CHUNK) {
+          await execAll(redis.pipeline().rpush(keys.todo, ...order.slice(i, i + WRITE_CHUNK).map(String)).pexpire(keys.todo, linesMs));
         }
       },
       () =>
         redis
           .multi()
           .hset(keys.meta, { ...metaFields(b, 'in_progress', now), in_progress_at: now })
-          .hset(keys.results, '#total', b.lines.length)
+          .hset(keys.results, '#total', texts.length)
           .zadd(redisKeys.accountBatches(b.account, b.api), now, b.id)
           .exec(),
       () => Promise.all([redis.del(keys.lines, keys.todo), retireActive(redis, b.account, b.id)]),
@@ -181,7 +162,7 @@ export async function createBatch(redis: Redis, b: NewBatch, keep: { ms: number;
 }
 
 /** Stores a batch whose input was refused: `failed` at once, with its problems, and nothing to run. */
-export async function createFailedBatch(redis: Redis, b: Omit<NewBatch, 'lines' | 'order'>, problems: InputProblem[], keepMs: number): Promise<void> {
+export async function createFailedBatch(redis: Redis, b: Omit<NewBatch, 'stored'>, problems: InputProblem[], keepMs: number): Promise<void> {
   const keys = redisKeys.batch(b.account, b.id);
   const now = Date.now();
   await redis

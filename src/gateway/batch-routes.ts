@@ -6,15 +6,16 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Caller } from '../accounts/key-authenticator.js';
 import { inputProblems, MAX_BATCH_BYTES, MAX_BATCH_LINES, takeBatch } from '../batches/batch-intake.js';
+import { readOnIntakeThread } from '../batches/intake-thread.js';
 import { resultLines, type ResultPart } from '../batches/batch-results.js';
 import { lineApi } from './batch-runner.js';
 import { cancelBatch, deleteBatch, hasEnded, keepMsOf, listBatches, readBatch, type BatchRecord } from '../batches/batch-store.js';
 import { createFile, deleteFile, listFiles, readFile, uploadedContent } from '../batches/file-store.js';
-import { parseAnthropicBatchCreate, renderAnthropicBatch } from '../protocol/anthropic-batches.js';
+import { renderAnthropicBatch } from '../protocol/anthropic-batches.js';
 import { ApiError, invalidParameter, routeNotFound } from '../protocol/errors.js';
-import { decodePathSegment, readJsonBody, sendDownload, sendJson, type BodyAllowance } from '../protocol/http-io.js';
+import { decodePathSegment, readJsonBody, readJsonBytes, sendDownload, sendJson, type BodyAllowance } from '../protocol/http-io.js';
 import { readMultipart } from '../protocol/multipart.js';
-import { parseOpenAiBatchCreate, readInputFile, renderOpenAiBatch, renderOpenAiFile } from '../protocol/openai-batches.js';
+import { parseOpenAiBatchCreate, renderOpenAiBatch, renderOpenAiFile } from '../protocol/openai-batches.js';
 import type { GatewayContext } from './context.js';
 import { authenticate } from './exchange.js';
 import { failClosed } from './fail-closed.js';
@@ -90,11 +91,11 @@ async function openAiBatches(req: IncomingMessage, res: ServerResponse, ctx: Gat
     if (file.purpose !== 'batch') throw invalidParameter('input_file_id', "The input file must be one uploaded with purpose 'batch'.");
     const chunks: Buffer[] = [];
     for await (const chunk of uploadedContent(redis, caller.account, file.id, file.bytes)) chunks.push(chunk);
-    const { lines, problems } = await readInputFile(Buffer.concat(chunks), request.endpoint);
+    const input = await readOnIntakeThread({ kind: 'openai', endpoint: request.endpoint, content: Buffer.concat(chunks) });
     const table = ctx.routing();
     const batch = await takeBatch({
-      redis, table, caller, id: `batch_${randomId()}`, api: 'openai', endpoint: request.endpoint, inputFileId: file.id, metadata: request.metadata ?? null, lines,
-      problems: inputProblems(table, caller, lineApi('openai', request.endpoint), lines, problems),
+      redis, table, caller, id: `batch_${randomId()}`, api: 'openai', endpoint: request.endpoint, inputFileId: file.id, metadata: request.metadata ?? null, input,
+      problems: inputProblems(table, caller, lineApi('openai', request.endpoint), input),
     });
     ctx.batches?.wake(batch);
     return sendJson(res, 200, renderOpenAiBatch(batch));
@@ -134,14 +135,12 @@ async function messageBatches(req: IncomingMessage, res: ServerResponse, ctx: Ga
   const { redis } = ctx;
   const render = (b: BatchRecord) => renderAnthropicBatch(b, resultsUrl(req, b.id));
   if (rest.length === 0 && method === 'POST') {
-    const request = await parseAnthropicBatchCreate(await readJsonBody(req, MAX_BATCH_BYTES, body), MAX_BATCH_LINES);
-    if (request instanceof ApiError) throw request;
-    const lines = request.requests.map((r) => ({ customId: r.custom_id, body: r.params as Record<string, unknown> }));
+    const input = await readOnIntakeThread({ kind: 'anthropic', content: await readJsonBytes(req, MAX_BATCH_BYTES, body), maxLines: MAX_BATCH_LINES });
     const table = ctx.routing();
     // Anthropic refuses a create whose requests name models it does not serve, and keeps nothing.
-    const [problem] = inputProblems(table, caller, 'messages', lines, []);
+    const [problem] = inputProblems(table, caller, 'messages', input);
     if (problem) throw invalidParameter(`requests[${(problem.line ?? 1) - 1}].params.model`, problem.message);
-    const batch = await takeBatch({ redis, table, caller, id: `msgbatch_${randomId()}`, api: 'anthropic', endpoint: '/v1/messages', inputFileId: null, metadata: null, lines, problems: [] });
+    const batch = await takeBatch({ redis, table, caller, id: `msgbatch_${randomId()}`, api: 'anthropic', endpoint: '/v1/messages', inputFileId: null, metadata: null, input, problems: [] });
     ctx.batches?.wake(batch);
     return sendJson(res, 200, render(batch));
   }

@@ -14,7 +14,7 @@ export function decodePathSegment(segment: string): string {
 }
 
 /** A body's chunks as JSON; a 400 for no text or text that is not JSON. */
-function parseJson(chunks: Buffer[], size: number): unknown {
+export function parseJsonBody(chunks: Buffer[], size: number): unknown {
   const text = chunks.length === 1 ? chunks[0].toString('utf8') : Buffer.concat(chunks, size).toString('utf8');
   if (text.trim() === '') throw invalidJson('the body is empty');
   try {
@@ -30,10 +30,19 @@ export interface BodyAllowance {
 }
 
 export function readJsonBody(req: IncomingMessage, limitBytes: number, allowance?: BodyAllowance): Promise<unknown> {
+  return readJson(req, limitBytes, parseJsonBody, allowance);
+}
+
+/** A JSON request's body as its bytes, to be parsed elsewhere (a batch's, on its intake thread: parseJsonBody). */
+export function readJsonBytes(req: IncomingMessage, limitBytes: number, allowance?: BodyAllowance): Promise<Buffer> {
+  return readJson(req, limitBytes, (chunks, size) => Buffer.concat(chunks, size), allowance);
+}
+
+function readJson<T>(req: IncomingMessage, limitBytes: number, decode: (chunks: Buffer[], size: number) => T, allowance?: BodyAllowance): Promise<T> {
   if (req.destroyed) return Promise.reject(new Cancelled());
   const type = req.headers['content-type'];
   if (type !== undefined && !/^application\/(.+\+)?json\b/i.test(type)) return Promise.reject(unsupportedContentType(type));
-  return readBody(req, limitBytes, parseJson, allowance);
+  return readBody(req, limitBytes, decode, allowance);
 }
 
 /**

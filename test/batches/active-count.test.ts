@@ -17,10 +17,10 @@ afterAll(() => redis.stop());
 
 const keep = { ms: 60_000, capBytes: 64 * 2 ** 20 };
 let made = 0;
+const ONLY_LINE = JSON.stringify(['only', { model: 'm', max_tokens: 4, messages: [{ role: 'user', content: 'hi' }] }]);
 const batch = (account: string): NewBatch => ({
   id: `batch_${++made}`, api: 'anthropic', account, keyId: 'key_1', endpoint: '/v1/messages', inputFileId: null, metadata: null, model: 'm', windowMs: 86_400_000,
-  lines: [{ customId: 'only', body: { model: 'm', max_tokens: 4, messages: [{ role: 'user', content: 'hi' }] } }],
-  order: [0],
+  stored: { texts: [ONLY_LINE], bytes: Buffer.byteLength(ONLY_LINE), order: [0] },
 });
 /** What Redis has sent its clients so far: reading the fleet's set whole would send each of its 5,000 entries. */
 const bytesSent = async () => Number(/^total_net_output_bytes:(\d+)/m.exec(await redis.client.info('stats'))![1]);

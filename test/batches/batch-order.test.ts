@@ -2,7 +2,7 @@
 // system prompt or instructions, the start of the first message or prompt)
 // next to each other, each group where its first line stands.
 import { describe, expect, it } from 'vitest';
-import { cacheAwareOrder } from '../../src/batches/batch-intake.js';
+import { cacheAwareOrder } from '../../src/batches/input-reading.js';
 
 const chat = (system: string, question: string, model = 'm') => ({ customId: question, body: { model, messages: [{ role: 'system', content: system }, { role: 'user', content: question }] } });
 

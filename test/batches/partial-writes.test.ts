@@ -59,10 +59,10 @@ describe('an upload written in parts', () => {
 });
 
 describe('a batch written in parts', () => {
+  const LINES = Array.from({ length: 3_000 }, (_, i) => JSON.stringify([`line-${i}`, { model: 'm', messages: [{ role: 'user', content: `question ${i}` }] }]));
   const batch = (account: string, id: string): NewBatch => ({
     id, api: 'openai', account, keyId: 'key_1', endpoint: '/v1/chat/completions', inputFileId: null, metadata: null, model: 'm', windowMs: 86_400_000,
-    lines: Array.from({ length: 3_000 }, (_, i) => ({ customId: `line-${i}`, body: { model: 'm', messages: [{ role: 'user', content: `question ${i}` }] } })),
-    order: Array.from({ length: 3_000 }, (_, i) => i),
+    stored: { texts: LINES, bytes: LINES.reduce((sum, t) => sum + Buffer.byteLength(t), 0), order: Array.from({ length: 3_000 }, (_, i) => i) },
   });
 
   it('fails where Redis refuses a chunk of its lines, and leaves nothing of it: no lines, no place in the queue, nothing counted', async () => {

@@ -1,0 +1,98 @@
+// A batch's input read into what is stored of it: its lines checked (an
+// OpenAI input file, or Anthropic's create body), each line's text as stored,
+// the order to run them in, and the models they name. It runs on the intake
+// thread (intake-thread.ts): parsing a create body of 32 MiB takes a second,
+// which on the main thread every other request waited out.
+import { createHash } from 'node:crypto';
+import { parseAnthropicBatchCreate } from '../protocol/anthropic-batches.js';
+import { ApiError } from '../protocol/errors.js';
+import { parseJsonBody } from '../protocol/http-io.js';
+import { readInputFile, type OpenAiBatchEndpoint } from '../protocol/openai-batches.js';
+import type { InputProblem, StoredLine } from './batch-store.js';
+import { WorkSlices } from './work-slices.js';
+
+/** How much of a prompt's first part decides its group: enough for any system prompt's start, cheap to hash. */
+const PREFIX_CHARS = 2048;
+
+/** A batch's input, as sent to the intake thread. */
+export type BatchInput = { kind: 'openai'; endpoint: OpenAiBatchEndpoint; content: Uint8Array } | { kind: 'anthropic'; content: Uint8Array; maxLines: number };
+
+/** A batch's input as read: what the main thread checks and stores, and nothing it would have to parse again. */
+export interface ReadInput {
+  /** Each line as stored, [custom id, body] as JSON, in input order, and their bytes. */
+  texts: string[];
+  bytes: number;
+  /** The order to run the lines in (indices into `texts`). */
+  order: number[];
+  /** Each model the lines name, with the first line (from 1) that names it. */
+  models: [model: string, line: number][];
+  /** What is wrong with the input, where anything is (the batch then fails). */
+  problems: InputProblem[];
+}
+
+/** What lines sharing a prompt prefix have in common: model, system prompt, and the first part of the first message or prompt. */
+function prefixGroup(body: Record<string, unknown>): string {
+  const messages = body.messages as unknown[] | undefined;
+  const input = body.input;
+  const first = messages?.[0] ?? (Array.isArray(input) ? input[0] : input) ?? body.prompt ?? null;
+  const text = JSON.stringify([body.model, body.system ?? body.instructions ?? null, JSON.stringify(first ?? null).slice(0, PREFIX_CHARS)]);
+  return createHash('sha1').update(text).digest('base64');
+}
+
+/**
+ * The order to run lines in: groups by prefix, each group where its first line is, lines in input order within
+ * it (the engine's prefix cache then serves all but the first; llm-d's batch gateway sorts by system prompt the
+ * same way).
+ */
+export async function cacheAwareOrder(lines: StoredLine[]): Promise<number[]> {
+  const groups = new Map<string, number[]>();
+  const slices = new WorkSlices();
+  for (const [i, l] of lines.entries()) {
+    if (slices.due()) await slices.pause();
+    const key = prefixGroup(l.body);
+    const group = groups.get(key);
+    if (group) group.push(i);
+    else groups.set(key, [i]);
+  }
+  return [...groups.values()].flat();
+}
+
+/** Each line as stored, [custom id, body] as JSON, and their bytes. */
+export async function storedTexts(lines: StoredLine[]): Promise<{ texts: string[]; bytes: number }> {
+  const texts: string[] = [];
+  let bytes = 0;
+  const slices = new WorkSlices();
+  for (const l of lines) {
+    if (slices.due()) await slices.pause();
+    const text = JSON.stringify([l.customId, l.body]);
+    texts.push(text);
+    bytes += Buffer.byteLength(text);
+  }
+  return { texts, bytes };
+}
+
+/** A batch's lines, or the 400 its input gets. */
+async function linesOf(input: BatchInput): Promise<{ lines: StoredLine[]; problems: InputProblem[] } | ApiError> {
+  const content = Buffer.from(input.content.buffer, input.content.byteOffset, input.content.byteLength);
+  if (input.kind === 'openai') return readInputFile(content, input.endpoint);
+  let body: unknown;
+  try {
+    body = parseJsonBody([content], content.length);
+  } catch (err) {
+    return err as ApiError;
+  }
+  const request = await parseAnthropicBatchCreate(body, input.maxLines);
+  if (request instanceof ApiError) return request;
+  return { lines: request.requests.map((r) => ({ customId: r.custom_id, body: r.params as Record<string, unknown> })), problems: [] };
+}
+
+/** Reads a batch's input: its lines as stored, their order and models, or the 400 it gets. */
+export async function readBatchInput(input: BatchInput): Promise<ReadInput | ApiError> {
+  const read = await linesOf(input);
+  if (read instanceof ApiError) return read;
+  const { lines, problems } = read;
+  const models = new Map<string, number>();
+  for (const [i, l] of lines.entries()) if (!models.has(l.body.model as string)) models.set(l.body.model as string, i + 1);
+  if (problems.length > 0) return { texts: [], bytes: 0, order: [], models: [...models], problems };
+  return { ...(await storedTexts(lines)), order: await cacheAwareOrder(lines), models: [...models], problems };
+}
