@@ -1,6 +1,6 @@
 // Where the fleet's batches stand, for operators: each batch with lines to
 // run (its account, status, counts, cost so far), read from Redis when the
-// admin API asks, and summed for /metrics every few seconds by each replica.
+// admin API asks, and summed for /metrics when a replica is scraped.
 import type { Redis } from 'ioredis';
 import { redisKeys } from '../redis/keys.js';
 import { readBatches, type BatchRecord } from './batch-store.js';

@@ -413,8 +413,8 @@ export async function* resultPages(redis: Redis, account: string, id: string, to
 }
 
 // KEYS: meta, every other key of the batch, then the output and error files' hashes, the account's file list, its
-// stored bytes' two keys and its list of batch outputs. ARGV: status, keep ms, then per file (output, error) its id, its bytes, its name and when
-// made ('' id: none).
+// stored bytes' two keys and its list of batch outputs. ARGV: status, keep ms, then per file (output, error) its id,
+// its bytes, its name and when made ('' id: none).
 const FINISH = luaScript(`
 ${LUA_NOW_MS}
 ${LUA_INT}

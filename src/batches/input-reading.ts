@@ -58,7 +58,7 @@ export async function cacheAwareOrder(lines: StoredLine[]): Promise<number[]> {
 }
 
 /** Each line as stored, [custom id, body] as JSON, and their bytes. */
-export async function storedTexts(lines: StoredLine[]): Promise<{ texts: string[]; bytes: number }> {
+async function storedTexts(lines: StoredLine[]): Promise<{ texts: string[]; bytes: number }> {
   const texts: string[] = [];
   let bytes = 0;
   const slices = new WorkSlices();

@@ -42,7 +42,10 @@ function intakeThread(): Worker {
   return worker;
 }
 
-/** Reads a batch's input on the intake thread: what is stored of it, or rejects with its 400. */
+/**
+ * Reads a batch's input on the intake thread: what is stored of it, or rejects with its 400. `input.content` is
+ * handed over where it is a buffer of its own, and cannot be read here afterwards.
+ */
 export function readOnIntakeThread(input: BatchInput): Promise<ReadInput> {
   const id = ++lastId;
   return new Promise((resolve, reject) => {

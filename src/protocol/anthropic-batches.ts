@@ -17,7 +17,8 @@ export type AnthropicBatchCreate = z.infer<typeof batchCreate>;
 
 /**
  * The create request, its custom ids unique; `maxLines`: the most requests a batch may have. Counted before any is
- * checked, and checked one by one in slices: 100,000 checked in one go held the main thread 220 to 450 ms.
+ * checked, and checked one by one in slices, so that inputs read at once on the intake thread take turns: 100,000
+ * checked in one go took 220 to 450 ms.
  */
 export async function parseAnthropicBatchCreate(body: unknown, maxLines: number): Promise<AnthropicBatchCreate | ApiError> {
   const given = (body as { requests?: unknown } | null)?.requests;

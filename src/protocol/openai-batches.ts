@@ -67,7 +67,7 @@ export async function readInputFile(content: Buffer, endpoint: OpenAiBatchEndpoi
   const customIds = new Set<string>();
   const slices = new WorkSlices();
   // Line by line from the bytes ('\n' is never part of a longer UTF-8 character): decoded whole and split, a file of
-  // 32 MiB held the main thread some 50 ms before its first line was read.
+  // 32 MiB held its thread some 50 ms before its first line was read.
   for (let at = 0, i = 0; at < content.length; i++) {
     if (slices.due()) await slices.pause();
     const end = content.indexOf(0x0a, at);
