@@ -112,7 +112,7 @@ async function run(label, root) {
 
 try {
   await run('this build (cache-aware order)', ROOT);
-  const inputOrder = patchedBuild('input-order', [['batches/batch-intake.js', 'order: await cacheAwareOrder(b.lines)', 'order: b.lines.map((_, i) => i)']]);
+  const inputOrder = patchedBuild('input-order', [['batches/input-reading.js', 'order: cacheAwareOrder(lines)', 'order: lines.map((_, i) => i)']]);
   await run('the same, lines in input order', inputOrder);
 } finally {
   stopAll();

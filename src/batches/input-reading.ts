@@ -9,7 +9,6 @@ import { ApiError } from '../protocol/errors.js';
 import { parseJsonBody } from '../protocol/http-io.js';
 import { readInputFile, type OpenAiBatchEndpoint } from '../protocol/openai-batches.js';
 import type { InputProblem, StoredLine } from './batch-store.js';
-import { WorkSlices } from './work-slices.js';
 
 /** How much of a prompt's first part decides its group: enough for any system prompt's start, cheap to hash. */
 const PREFIX_CHARS = 2048;
@@ -44,11 +43,9 @@ function prefixGroup(body: Record<string, unknown>): string {
  * it (the engine's prefix cache then serves all but the first; llm-d's batch gateway sorts by system prompt the
  * same way).
  */
-export async function cacheAwareOrder(lines: StoredLine[]): Promise<number[]> {
+export function cacheAwareOrder(lines: StoredLine[]): number[] {
   const groups = new Map<string, number[]>();
-  const slices = new WorkSlices();
   for (const [i, l] of lines.entries()) {
-    if (slices.due()) await slices.pause();
     const key = prefixGroup(l.body);
     const group = groups.get(key);
     if (group) group.push(i);
@@ -58,12 +55,10 @@ export async function cacheAwareOrder(lines: StoredLine[]): Promise<number[]> {
 }
 
 /** Each line as stored, [custom id, body] as JSON, and their bytes. */
-async function storedTexts(lines: StoredLine[]): Promise<{ texts: string[]; bytes: number }> {
+function storedTexts(lines: StoredLine[]): { texts: string[]; bytes: number } {
   const texts: string[] = [];
   let bytes = 0;
-  const slices = new WorkSlices();
   for (const l of lines) {
-    if (slices.due()) await slices.pause();
     const text = JSON.stringify([l.customId, l.body]);
     texts.push(text);
     bytes += Buffer.byteLength(text);
@@ -72,7 +67,7 @@ async function storedTexts(lines: StoredLine[]): Promise<{ texts: string[]; byte
 }
 
 /** A batch's lines, or the 400 its input gets. */
-async function linesOf(input: BatchInput): Promise<{ lines: StoredLine[]; problems: InputProblem[] } | ApiError> {
+function linesOf(input: BatchInput): { lines: StoredLine[]; problems: InputProblem[] } | ApiError {
   const content = Buffer.from(input.content.buffer, input.content.byteOffset, input.content.byteLength);
   if (input.kind === 'openai') return readInputFile(content, input.endpoint);
   let body: unknown;
@@ -81,18 +76,18 @@ async function linesOf(input: BatchInput): Promise<{ lines: StoredLine[]; proble
   } catch (err) {
     return err as ApiError;
   }
-  const request = await parseAnthropicBatchCreate(body, input.maxLines);
+  const request = parseAnthropicBatchCreate(body, input.maxLines);
   if (request instanceof ApiError) return request;
   return { lines: request.requests.map((r) => ({ customId: r.custom_id, body: r.params as Record<string, unknown> })), problems: [] };
 }
 
 /** Reads a batch's input: its lines as stored, their order and models, or the 400 it gets. */
-export async function readBatchInput(input: BatchInput): Promise<ReadInput | ApiError> {
-  const read = await linesOf(input);
+export function readBatchInput(input: BatchInput): ReadInput | ApiError {
+  const read = linesOf(input);
   if (read instanceof ApiError) return read;
   const { lines, problems } = read;
   const models = new Map<string, number>();
   for (const [i, l] of lines.entries()) if (!models.has(l.body.model as string)) models.set(l.body.model as string, i + 1);
   if (problems.length > 0) return { texts: [], bytes: 0, order: [], models: [...models], problems };
-  return { ...(await storedTexts(lines)), order: await cacheAwareOrder(lines), models: [...models], problems };
+  return { ...storedTexts(lines), order: cacheAwareOrder(lines), models: [...models], problems };
 }

@@ -1,66 +1,123 @@
 // A batch's input is read on a thread of its own: its parse, checks, order
-// and stored texts (input-reading.ts), inputs read at once taking turns in
-// slices. Parsing a create body of 32 MiB of small requests held the main
-// thread 1.0 to 1.6 s (2026-11-29), and every other request on the replica
-// waited it out; here only the other batches' inputs do. What comes back is
-// strings and numbers, which cost the main thread a copy, not a parse
-// (test/batches/large-lines.test.ts: a stall of 73 ms, not 1,378).
+// and stored texts (input-reading.ts). Parsing a create body of 32 MiB of
+// small requests held the main thread 1.0 to 1.6 s (2026-11-29), and every
+// other request on the replica waited it out; here only the other batches'
+// inputs do. What comes back is strings and numbers, which cost the main
+// thread a copy, not a parse (test/batches/large-lines.test.ts: a stall of
+// 73 ms, not 1,378).
+//
+// The thread reads one input at a time, the accounts that wait taking turns.
+// A parse takes many times its input's bytes (a create of 32 MiB of `{},` is
+// 11 million objects: the process's memory grew 1.0 GB to read it), so
+// inputs read at once, from as many accounts as send them, could take the
+// replica's memory from every tenant. Those that wait hold only their bytes,
+// which their accounts' body allowances count, and leave the line when their
+// client does. (A heap limit on the thread is no bound: a worker that reaches
+// it can abort the whole process, nodejs/node#47224, as it did here.)
 import { Worker } from 'node:worker_threads';
-import { ApiError, internalError, type ErrorType } from '../protocol/errors.js';
+import { ApiError, Cancelled, internalError, type ErrorType } from '../protocol/errors.js';
 import type { BatchInput, ReadInput } from './input-reading.js';
 
 // The built worker, from src/batches (tests) or dist/batches alike, as engine/prompt-counter.ts finds its own.
 const WORKER_FILE = new URL('../../dist/batches/intake-worker.js', import.meta.url);
 
 interface Answer {
-  id: number;
   read?: ReadInput;
   refusal?: { status: number; type: ErrorType; message: string; code: string | null; param: string | null };
   failure?: string;
 }
 
-let thread: Worker | undefined;
-let lastId = 0;
-const waiting = new Map<number, (answer: Answer) => void>();
-
-function intakeThread(): Worker {
-  if (thread) return thread;
-  const worker = new Worker(WORKER_FILE);
-  worker.unref();
-  worker.on('message', (answer: Answer) => {
-    waiting.get(answer.id)?.(answer);
-    waiting.delete(answer.id);
-  });
-  // A thread that dies fails the inputs it held (a 500 each); the next input starts another.
-  worker.on('error', (err) => console.error(`parley: the batch intake thread failed: ${err.message}`));
-  worker.on('exit', () => {
-    if (thread === worker) thread = undefined;
-    for (const [id, answer] of waiting) answer({ id, failure: 'the batch intake thread stopped' });
-    waiting.clear();
-  });
-  thread = worker;
-  return worker;
+interface Job {
+  input: BatchInput;
+  answer(answer: Answer): void;
 }
 
-/**
- * Reads a batch's input on the intake thread: what is stored of it, or rejects with its 400. `input.content` is
- * handed over where it is a buffer of its own, and cannot be read here afterwards.
- */
-export function readOnIntakeThread(input: BatchInput): Promise<ReadInput> {
-  const id = ++lastId;
-  return new Promise((resolve, reject) => {
-    waiting.set(id, ({ read, refusal, failure }) => {
-      if (read) resolve(read);
-      else if (refusal) reject(new ApiError(refusal.status, refusal.type, refusal.message, refusal.code, refusal.param));
-      else {
-        console.error(`parley: a batch's input could not be read: ${failure}`);
-        reject(internalError());
-      }
+export class IntakeThread {
+  private thread: Worker | undefined;
+  private reading: Job | undefined;
+  /** Per account, its inputs waiting, in the order the accounts take their turns. */
+  private readonly waiting = new Map<string, Job[]>();
+
+  /** `workerFile`: the thread's code (a test's may fail on cue). */
+  constructor(private readonly workerFile: URL = WORKER_FILE) {}
+
+  /**
+   * Reads a batch's input on the thread: what is stored of it, or rejects with its 400. `input.content` is handed
+   * over where it is a buffer of its own, and cannot be read here afterwards. An input still waiting when `gone`
+   * aborts (its client left) is dropped.
+   */
+  read(account: string, input: BatchInput, gone?: AbortSignal): Promise<ReadInput> {
+    return new Promise((resolve, reject) => {
+      const job: Job = {
+        input,
+        answer: ({ read, refusal, failure }) => {
+          if (read) resolve(read);
+          else if (refusal) reject(new ApiError(refusal.status, refusal.type, refusal.message, refusal.code, refusal.param));
+          else {
+            console.error(`parley: a batch's input could not be read: ${failure}`);
+            reject(internalError());
+          }
+        },
+      };
+      const line = this.waiting.get(account);
+      if (line) line.push(job);
+      else this.waiting.set(account, [job]);
+      gone?.addEventListener('abort', () => this.drop(account, job, () => reject(new Cancelled())), { once: true });
+      this.next();
     });
+  }
+
+  private drop(account: string, job: Job, dropped: () => void): void {
+    const line = this.waiting.get(account);
+    const at = line?.indexOf(job) ?? -1;
+    if (at < 0) return;
+    line!.splice(at, 1);
+    if (line!.length === 0) this.waiting.delete(account);
+    dropped();
+  }
+
+  /** Sends the next account's next input to the thread, where none is being read. */
+  private next(): void {
+    if (this.reading) return;
+    const first = this.waiting.entries().next();
+    if (first.done) return;
+    const [account, line] = first.value;
+    const job = line.shift()!;
+    // Its account goes to the back of the line.
+    this.waiting.delete(account);
+    if (line.length > 0) this.waiting.set(account, line);
+    this.reading = job;
     // Handed over rather than copied (a copy of 32 MiB held the main thread 36 ms), where the bytes are a buffer of
     // their own and not a slice of Node's shared pool.
-    const { buffer, byteOffset, byteLength } = input.content;
+    const { buffer, byteOffset, byteLength } = job.input.content;
     const own = byteOffset === 0 && byteLength === buffer.byteLength && buffer instanceof ArrayBuffer;
-    intakeThread().postMessage({ id, input }, own ? [buffer] : []);
-  });
+    this.started().postMessage(job.input, own ? [buffer] : []);
+  }
+
+  private answered(answer: Answer): void {
+    const job = this.reading;
+    this.reading = undefined;
+    job?.answer(answer);
+    this.next();
+  }
+
+  private started(): Worker {
+    if (this.thread) return this.thread;
+    const worker = new Worker(this.workerFile);
+    worker.on('message', (answer: Answer) => this.answered(answer));
+    // A thread that dies fails the input it was reading; the next input starts another.
+    worker.on('error', (err) => console.error(`parley: the batch intake thread failed: ${err.message}`));
+    worker.on('exit', (code) => {
+      this.thread = undefined;
+      this.answered({ failure: `the batch intake thread stopped (exit code ${code})` });
+    });
+    // Unreferenced once its listeners are on (a 'message' listener would reference it again): an idle intake keeps no
+    // process alive.
+    worker.unref();
+    this.thread = worker;
+    return worker;
+  }
 }
+
+/** The replica's intake. */
+export const batchIntake = new IntakeThread();

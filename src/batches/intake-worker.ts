@@ -1,16 +1,17 @@
 // The intake thread's own code (batches/intake-thread.ts): reads each batch
-// input it is sent and answers with what is stored of it, or its 400.
+// input it is sent, one at a time, and answers with what is stored of it, or
+// its 400.
 import { parentPort } from 'node:worker_threads';
 import { ApiError } from '../protocol/errors.js';
 import { readBatchInput, type BatchInput } from './input-reading.js';
 
 const port = parentPort!;
-port.on('message', async ({ id, input }: { id: number; input: BatchInput }) => {
+port.on('message', (input: BatchInput) => {
   try {
-    const read = await readBatchInput(input);
-    if (read instanceof ApiError) port.postMessage({ id, refusal: { status: read.status, type: read.type, message: read.message, code: read.code, param: read.param } });
-    else port.postMessage({ id, read });
+    const read = readBatchInput(input);
+    if (read instanceof ApiError) port.postMessage({ refusal: { status: read.status, type: read.type, message: read.message, code: read.code, param: read.param } });
+    else port.postMessage({ read });
   } catch (err) {
-    port.postMessage({ id, failure: (err as Error).message });
+    port.postMessage({ failure: (err as Error).message });
   }
 });

@@ -6,7 +6,8 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Caller } from '../accounts/key-authenticator.js';
 import { inputProblems, MAX_BATCH_BYTES, MAX_BATCH_LINES, takeBatch } from '../batches/batch-intake.js';
-import { readOnIntakeThread } from '../batches/intake-thread.js';
+import { batchIntake } from '../batches/intake-thread.js';
+import type { BatchInput, ReadInput } from '../batches/input-reading.js';
 import { resultLines, type ResultPart } from '../batches/batch-results.js';
 import { lineApi } from './batch-runner.js';
 import { cancelBatch, deleteBatch, hasEnded, keepMsOf, listBatches, readBatch, type BatchRecord } from '../batches/batch-store.js';
@@ -38,6 +39,14 @@ function pageLimit(query: URLSearchParams, fallback: number, max: number): numbe
 }
 
 const keepMs = (ctx: GatewayContext) => keepMsOf(ctx.routing().settings.batches);
+
+/** Reads a create's input on the intake thread, in its account's turn; dropped from the line if its client leaves first. */
+function readOnIntake(caller: Caller, res: ServerResponse, input: BatchInput): Promise<ReadInput> {
+  const gone = new AbortController();
+  const leave = () => gone.abort();
+  res.once('close', leave);
+  return batchIntake.read(caller.account, input, gone.signal).finally(() => res.off('close', leave));
+}
 
 async function files(req: IncomingMessage, res: ServerResponse, ctx: GatewayContext, caller: Caller, body: BodyAllowance, method: string, rest: string[], query: URLSearchParams): Promise<void> {
   const { redis } = ctx;
@@ -89,9 +98,13 @@ async function openAiBatches(req: IncomingMessage, res: ServerResponse, ctx: Gat
     const file = await readFile(redis, caller.account, request.input_file_id);
     if (!file) throw invalidParameter('input_file_id', `No file with id '${request.input_file_id}' was found.`);
     if (file.purpose !== 'batch') throw invalidParameter('input_file_id', "The input file must be one uploaded with purpose 'batch'.");
+    // The file's bytes are held while the create runs, as a body's are: counted against the account's allowance,
+    // or one stored file could be read into memory by as many creates at once as its rate window allows.
+    const overAllowance = body.take(file.bytes);
+    if (overAllowance) throw overAllowance;
     const chunks: Buffer[] = [];
     for await (const chunk of uploadedContent(redis, caller.account, file.id, file.bytes)) chunks.push(chunk);
-    const input = await readOnIntakeThread({ kind: 'openai', endpoint: request.endpoint, content: Buffer.concat(chunks) });
+    const input = await readOnIntake(caller, res, { kind: 'openai', endpoint: request.endpoint, content: Buffer.concat(chunks) });
     const table = ctx.routing();
     const batch = await takeBatch({
       redis, table, caller, id: `batch_${randomId()}`, api: 'openai', endpoint: request.endpoint, inputFileId: file.id, metadata: request.metadata ?? null, input,
@@ -135,7 +148,7 @@ async function messageBatches(req: IncomingMessage, res: ServerResponse, ctx: Ga
   const { redis } = ctx;
   const render = (b: BatchRecord) => renderAnthropicBatch(b, resultsUrl(req, b.id));
   if (rest.length === 0 && method === 'POST') {
-    const input = await readOnIntakeThread({ kind: 'anthropic', content: await readJsonBytes(req, MAX_BATCH_BYTES, body), maxLines: MAX_BATCH_LINES });
+    const input = await readOnIntake(caller, res, { kind: 'anthropic', content: await readJsonBytes(req, MAX_BATCH_BYTES, body), maxLines: MAX_BATCH_LINES });
     const table = ctx.routing();
     // Anthropic refuses a create whose requests name models it does not serve, and keeps nothing.
     const [problem] = inputProblems(table, caller, 'messages', input);

@@ -5,7 +5,6 @@
 import { z } from 'zod';
 import type { BatchRecord, InputProblem, StoredLine } from '../batches/batch-store.js';
 import type { FileRecord } from '../batches/file-store.js';
-import { WorkSlices } from '../batches/work-slices.js';
 import { parseRequest } from './request-parsing.js';
 import type { ApiError } from './errors.js';
 
@@ -61,15 +60,13 @@ export function checkInputLine(text: string, line: number, endpoint: OpenAiBatch
 }
 
 /** Splits an uploaded JSONL file into its lines (blank lines skipped), checking each; lines count from 1. */
-export async function readInputFile(content: Buffer, endpoint: OpenAiBatchEndpoint): Promise<{ lines: StoredLine[]; problems: InputProblem[] }> {
+export function readInputFile(content: Buffer, endpoint: OpenAiBatchEndpoint): { lines: StoredLine[]; problems: InputProblem[] } {
   const lines: StoredLine[] = [];
   const problems: InputProblem[] = [];
   const customIds = new Set<string>();
-  const slices = new WorkSlices();
   // Line by line from the bytes ('\n' is never part of a longer UTF-8 character): decoded whole and split, a file of
   // 32 MiB held its thread some 50 ms before its first line was read.
   for (let at = 0, i = 0; at < content.length; i++) {
-    if (slices.due()) await slices.pause();
     const end = content.indexOf(0x0a, at);
     const text = content.toString('utf8', at, end === -1 ? content.length : end).trim();
     at = end === -1 ? content.length : end + 1;

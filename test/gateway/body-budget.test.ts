@@ -1,7 +1,8 @@
 // One tenant's request bodies in flight on a replica are bounded: past
 // `bodyBytesPerAccount` its next body is refused as its bytes arrive (429, in
 // the API's error shape), while every other tenant is served, and the bytes
-// come back as its requests end.
+// come back as its requests end. A batch create counts the bytes of the
+// stored file it reads as a body's.
 import { connect, type Socket } from 'node:net';
 import OpenAI, { toFile } from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -58,5 +59,22 @@ describe('request bodies in flight, per account', () => {
     await expect.poll(async () => (await chat(gw.apiKey, 'm', 10_000)).status, { timeout: 5000 }).toBe(200);
     // Each request's bytes come back when it is answered: many after one another never add up.
     for (let i = 0; i < 10; i++) expect((await chat(gw.apiKey, 'm', 20_000)).status).toBe(200);
+  });
+
+  it("counts the stored file a batch create reads against the tenant's bytes in flight", async () => {
+    const tenant = await makeAccount(gw.redis, 1);
+    const client = new OpenAI({ baseURL: `${gw.url}/v1`, apiKey: tenant.key, maxRetries: 0 });
+    const line = (i: number) => JSON.stringify({ custom_id: `r${i}`, method: 'POST', url: '/v1/chat/completions', body: { model: 'm', messages: [{ role: 'user', content: 'a'.repeat(900) }] } });
+    const file = await client.files.create({ file: await toFile(Buffer.from(Array.from({ length: 40 }, (_, i) => line(i)).join('\n')), 'in.jsonl'), purpose: 'batch' });
+    expect(file.bytes).toBeGreaterThan(36_000);
+    const create = () => client.batches.create({ input_file_id: file.id, endpoint: '/v1/chat/completions', completion_window: '24h' });
+    // With 30,000 bytes of a body in flight, the file's 37,000 more would pass the 64 KiB: read anyway, as many
+    // creates at once as the rate window lets through could each hold a 32 MiB file in memory.
+    const stalled = stalledBody(tenant.key, 30_000, 40_000);
+    await expect.poll(async () => (await chat(tenant.key, 'none', 36_000)).status, { timeout: 5000 }).toBe(429);
+    await expect(create()).rejects.toMatchObject({ status: 429, error: { code: 'request_bodies_in_flight' } });
+    expect((await client.batches.list()).data).toEqual([]);
+    stalled.destroy();
+    await expect.poll(async () => (await create().then(() => 200, (err) => err.status)), { timeout: 5000 }).toBe(200);
   });
 });
