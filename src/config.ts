@@ -132,8 +132,8 @@ const gatewaySettings = z
     maxBodyBytes: z.int().min(1024).default(4 * 1024 * 1024),
     /**
      * The most bytes of request bodies one account's requests may hold on a replica at once, read or being read
-     * (gateway/body-budget.ts): past it a request is refused (429) as its bytes arrive. Keep it above a batch
-     * file's 32 MiB.
+     * (gateway/body-budget.ts), with the stored files their batch creates read and the parts their downloads
+     * hold: past it a request is refused (429) as its bytes arrive. Keep it above a batch file's 32 MiB.
      */
     bodyBytesPerAccount: z.int().min(1024).default(128 * 1024 * 1024),
     /**

@@ -20,7 +20,11 @@ export interface FileRecord {
   batch: { id: string; part: 'output' | 'error' } | null;
 }
 
-const CHUNK = 1024 * 1024;
+/**
+ * A file is written, read and sent a part of this many bytes at a time, and a download holds no more than a part:
+ * what it holds is counted against its account's bytes in flight (gateway/batch-routes.ts).
+ */
+export const PART_BYTES = 1024 * 1024;
 
 /** What a file is for: an upload for a batch's input, or a batch's output or error file. */
 export const FILE_PURPOSES = ['batch', 'batch_output'] as const;
@@ -52,8 +56,8 @@ export async function createFile(redis: Redis, account: string, f: { id: string;
     const now = Date.now();
     await writeInParts(
       async () => {
-        for (let at = 0; at < f.content.length; at += CHUNK) {
-          await execAll(redis.pipeline().append(keys.content, f.content.subarray(at, at + CHUNK)).pexpire(keys.content, keep.ms));
+        for (let at = 0; at < f.content.length; at += PART_BYTES) {
+          await execAll(redis.pipeline().append(keys.content, f.content.subarray(at, at + PART_BYTES)).pexpire(keys.content, keep.ms));
         }
       },
       () =>
@@ -86,7 +90,7 @@ export async function readFile(redis: Redis, account: string, id: string): Promi
 /** An uploaded file's bytes, a MiB at a time. */
 export async function* uploadedContent(redis: Redis, account: string, id: string, bytes: number): AsyncGenerator<Buffer> {
   const key = redisKeys.file(account, id).content;
-  for (let at = 0; at < bytes; at += CHUNK) yield await redis.getrangeBuffer(key, at, Math.min(at + CHUNK, bytes) - 1);
+  for (let at = 0; at < bytes; at += PART_BYTES) yield await redis.getrangeBuffer(key, at, Math.min(at + PART_BYTES, bytes) - 1);
 }
 
 /**

@@ -4,7 +4,9 @@
 // slowly sent bodies (each up to `maxBodyBytes`, a batch file's 32 MiB)
 // could take the replica's memory from every other tenant; past
 // `gateway.bodyBytesPerAccount` a request is refused as its bytes arrive,
-// and the others' are served.
+// and the others' are served. What a request reads of the account's stored
+// data is counted alike: the file a batch create reads, the part a download
+// holds (gateway/batch-routes.ts).
 import type { ServerResponse } from 'node:http';
 import { bodiesInFlight } from '../protocol/errors.js';
 import type { BodyAllowance } from '../protocol/http-io.js';

@@ -15,7 +15,7 @@ export interface GatewayContext {
   routing(): RoutingTable;
   router: Router;
   lifecycle: Lifecycle;
-  /** The bytes of request bodies each account has in flight here. */
+  /** The bytes of request bodies (and batch files read, downloads' parts) each account has in flight here. */
   bodies: BodyBudget;
   telemetry: Telemetry;
   redis: Redis;

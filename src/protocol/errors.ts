@@ -109,7 +109,7 @@ export const bodiesInFlight = (limitBytes: number) =>
   new ApiError(
     429,
     'rate_limit_error',
-    `This account's requests in flight on this server hold ${limitBytes} bytes of request bodies, the most they may; send this one again once some have finished.`,
+    `This account's requests in flight on this server hold ${limitBytes} bytes (request bodies, the files batch creates read, downloads under way), the most they may; send this one again once some have finished.`,
     'request_bodies_in_flight',
     null,
     { 'retry-after': '1' },

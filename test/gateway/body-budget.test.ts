@@ -2,7 +2,7 @@
 // `bodyBytesPerAccount` its next body is refused as its bytes arrive (429, in
 // the API's error shape), while every other tenant is served, and the bytes
 // come back as its requests end. A batch create counts the bytes of the
-// stored file it reads as a body's.
+// stored file it reads as a body's, and a download the part it holds.
 import { connect, type Socket } from 'node:net';
 import OpenAI, { toFile } from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -76,5 +76,21 @@ describe('request bodies in flight, per account', () => {
     expect((await client.batches.list()).data).toEqual([]);
     stalled.destroy();
     await expect.poll(async () => (await create().then(() => 200, (err) => err.status)), { timeout: 5000 }).toBe(200);
+  });
+
+  it("counts the part a download holds against the tenant's bytes in flight", async () => {
+    const tenant = await makeAccount(gw.redis, 1);
+    const client = new OpenAI({ baseURL: `${gw.url}/v1`, apiKey: tenant.key, maxRetries: 0 });
+    const content = Buffer.alloc(37_000, 'a');
+    const file = await client.files.create({ file: await toFile(content, 'in.jsonl'), purpose: 'batch' });
+    const download = () => fetch(`${gw.url}/v1/files/${file.id}/content`, { headers: { authorization: `Bearer ${tenant.key}` } });
+    const stalled = stalledBody(tenant.key, 30_000, 40_000);
+    await expect.poll(async () => (await chat(tenant.key, 'none', 36_000)).status, { timeout: 5000 }).toBe(429);
+    const refused = await download();
+    expect(refused.status).toBe(429);
+    expect(await refused.json()).toMatchObject({ error: { code: 'request_bodies_in_flight' } });
+    stalled.destroy();
+    await expect.poll(async () => (await download()).status, { timeout: 5000 }).toBe(200);
+    expect(Buffer.from(await (await download()).arrayBuffer()).equals(content)).toBe(true);
   });
 });
