@@ -26,6 +26,9 @@ export interface FileRecord {
  */
 export const PART_BYTES = 1024 * 1024;
 
+/** The most a download of `size` bytes (undefined: not known) holds at once. */
+export const downloadHold = (size?: number) => Math.min(size ?? PART_BYTES, PART_BYTES);
+
 /** What a file is for: an upload for a batch's input, or a batch's output or error file. */
 export const FILE_PURPOSES = ['batch', 'batch_output'] as const;
 

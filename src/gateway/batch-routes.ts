@@ -11,7 +11,7 @@ import type { BatchInput, ReadInput } from '../batches/input-reading.js';
 import { resultLines, type ResultPart } from '../batches/batch-results.js';
 import { lineApi } from './batch-runner.js';
 import { cancelBatch, deleteBatch, hasEnded, keepMsOf, listBatches, readBatch, type BatchRecord } from '../batches/batch-store.js';
-import { createFile, deleteFile, listFiles, PART_BYTES, readFile, uploadedContent } from '../batches/file-store.js';
+import { createFile, deleteFile, downloadHold, listFiles, readFile, uploadedContent } from '../batches/file-store.js';
 import { renderAnthropicBatch } from '../protocol/anthropic-batches.js';
 import { ApiError, invalidParameter, routeNotFound } from '../protocol/errors.js';
 import { decodePathSegment, readJsonBody, readJsonBytes, sendDownload, sendJson, type BodyAllowance } from '../protocol/http-io.js';
@@ -39,17 +39,6 @@ function pageLimit(query: URLSearchParams, fallback: number, max: number): numbe
 }
 
 const keepMs = (ctx: GatewayContext) => keepMsOf(ctx.routing().settings.batches);
-
-/**
- * Sends a download of `size` bytes (where known), a part at a time. The part it holds counts against the account's
- * bytes in flight while it runs, as a body does: a client that reads slowly keeps a part in the replica's memory,
- * and without a bound one tenant's downloads, as many as its rate window lets it open, could each keep one.
- */
-function download(res: ServerResponse, ctx: GatewayContext, body: BodyAllowance, size: number | undefined, type: string, parts: AsyncIterable<string | Buffer>): Promise<void> {
-  const overAllowance = body.take(Math.min(size ?? PART_BYTES, PART_BYTES));
-  if (overAllowance) throw overAllowance;
-  return sendDownload(res, { 'content-type': type }, parts, ctx.routing().settings.clientSendTimeoutMs);
-}
 
 /** Reads a create's input on the intake thread, in its account's turn; dropped from the line if its client leaves first. */
 function readOnIntake(caller: Caller, res: ServerResponse, input: BatchInput): Promise<ReadInput> {
@@ -92,10 +81,12 @@ async function files(req: IncomingMessage, res: ServerResponse, ctx: GatewayCont
     return sendJson(res, 200, { id, object: 'file', deleted: true });
   }
   if (rest.length === 2 && rest[1] === 'content' && method === 'GET') {
-    if (!file.batch) return download(res, ctx, body, file.bytes, 'application/octet-stream', uploadedContent(redis, account, id, file.bytes));
+    const { clientSendTimeoutMs } = ctx.routing().settings;
+    const held = { allowance: body, bytes: downloadHold(file.bytes) };
+    if (!file.batch) return sendDownload(res, { 'content-type': 'application/octet-stream' }, uploadedContent(redis, account, id, file.bytes), clientSendTimeoutMs, held);
     const batch = await readBatch(redis, account, file.batch.id);
     if (!batch) throw notFound('file', id);
-    return download(res, ctx, body, file.bytes, 'application/jsonl', resultLines(redis, batch, file.batch.part));
+    return sendDownload(res, { 'content-type': 'application/jsonl' }, resultLines(redis, batch, file.batch.part), clientSendTimeoutMs, held);
   }
   throw routeNotFound(method, `/v1/files/${rest.join('/')}`);
 }
@@ -187,7 +178,8 @@ async function messageBatches(req: IncomingMessage, res: ServerResponse, ctx: Ga
   }
   if (rest.length === 2 && rest[1] === 'results' && method === 'GET') {
     if (!ended) throw invalidParameter(null, `Message batch ${batch.id} has not ended yet: its results can be read once its processing_status is 'ended'.`);
-    return download(res, ctx, body, undefined, 'application/x-jsonl', resultLines(redis, batch, 'all' satisfies ResultPart));
+    const held = { allowance: body, bytes: downloadHold() };
+    return sendDownload(res, { 'content-type': 'application/x-jsonl' }, resultLines(redis, batch, 'all' satisfies ResultPart), ctx.routing().settings.clientSendTimeoutMs, held);
   }
   throw routeNotFound(method, `/v1/messages/batches/${rest.join('/')}`);
 }

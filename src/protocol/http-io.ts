@@ -133,7 +133,11 @@ export function cutOffWhenStalled(res: ServerResponse, timeoutMs: number): void 
  * A download of text or bytes as they come, waiting on the client where it reads slower than they come (at most
  * `sendTimeoutMs` without taking any); reading stops where the client has left.
  */
-export async function sendDownload(res: ServerResponse, headers: Record<string, string>, parts: AsyncIterable<string | Buffer>, sendTimeoutMs: number): Promise<void> {
+export async function sendDownload(res: ServerResponse, headers: Record<string, string>, parts: AsyncIterable<string | Buffer>, sendTimeoutMs: number, held: { allowance: BodyAllowance; bytes: number }): Promise<void> {
+  // A client that reads slowly keeps a part in memory: the most one holds counts against its account's bytes in
+  // flight, as a body does, or one tenant's downloads, as many as its rate window opens, could each keep one.
+  const overAllowance = held.allowance.take(held.bytes);
+  if (overAllowance) throw overAllowance;
   res.writeHead(200, headers);
   for await (const part of parts) {
     if (!res.write(part)) await drainedOrClosed(res, sendTimeoutMs);
