@@ -3,13 +3,13 @@
 // line in input order, read from the batch's results when asked for. A line
 // that never ran is written as its batch's end makes it: cancelled or expired.
 import type { Redis } from 'ioredis';
+import { DOWNLOAD_PART_BYTES } from '../protocol/http-io.js';
 import { finalStatus, finishBatch, readBatch, resultPages, type BatchRecord, type FinishedFile } from './batch-store.js';
-import { PART_BYTES } from './file-store.js';
 import { ERRORED, LINE_FORMATS, SUCCEEDED } from './line-formats.js';
 
 export type ResultPart = 'output' | 'error' | 'all';
 
-/** The lines of one part of an ended batch's results, in input order, each with its newline: about PART_BYTES at a time (a line longer goes alone). */
+/** The lines of one part of an ended batch's results, in input order, each with its newline: about DOWNLOAD_PART_BYTES at a time (a line longer goes alone). */
 export async function* resultLines(redis: Redis, batch: BatchRecord, part: ResultPart): AsyncGenerator<string> {
   const format = LINE_FORMATS[batch.api];
   const why = batch.status === 'cancelled' || batch.status === 'cancelling' ? 'cancelled' : 'expired';
@@ -20,7 +20,7 @@ export async function* resultLines(redis: Redis, batch: BatchRecord, part: Resul
       const kind = 'result' in r ? r.result[0] : ERRORED;
       if (part === 'all' || (part === 'output') === (kind === SUCCEEDED)) {
         text += ('result' in r ? r.result.slice(1) : format.unrun(r.unrun, `${batch.id}_${line}`, why)) + '\n';
-        if (text.length >= PART_BYTES) {
+        if (text.length >= DOWNLOAD_PART_BYTES) {
           yield text;
           text = '';
         }

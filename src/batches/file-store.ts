@@ -4,6 +4,7 @@
 // holds Redis long); a batch's files are read from its results when asked
 // for, so no result is stored twice.
 import type { Redis } from 'ioredis';
+import { DOWNLOAD_PART_BYTES } from '../protocol/http-io.js';
 import { redisKeys } from '../redis/keys.js';
 import { luaScript } from '../redis/lua-script.js';
 import { execAll, writeInParts } from '../redis/pipelines.js';
@@ -20,14 +21,8 @@ export interface FileRecord {
   batch: { id: string; part: 'output' | 'error' } | null;
 }
 
-/**
- * A file is written, read and sent a part of this many bytes at a time, and a download holds no more than a part:
- * what it holds is counted against its account's bytes in flight (gateway/batch-routes.ts).
- */
-export const PART_BYTES = 1024 * 1024;
-
-/** The most a download of `size` bytes (undefined: not known) holds at once. */
-export const downloadHold = (size?: number) => Math.min(size ?? PART_BYTES, PART_BYTES);
+/** A file is stored, read and sent a download's part at a time. */
+const PART_BYTES = DOWNLOAD_PART_BYTES;
 
 /** What a file is for: an upload for a batch's input, or a batch's output or error file. */
 export const FILE_PURPOSES = ['batch', 'batch_output'] as const;

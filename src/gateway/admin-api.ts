@@ -12,7 +12,7 @@ import { activeBatches, batchSummary } from '../batches/batch-progress.js';
 import { usageCsv } from '../billing/usage-events.js';
 import { inputs, OperationRefused, operations, type Operator } from '../operator/operations.js';
 import { ApiError, routeNotFound } from '../protocol/errors.js';
-import { decodePathSegment, readJsonBody, sendJson } from '../protocol/http-io.js';
+import { decodePathSegment, readJsonBody, sendDownload, sendJson } from '../protocol/http-io.js';
 import { failClosed } from './fail-closed.js';
 import type { GatewayContext } from './context.js';
 
@@ -59,11 +59,9 @@ const ROUTES: Route[] = [
   { method: 'POST', path: '/credit-codes', summary: 'Make credit codes a team redeems on the platform', body: inputs.creditCodes, handle: async ({ op, body }) => operations.createCreditCodes(op, await body()) },
   {
     method: 'GET', path: '/usage.csv', summary: 'Usage events as CSV', query: ['account', 'since', 'until'],
-    async handle({ op, query, res }) {
+    async handle({ op, query, res, ctx }) {
       const events = await operations.usageEvents(op, { account: query.get('account') ?? undefined, since: query.get('since') ?? undefined, until: query.get('until') ?? undefined });
-      res.writeHead(200, { 'content-type': 'text/csv; charset=utf-8' });
-      for await (const line of usageCsv(events)) res.write(line);
-      res.end();
+      await sendDownload(res, { 'content-type': 'text/csv; charset=utf-8' }, usageCsv(events), ctx.routing().settings.clientSendTimeoutMs);
       return undefined;
     },
   },

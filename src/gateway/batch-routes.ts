@@ -11,7 +11,7 @@ import type { BatchInput, ReadInput } from '../batches/input-reading.js';
 import { resultLines, type ResultPart } from '../batches/batch-results.js';
 import { lineApi } from './batch-runner.js';
 import { cancelBatch, deleteBatch, hasEnded, keepMsOf, listBatches, readBatch, type BatchRecord } from '../batches/batch-store.js';
-import { createFile, deleteFile, downloadHold, listFiles, readFile, uploadedContent } from '../batches/file-store.js';
+import { createFile, deleteFile, listFiles, readFile, uploadedContent } from '../batches/file-store.js';
 import { renderAnthropicBatch } from '../protocol/anthropic-batches.js';
 import { ApiError, invalidParameter, routeNotFound } from '../protocol/errors.js';
 import { decodePathSegment, readJsonBody, readJsonBytes, sendDownload, sendJson, type BodyAllowance } from '../protocol/http-io.js';
@@ -82,11 +82,11 @@ async function files(req: IncomingMessage, res: ServerResponse, ctx: GatewayCont
   }
   if (rest.length === 2 && rest[1] === 'content' && method === 'GET') {
     const { clientSendTimeoutMs } = ctx.routing().settings;
-    const held = { allowance: body, bytes: downloadHold(file.bytes) };
-    if (!file.batch) return sendDownload(res, { 'content-type': 'application/octet-stream' }, uploadedContent(redis, account, id, file.bytes), clientSendTimeoutMs, held);
+    const tenant = { allowance: body, size: file.bytes };
+    if (!file.batch) return sendDownload(res, { 'content-type': 'application/octet-stream' }, uploadedContent(redis, account, id, file.bytes), clientSendTimeoutMs, tenant);
     const batch = await readBatch(redis, account, file.batch.id);
     if (!batch) throw notFound('file', id);
-    return sendDownload(res, { 'content-type': 'application/jsonl' }, resultLines(redis, batch, file.batch.part), clientSendTimeoutMs, held);
+    return sendDownload(res, { 'content-type': 'application/jsonl' }, resultLines(redis, batch, file.batch.part), clientSendTimeoutMs, tenant);
   }
   throw routeNotFound(method, `/v1/files/${rest.join('/')}`);
 }
@@ -178,8 +178,7 @@ async function messageBatches(req: IncomingMessage, res: ServerResponse, ctx: Ga
   }
   if (rest.length === 2 && rest[1] === 'results' && method === 'GET') {
     if (!ended) throw invalidParameter(null, `Message batch ${batch.id} has not ended yet: its results can be read once its processing_status is 'ended'.`);
-    const held = { allowance: body, bytes: downloadHold() };
-    return sendDownload(res, { 'content-type': 'application/x-jsonl' }, resultLines(redis, batch, 'all' satisfies ResultPart), ctx.routing().settings.clientSendTimeoutMs, held);
+    return sendDownload(res, { 'content-type': 'application/x-jsonl' }, resultLines(redis, batch, 'all' satisfies ResultPart), ctx.routing().settings.clientSendTimeoutMs, { allowance: body });
   }
   throw routeNotFound(method, `/v1/messages/batches/${rest.join('/')}`);
 }

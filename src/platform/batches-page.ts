@@ -5,7 +5,6 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { resultLines, type ResultPart } from '../batches/batch-results.js';
 import { hasEnded, listBatches, readBatch, type BatchRecord } from '../batches/batch-store.js';
-import { downloadHold } from '../batches/file-store.js';
 import { formatMicros } from '../billing/prices.js';
 import { ApiError } from '../protocol/errors.js';
 import { sendDownload } from '../protocol/http-io.js';
@@ -55,6 +54,5 @@ export async function downloadBatchResults(res: ServerResponse, ctx: PlatformSer
   const batch = await readBatch(ctx.redis, session.account, id);
   if (!batch || !hasEnded(batch.status)) throw new ApiError(404, 'not_found_error', `No ended batch with id '${id}'.`, 'not_found');
   const headers = { 'content-type': 'application/jsonl', 'content-disposition': `attachment; filename="${id}_${part === 'all' ? 'results' : part}.jsonl"`, 'cache-control': 'no-store' };
-  const held = { allowance: ctx.bodies.allowance(session.account, res), bytes: downloadHold() };
-  await sendDownload(res, headers, resultLines(ctx.redis, batch, part), ctx.routing().settings.clientSendTimeoutMs, held);
+  await sendDownload(res, headers, resultLines(ctx.redis, batch, part), ctx.routing().settings.clientSendTimeoutMs, { allowance: ctx.bodies.allowance(session.account, res) });
 }

@@ -5,6 +5,7 @@ import { listApiKeys, maskedKey } from '../accounts/api-keys.js';
 import { DAILY_TOTALS_KEPT_DAYS, utcDay } from '../billing/credit-ledger.js';
 import { formatMicros } from '../billing/prices.js';
 import { readUsageEvents, usageCsv } from '../billing/usage-events.js';
+import { sendDownload } from '../protocol/http-io.js';
 import type { PlatformServices } from './services.js';
 import { html } from './html.js';
 import { page, sendPage } from './layout.js';
@@ -57,11 +58,7 @@ const API_NAMES_SHOWN = { chat: 'Chat', completions: 'Completions', embeddings: 
 
 export async function downloadUsageCsv(res: ServerResponse, ctx: PlatformServices, session: Session, query: URLSearchParams): Promise<void> {
   const filter = readFilter(query);
-  res.writeHead(200, {
-    'content-type': 'text/csv; charset=utf-8',
-    'content-disposition': `attachment; filename="parley-usage-${filter.from}-to-${filter.to}.csv"`,
-    'cache-control': 'no-store',
-  });
-  for await (const line of usageCsv(readUsageEvents(ctx.redis, session.account, { key: filter.key, since: filter.since, until: filter.until }))) res.write(line);
-  res.end();
+  const headers = { 'content-type': 'text/csv; charset=utf-8', 'content-disposition': `attachment; filename="parley-usage-${filter.from}-to-${filter.to}.csv"`, 'cache-control': 'no-store' };
+  const lines = usageCsv(readUsageEvents(ctx.redis, session.account, { key: filter.key, since: filter.since, until: filter.until }));
+  await sendDownload(res, headers, lines, ctx.routing().settings.clientSendTimeoutMs, { allowance: ctx.bodies.allowance(session.account, res) });
 }

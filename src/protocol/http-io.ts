@@ -129,14 +129,18 @@ export function cutOffWhenStalled(res: ServerResponse, timeoutMs: number): void 
   if (!res.writableFinished && !res.destroyed) res.socket?.setTimeout(timeoutMs);
 }
 
+/** A download's parts are about this many bytes at most (a stored file's, a batch's results, a page of usage events). */
+export const DOWNLOAD_PART_BYTES = 1024 * 1024;
+
 /**
  * A download of text or bytes as they come, waiting on the client where it reads slower than they come (at most
- * `sendTimeoutMs` without taking any); reading stops where the client has left.
+ * `sendTimeoutMs` without taking any); reading stops where the client has left. A client that reads slowly keeps
+ * a part in memory: for a tenant's download, a part (or the whole of a `size` under one) counts against its
+ * account's bytes in flight, as a body does (refused with its 429 past them), or one tenant's downloads, as many
+ * as its rate window opens, could each keep one.
  */
-export async function sendDownload(res: ServerResponse, headers: Record<string, string>, parts: AsyncIterable<string | Buffer>, sendTimeoutMs: number, held: { allowance: BodyAllowance; bytes: number }): Promise<void> {
-  // A client that reads slowly keeps a part in memory: the most one holds counts against its account's bytes in
-  // flight, as a body does, or one tenant's downloads, as many as its rate window opens, could each keep one.
-  const overAllowance = held.allowance.take(held.bytes);
+export async function sendDownload(res: ServerResponse, headers: Record<string, string>, parts: AsyncIterable<string | Buffer>, sendTimeoutMs: number, tenant?: { allowance: BodyAllowance; size?: number }): Promise<void> {
+  const overAllowance = tenant?.allowance.take(Math.min(tenant.size ?? DOWNLOAD_PART_BYTES, DOWNLOAD_PART_BYTES));
   if (overAllowance) throw overAllowance;
   res.writeHead(200, headers);
   for await (const part of parts) {

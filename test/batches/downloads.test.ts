@@ -6,7 +6,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { resultLines } from '../../src/batches/batch-results.js';
 import type { BatchRecord } from '../../src/batches/batch-store.js';
-import { PART_BYTES } from '../../src/batches/file-store.js';
+import { DOWNLOAD_PART_BYTES } from '../../src/protocol/http-io.js';
 import { SUCCEEDED } from '../../src/batches/line-formats.js';
 import { redisKeys } from '../../src/redis/keys.js';
 import { startTestRedis, type TestRedis } from '../support/redis.js';
@@ -28,7 +28,7 @@ describe("a batch's results, downloaded", () => {
     // 8 MB of results: eight parts or so, none much over a MiB, each ending at a line's end.
     expect(parts.length).toBeGreaterThanOrEqual(7);
     for (const part of parts) {
-      expect(part.length).toBeLessThan(PART_BYTES + 21_000);
+      expect(part.length).toBeLessThan(DOWNLOAD_PART_BYTES + 21_000);
       expect(part.endsWith('\n')).toBe(true);
     }
     expect(parts.join('').split('\n').slice(0, -1)).toEqual(Array.from({ length: total }, (_, i) => reply(i)));

@@ -76,7 +76,7 @@ describe('sendDownload', () => {
     const closed = new Promise((resolve) => (markClosed = resolve));
     const server = createServer((_req, res) => {
       res.once('close', markClosed);
-      void sendDownload(res, { 'content-type': 'application/octet-stream' }, parts(), sendTimeoutMs, { allowance: { take: () => null }, bytes: 64 * 1024 });
+      void sendDownload(res, { 'content-type': 'application/octet-stream' }, parts(), sendTimeoutMs);
     });
     try {
       const { client, reply } = await getFrom(server);
