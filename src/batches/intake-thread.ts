@@ -14,8 +14,15 @@
 // which their accounts' body allowances count, and leave the line when their
 // client does. (A heap limit on the thread is no bound: a worker that reaches
 // it can abort the whole process, nodejs/node#47224, as it did here.)
+//
+// Each account may have its inputs read for READ_MS_PER_MINUTE of the
+// thread's time a minute; past it, its next create is refused (429) until
+// the minute ends. A refused create costs its sender nothing, and its parse
+// a core: without a bound one tenant could keep a core of every replica busy
+// for free (7 s a create of 32 MiB of `{},`), beside every other tenant's
+// requests. A create of 32 MiB of small requests takes about a second.
 import { Worker } from 'node:worker_threads';
-import { ApiError, Cancelled, internalError, type ErrorType } from '../protocol/errors.js';
+import { ApiError, Cancelled, intakeTimeSpent, internalError, type ErrorType } from '../protocol/errors.js';
 import type { BatchInput, ReadInput } from './input-reading.js';
 
 // The built worker, from src/batches (tests) or dist/batches alike, as engine/prompt-counter.ts finds its own.
@@ -28,76 +35,116 @@ interface Answer {
 }
 
 interface Job {
+  account: string;
   input: BatchInput;
-  answer(answer: Answer): void;
+  resolve(read: ReadInput): void;
+  reject(err: Error): void;
 }
+
+/** The most of the thread's time one account's inputs may take a minute, in ms. */
+const READ_MS_PER_MINUTE = 15_000;
+const MINUTE_MS = 60_000;
 
 export class IntakeThread {
   private thread: Worker | undefined;
-  private reading: Job | undefined;
+  private reading: { job: Job; startedAt: number } | undefined;
   /** Per account, its inputs waiting, in the order the accounts take their turns. */
   private readonly waiting = new Map<string, Job[]>();
+  /** Per account, the thread's ms its inputs took in the current minute (`minute`: its number since the epoch). */
+  private spent = new Map<string, number>();
+  private minute = 0;
 
-  /** `workerFile`: the thread's code (a test's may fail on cue). */
-  constructor(private readonly workerFile: URL = WORKER_FILE) {}
+  /** `workerFile`: the thread's code (a test's may fail on cue); `readMsPerMinute`: each account's time on it. */
+  constructor(
+    private readonly workerFile: URL = WORKER_FILE,
+    private readonly readMsPerMinute = READ_MS_PER_MINUTE,
+  ) {}
 
   /**
-   * Reads a batch's input on the thread: what is stored of it, or rejects with its 400. `input.content` is handed
-   * over where it is a buffer of its own, and cannot be read here afterwards. An input still waiting when `gone`
-   * aborts (its client left) is dropped.
+   * Reads a batch's input on the thread: what is stored of it, or rejects with its 400 (or the 429 of an account
+   * whose inputs took their time this minute). `input.content` is handed over where it is a buffer of its own, and
+   * cannot be read here afterwards. An input still waiting when `gone` aborts (its client left) is dropped.
    */
   read(account: string, input: BatchInput, gone?: AbortSignal): Promise<ReadInput> {
+    const overTime = this.overTime(account);
+    if (overTime) return Promise.reject(overTime);
     return new Promise((resolve, reject) => {
-      const job: Job = {
-        input,
-        answer: ({ read, refusal, failure }) => {
-          if (read) resolve(read);
-          else if (refusal) reject(new ApiError(refusal.status, refusal.type, refusal.message, refusal.code, refusal.param));
-          else {
-            console.error(`parley: a batch's input could not be read: ${failure}`);
-            reject(internalError());
-          }
-        },
-      };
+      const job: Job = { account, input, resolve, reject };
       const line = this.waiting.get(account);
       if (line) line.push(job);
       else this.waiting.set(account, [job]);
-      gone?.addEventListener('abort', () => this.drop(account, job, () => reject(new Cancelled())), { once: true });
+      gone?.addEventListener('abort', () => this.drop(job), { once: true });
       this.next();
     });
   }
 
-  private drop(account: string, job: Job, dropped: () => void): void {
-    const line = this.waiting.get(account);
+  /** Each account's ms on the thread this minute: the counts start again each minute. */
+  private spentThisMinute(now: number): Map<string, number> {
+    const minute = Math.floor(now / MINUTE_MS);
+    if (minute !== this.minute) {
+      this.minute = minute;
+      this.spent = new Map();
+    }
+    return this.spent;
+  }
+
+  /** The 429 for an account whose inputs took READ_MS_PER_MINUTE of the thread this minute. */
+  private overTime(account: string): ApiError | undefined {
+    const now = Date.now();
+    if ((this.spentThisMinute(now).get(account) ?? 0) < this.readMsPerMinute) return undefined;
+    return intakeTimeSpent(this.readMsPerMinute / 1000, Math.ceil((MINUTE_MS - (now % MINUTE_MS)) / 1000));
+  }
+
+  /** Takes a waiting job out of the line, its client having left. */
+  private drop(job: Job): void {
+    const line = this.waiting.get(job.account);
     const at = line?.indexOf(job) ?? -1;
     if (at < 0) return;
     line!.splice(at, 1);
-    if (line!.length === 0) this.waiting.delete(account);
-    dropped();
+    if (line!.length === 0) this.waiting.delete(job.account);
+    job.reject(new Cancelled());
   }
 
   /** Sends the next account's next input to the thread, where none is being read. */
   private next(): void {
-    if (this.reading) return;
-    const first = this.waiting.entries().next();
-    if (first.done) return;
-    const [account, line] = first.value;
-    const job = line.shift()!;
-    // Its account goes to the back of the line.
-    this.waiting.delete(account);
-    if (line.length > 0) this.waiting.set(account, line);
-    this.reading = job;
-    // Handed over rather than copied (a copy of 32 MiB held the main thread 36 ms), where the bytes are a buffer of
-    // their own and not a slice of Node's shared pool.
-    const { buffer, byteOffset, byteLength } = job.input.content;
-    const own = byteOffset === 0 && byteLength === buffer.byteLength && buffer instanceof ArrayBuffer;
-    this.started().postMessage(job.input, own ? [buffer] : []);
+    while (!this.reading) {
+      const first = this.waiting.entries().next();
+      if (first.done) return;
+      const [account, line] = first.value;
+      const job = line.shift()!;
+      // Its account goes to the back of the line.
+      this.waiting.delete(account);
+      if (line.length > 0) this.waiting.set(account, line);
+      // Inputs that waited while their account's earlier ones took its time are refused at their turn.
+      const overTime = this.overTime(account);
+      if (overTime) {
+        job.reject(overTime);
+        continue;
+      }
+      this.reading = { job, startedAt: Date.now() };
+      // Handed over rather than copied (a copy of 32 MiB held the main thread 36 ms), where the bytes are a buffer
+      // of their own and not a slice of Node's shared pool.
+      const { buffer, byteOffset, byteLength } = job.input.content;
+      const own = byteOffset === 0 && byteLength === buffer.byteLength && buffer instanceof ArrayBuffer;
+      this.started().postMessage(job.input, own ? [buffer] : []);
+    }
   }
 
-  private answered(answer: Answer): void {
-    const job = this.reading;
+  private answered({ read, refusal, failure }: Answer): void {
+    const reading = this.reading;
     this.reading = undefined;
-    job?.answer(answer);
+    if (reading) {
+      const { job, startedAt } = reading;
+      const now = Date.now();
+      const spent = this.spentThisMinute(now);
+      spent.set(job.account, (spent.get(job.account) ?? 0) + now - startedAt);
+      if (read) job.resolve(read);
+      else if (refusal) job.reject(new ApiError(refusal.status, refusal.type, refusal.message, refusal.code, refusal.param));
+      else {
+        console.error(`parley: a batch's input could not be read: ${failure}`);
+        job.reject(internalError());
+      }
+    }
     this.next();
   }
 

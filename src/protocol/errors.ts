@@ -115,6 +115,16 @@ export const bodiesInFlight = (limitBytes: number) =>
     { 'retry-after': '1' },
   );
 
+export const intakeTimeSpent = (secondsPerMinute: number, retryAfterSeconds: number) =>
+  new ApiError(
+    429,
+    'rate_limit_error',
+    `This account's batch inputs took ${secondsPerMinute} s to read on this server this minute, the most a minute allows; send this one again in ${retryAfterSeconds} s.`,
+    'batch_intake_time',
+    null,
+    { 'retry-after': String(retryAfterSeconds) },
+  );
+
 export const noHealthyUpstream = (model: string, retryAfterSeconds: number) =>
   new ApiError(503, 'service_unavailable', `No upstream for model \`${model}\` can take this request right now. Retry after ${retryAfterSeconds} s.`, 'upstream_unavailable', null, { 'retry-after': String(retryAfterSeconds) });
 
