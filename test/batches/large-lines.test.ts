@@ -3,7 +3,6 @@
 // 32 MiB took 1.0 to 1.3 s to parse. What the main thread does with it, its
 // lines written to Redis, goes a part at a time (a thousand lines or about a
 // MiB a command), so that a file of 1,000 lines of 32 KB is no one stall.
-import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { MAX_BATCH_LINES } from '../../src/batches/batch-intake.js';
 import { createBatch } from '../../src/batches/batch-store.js';
@@ -11,6 +10,7 @@ import { readBatchInput } from '../../src/batches/input-reading.js';
 import { redisKeys } from '../../src/redis/keys.js';
 import { greeting } from '../support/fake-upstream.js';
 import { modelEntry, withGatewayOn } from '../support/gateway.js';
+import { longestStall } from '../support/event-loop.js';
 import { startTestRedis, type TestRedis } from '../support/redis.js';
 
 let redis: TestRedis;
@@ -18,28 +18,6 @@ beforeAll(async () => {
   redis = await startTestRedis();
 });
 afterAll(() => redis.stop());
-
-/**
- * The longest the event loop stalled while `work` ran, in ms. A round slowed by the machine (two cores shared
- * with other test files) is measured again, up to three, while the stall is `under` or more.
- */
-async function longestStall(label: string, work: (round: number) => Promise<void>, under: number): Promise<number> {
-  let longest = Infinity;
-  for (let round = 1; round <= 3 && longest >= under; round++) {
-    const loop = monitorEventLoopDelay({ resolution: 5 });
-    const sampled = () => new Promise((resolve) => setTimeout(resolve, 20));
-    loop.enable();
-    // The sampler reports a stall when its timer runs late against its last run: one run before the work, and one
-    // after it, so that work that never yields is seen too.
-    await sampled();
-    await work(round);
-    await sampled();
-    loop.disable();
-    longest = loop.max / 1e6;
-    console.log(`parley test: ${label}; the loop's longest stall ${longest.toFixed(1)} ms (round ${round})`);
-  }
-  return longest;
-}
 
 describe('a batch of 1,000 lines of 32 KB', () => {
   const line = (i: number) => JSON.stringify({ custom_id: `r${i}`, method: 'POST', url: '/v1/chat/completions', body: { model: 'm', messages: [{ role: 'user', content: `${i} `.padEnd(32_000, 'x') }] } });

@@ -2,13 +2,17 @@
 // others: prompts are counted by the model's tokenizer on threads of their
 // own, a prompt is counted exactly only up to EXACT_COUNT_MAX_BYTES, one whose
 // fewest possible tokens pass the window is refused without counting, and
-// count_tokens is one of the key's requests, within its rate window.
+// count_tokens is one of the key's requests, within its rate window. A large
+// body dense with objects and arrays is refused before it is parsed: 4 MiB of
+// `{},` held the main thread 300 ms and more to parse, for a request free to
+// its sender.
 import { join } from 'node:path';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { EXACT_COUNT_MAX_BYTES } from '../../src/gateway/chat-completions.js';
 import { ensureDefaultModel } from '../../src/engine/model-maker.js';
 import { chatCalls, completionBody, replyJson, type FakeUpstream } from '../support/fake-upstream.js';
+import { longestStall } from '../support/event-loop.js';
 import { makeAccount, modelEntry, startGatewayOn, type GatewayOnUpstreams, type TestGateway } from '../support/gateway.js';
 
 let running: GatewayOnUpstreams;
@@ -142,6 +146,28 @@ describe('the main thread under large prompts', () => {
     const { error } = await res.json();
     expect(error.code, error.message).toBe('context_length_exceeded');
     expect(error.message).toMatch(/at least \d+ tokens > 4096/);
+  });
+
+  it('refuses a large body dense with objects before parsing it, and serves a conversation of its kind', async () => {
+    const { key } = await makeAccount(gw.redis, 100);
+    const send = (path: string, body: string) => fetch(`${gw.url}${path}`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${key}` }, body });
+    // 3.9 MB of `{},`: 1.3 million objects, which JSON.parse took 300 ms and more to make.
+    const dense = `{"model":"big","max_tokens":4,"messages":[${Array(1_300_000).fill('{}').join(',')}]}`;
+    const stall = await longestStall('3.9 MB of {}, sent and refused', async () => {
+      const res = await send('/v1/chat/completions', dense);
+      expect(res.status).toBe(400);
+      expect((await res.json()).error).toMatchObject({ type: 'invalid_request_error', code: 'body_too_dense' });
+    }, 100);
+    // Parsed, it held the loop 300 ms and more; looked at first, what is left is the body's reading.
+    expect(stall).toBeLessThan(100);
+    const anthropic = await send('/v1/messages', dense);
+    expect(anthropic.status).toBe(400);
+    expect(await anthropic.json()).toMatchObject({ type: 'error', error: { type: 'invalid_request_error', message: expect.stringContaining('JSON object or array per 16 bytes') } });
+    // A conversation of 1.5 MB, its turns in content blocks and code (braces and brackets) in its text, is looked at and served.
+    const messages = Array.from({ length: 2000 }, (_, i) => ({ role: i % 2 ? 'assistant' : 'user', content: [{ type: 'text', text: 'function f(x) { return [x, {y: "\\"}]; } '.repeat(20) }] }));
+    const served = await send('/v1/chat/completions', JSON.stringify({ model: 'big', max_tokens: 4, messages }));
+    expect(served.status).toBe(200);
+    expect((await served.json()).choices[0].message.content).toBe('ok');
   });
 
   it("counts count_tokens against the key's request rate", async () => {
