@@ -33,8 +33,8 @@ export function parseJsonBody(chunks: Buffer[], size: number): unknown {
  */
 const CHECKED_FROM_BYTES = 256 * 1024;
 /**
- * At most one object or array per this many bytes of a large body: an agent's conversation has one per 50 to
- * 100, a conversation of tiny tool results one per 20; 4 MiB of `{},` has one per 3.
+ * At most one object or array per this many bytes of a large body: a request Claude Code sent had one per 366
+ * (its tools one per 289), a conversation of tiny tool results has one per 20; 4 MiB of `{},` has one per 3.
  */
 const BYTES_PER_CONTAINER = 16;
 
