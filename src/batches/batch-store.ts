@@ -211,12 +211,15 @@ export async function readBatch(redis: Redis, account: string, id: string): Prom
   const m = meta as Record<string, string>;
   if (!m.status) return null;
   const [total, succeeded, errored, cost, promptTokens, cachedTokens, completionTokens] = (counters as (string | null)[]).map((c) => Number(c ?? 0));
+  // A line's success is written by its settlement, and its lease dropped a moment later (endLine): between the two
+  // it is in both counts. A line done is not running, so the running are at most what is neither queued nor done.
+  const notRunning = (queued as number) + succeeded + errored;
   const times = Object.fromEntries(Object.entries(TIME_FIELDS).map(([name, field]) => [name, timeOf(m[field])])) as BatchRecord['times'];
   return {
     id, api: m.api as BatchApi, account, keyId: m.key, endpoint: m.endpoint, inputFileId: m.input_file_id || null,
     metadata: m.metadata ? JSON.parse(m.metadata) : null, status: m.status as BatchStatus, times,
     problems: m.errors ? JSON.parse(m.errors) : null, outputFileId: m.output_file_id || null, errorFileId: m.error_file_id || null, model: m.model,
-    counts: { total, succeeded, errored, queued: queued as number, running: running as number },
+    counts: { total, succeeded, errored, queued: queued as number, running: Math.max(0, Math.min(running as number, total - notRunning)) },
     cost, usage: { promptTokens, cachedTokens, completionTokens },
   };
 }
