@@ -10,8 +10,8 @@
 // - a batch's input of 1,000 lines of 32 KB read and stored;
 // - an Anthropic create body of 32 MiB of small requests: parsed on this
 //   thread, and read on the intake thread; one of 32 MiB of 50,000
-//   requests, read; and one of 32 MiB of `{},` (11 million objects, the most
-//   a body of that size makes);
+//   requests, read; one of 32 MiB of numbers; and one of 32 MiB of `{},`
+//   (11 million objects, the most a body of that size makes);
 // - the fleet's active set of 100,000 batches read whole and a page of 1,000
 //   at a time, in Redis's own time (INFO commandstats).
 //
@@ -109,7 +109,10 @@ await measured(`the same, read on the intake thread`, async () => batchIntake.re
 const most = Buffer.from(JSON.stringify({ requests: Array.from({ length: 50_000 }, (_, i) => ({ custom_id: `r${i}`, params: { model: 'm', max_tokens: 10, messages: [{ role: 'user', content: 'x'.repeat(560) }] } })) }));
 await measured(`an Anthropic create of ${(most.length / 2 ** 20).toFixed(1)} MiB, 50,000 requests, read on the intake thread`, async () => `${(await batchIntake.read(account, { kind: 'anthropic', content: Buffer.from(most), maxLines: 50_000 })).texts.length} requests`);
 const objects = Buffer.from(`{"requests":[${Array(11_184_810).fill('{}').join(',')}]}`);
-await measured(`a create of 32 MiB of \`{},\`, read on the intake thread`, async () => batchIntake.read(account, { kind: 'anthropic', content: Buffer.from(objects), maxLines: 50_000 }).then(() => 'read', refused));
+const refusedWith = (err) => `${err.status}: ${err.code}`;
+const numbers = Buffer.from(`{"requests":[${Array(16_777_215).fill('0').join(',')}]}`);
+await measured('a create of 32 MiB of numbers, read on the intake thread', async () => batchIntake.read(account, { kind: 'anthropic', content: Buffer.from(numbers), maxLines: 50_000 }).then(() => 'read', refusedWith));
+await measured(`a create of 32 MiB of \`{},\`, read on the intake thread`, async () => batchIntake.read(account, { kind: 'anthropic', content: Buffer.from(objects), maxLines: 50_000 }).then(() => 'read', refusedWith));
 
 const active = redisKeys.activeBatches;
 for (let i = 0; i < 100_000; i += 5_000) await redis.zadd(active, ...Array.from({ length: 5_000 }, (_, j) => [now + i + j, `acct_${(i + j) % 1_000} batch_${i + j}`]).flat());

@@ -58,7 +58,7 @@ export const invalidJson = (detail: string) =>
   new ApiError(400, 'invalid_request_error', `We could not parse the JSON body of your request (${detail}). Send a JSON object with Content-Type: application/json.`, 'invalid_json');
 
 export const bodyTooDense = (bytesPerValue: number) =>
-  new ApiError(400, 'invalid_request_error', `The request body holds more than one JSON object or array per ${bytesPerValue} bytes, the most a request may.`, 'body_too_dense');
+  new ApiError(400, 'invalid_request_error', `The request's JSON holds more than one object or array per ${bytesPerValue} bytes, the most a request body or a batch's input may.`, 'body_too_dense');
 
 export const unsupportedContentType = (got: string) =>
   new ApiError(400, 'invalid_request_error', `Content-Type "${got}" is not supported; send the body as application/json.`, 'invalid_content_type');

@@ -60,11 +60,18 @@ function holdsMoreContainers(bytes: Buffer, most: number): boolean {
   return false;
 }
 
+/** The 400 for JSON of `bytes` too dense with objects and arrays to be parsed; undefined for JSON that may be. */
+export function tooDense(bytes: Buffer): ApiError | undefined {
+  if (bytes.length < CHECKED_FROM_BYTES || !holdsMoreContainers(bytes, bytes.length / BYTES_PER_CONTAINER)) return undefined;
+  return bodyTooDense(BYTES_PER_CONTAINER);
+}
+
 /** A request body's chunks as JSON, a large one first checked for how densely it holds objects and arrays. */
 function parseRequestBody(chunks: Buffer[], size: number): unknown {
   if (size < CHECKED_FROM_BYTES) return parseJsonBody(chunks, size);
   const bytes = chunks.length === 1 ? chunks[0] : Buffer.concat(chunks, size);
-  if (holdsMoreContainers(bytes, size / BYTES_PER_CONTAINER)) throw bodyTooDense(BYTES_PER_CONTAINER);
+  const refusal = tooDense(bytes);
+  if (refusal) throw refusal;
   return parseJsonBody([bytes], size);
 }
 

@@ -162,7 +162,7 @@ describe('the main thread under large prompts', () => {
     expect(stall).toBeLessThan(100);
     const anthropic = await send('/v1/messages', dense);
     expect(anthropic.status).toBe(400);
-    expect(await anthropic.json()).toMatchObject({ type: 'error', error: { type: 'invalid_request_error', message: expect.stringContaining('JSON object or array per 16 bytes') } });
+    expect(await anthropic.json()).toMatchObject({ type: 'error', error: { type: 'invalid_request_error', message: expect.stringContaining('one object or array per 16 bytes') } });
     // A conversation of 1.5 MB, its turns in content blocks and code (braces and brackets) in its text, is looked at and served.
     const messages = Array.from({ length: 2000 }, (_, i) => ({ role: i % 2 ? 'assistant' : 'user', content: [{ type: 'text', text: 'function f(x) { return [x, {y: "\\"}]; } '.repeat(20) }] }));
     const served = await send('/v1/chat/completions', JSON.stringify({ model: 'big', max_tokens: 4, messages }));
