@@ -21,8 +21,6 @@ export interface FileRecord {
   batch: { id: string; part: 'output' | 'error' } | null;
 }
 
-/** A file is stored, read and sent a download's part at a time. */
-const PART_BYTES = DOWNLOAD_PART_BYTES;
 
 /** What a file is for: an upload for a batch's input, or a batch's output or error file. */
 export const FILE_PURPOSES = ['batch', 'batch_output'] as const;
@@ -54,8 +52,8 @@ export async function createFile(redis: Redis, account: string, f: { id: string;
     const now = Date.now();
     await writeInParts(
       async () => {
-        for (let at = 0; at < f.content.length; at += PART_BYTES) {
-          await execAll(redis.pipeline().append(keys.content, f.content.subarray(at, at + PART_BYTES)).pexpire(keys.content, keep.ms));
+        for (let at = 0; at < f.content.length; at += DOWNLOAD_PART_BYTES) {
+          await execAll(redis.pipeline().append(keys.content, f.content.subarray(at, at + DOWNLOAD_PART_BYTES)).pexpire(keys.content, keep.ms));
         }
       },
       () =>
@@ -85,10 +83,10 @@ export async function readFile(redis: Redis, account: string, id: string): Promi
   return m.purpose ? recordOf(id, m) : null;
 }
 
-/** An uploaded file's bytes, a MiB at a time. */
+/** An uploaded file's bytes, a download's part at a time. */
 export async function* uploadedContent(redis: Redis, account: string, id: string, bytes: number): AsyncGenerator<Buffer> {
   const key = redisKeys.file(account, id).content;
-  for (let at = 0; at < bytes; at += PART_BYTES) yield await redis.getrangeBuffer(key, at, Math.min(at + PART_BYTES, bytes) - 1);
+  for (let at = 0; at < bytes; at += DOWNLOAD_PART_BYTES) yield await redis.getrangeBuffer(key, at, Math.min(at + DOWNLOAD_PART_BYTES, bytes) - 1);
 }
 
 /**

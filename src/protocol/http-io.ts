@@ -39,23 +39,19 @@ const CHECKED_FROM_BYTES = 256 * 1024;
 const BYTES_PER_CONTAINER = 16;
 
 /**
- * Whether `bytes` of JSON hold more than `most` objects and arrays, counted outside strings (jumping from quote
- * to quote natively: 2.5 ms for 3.8 MiB of a conversation, against its parse's 11). Stops at `most`.
+ * Whether `bytes` of JSON hold more than `most` objects and arrays, counted outside strings (7 ms for 4 MiB of
+ * a conversation, whose parse takes 11). Stops at `most`.
  */
 function holdsMoreContainers(bytes: Buffer, most: number): boolean {
   let count = 0;
+  let inString = false;
   for (let i = 0; i < bytes.length; i++) {
     const c = bytes[i];
-    if (c === 0x22) {
-      // To the string's closing quote: one not escaped by an odd run of backslashes.
-      for (;;) {
-        i = bytes.indexOf(0x22, i + 1);
-        if (i < 0) return false;
-        let backslashes = 0;
-        while (bytes[i - 1 - backslashes] === 0x5c) backslashes++;
-        if (backslashes % 2 === 0) break;
-      }
-    } else if ((c === 0x7b || c === 0x5b) && ++count > most) return true;
+    if (inString) {
+      if (c === 0x5c) i++;
+      else if (c === 0x22) inString = false;
+    } else if (c === 0x22) inString = true;
+    else if ((c === 0x7b || c === 0x5b) && ++count > most) return true;
   }
   return false;
 }
