@@ -18,11 +18,9 @@ import { decodePathSegment, readJsonBody, readJsonBytes, sendDownload, sendJson,
 import { readMultipart } from '../protocol/multipart.js';
 import { parseOpenAiBatchCreate, renderOpenAiBatch, renderOpenAiFile } from '../protocol/openai-batches.js';
 import type { GatewayContext } from './context.js';
-import { authenticate } from './exchange.js';
+import { authenticate, countInWindow, knownRefusal } from './exchange.js';
 import { failClosed } from './fail-closed.js';
 import { randomId } from './random-ids.js';
-import { rateLimitRefusal } from './rate-limit-headers.js';
-import { countRequest, limitsOf, rateCheck } from '../ratelimit/rate-limiter.js';
 
 const notFound = (what: string, id: string) => new ApiError(404, 'not_found_error', `No ${what} with id '${id}' was found.`, 'not_found', null);
 const conflict = (message: string) => new ApiError(409, 'invalid_request_error', message, 'conflict');
@@ -196,9 +194,11 @@ export async function handleBatchApis(req: IncomingMessage, res: ServerResponse,
   const rest = path.slice(root[0].length).split('/').filter((s) => s !== '').map(decodePathSegment);
   const caller = await authenticate(req, ctx);
   // Each call is one of the account's requests, and waits for its window's room: an upload or a create reads, checks
-  // and stores up to MAX_BATCH_BYTES.
-  const window = await failClosed(countRequest(ctx.redis, rateCheck(caller.account, limitsOf(caller.limits, ctx.routing().rateLimits), 0)));
-  if (window.full) throw rateLimitRefusal('requests', window.use);
+  // and stores up to MAX_BATCH_BYTES. None spends credit.
+  const table = ctx.routing();
+  const known = knownRefusal(ctx, caller, table, false);
+  if (known) await known;
+  await countInWindow(ctx, caller, table);
   await failClosed(root[1](req, res, ctx, caller, ctx.bodies.allowance(caller.account, res), method, rest, new URLSearchParams(search)));
   return true;
 }

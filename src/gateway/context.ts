@@ -4,6 +4,7 @@ import type { Redis } from 'ioredis';
 import type { KeyAuthenticator } from '../accounts/key-authenticator.js';
 import type { BatchRunner } from './batch-runner.js';
 import type { BodyBudget } from './body-budget.js';
+import type { KnownRefusals } from './known-refusals.js';
 import type { HoldQueue } from '../billing/hold-queue.js';
 import type { SettlementQueue } from '../billing/settlement-queue.js';
 import type { Router } from '../routing/router.js';
@@ -17,6 +18,8 @@ export interface GatewayContext {
   lifecycle: Lifecycle;
   /** The bytes of request bodies (and batch files read, downloads' parts) each account has in flight here. */
   bodies: BodyBudget;
+  /** Accounts whose next request is known to be refused (a rate window full, no credit), met before its body is read. */
+  refusals: KnownRefusals;
   telemetry: Telemetry;
   redis: Redis;
   keys: KeyAuthenticator;

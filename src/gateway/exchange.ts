@@ -9,11 +9,13 @@ import type { Caller } from '../accounts/key-authenticator.js';
 import type { ApiName } from '../config.js';
 import { apiNotServed, invalidApiKey, modelNotFound } from '../protocol/errors.js';
 import { readJsonBody } from '../protocol/http-io.js';
+import { countRequest, limitsOf, rateCheck } from '../ratelimit/rate-limiter.js';
 import { findModel, type RoutedModel, type RoutingTable } from '../routing/routing-table.js';
 import { Cancellation } from '../upstream/cancellation.js';
 import type { GatewayContext } from './context.js';
 import { failClosed } from './fail-closed.js';
 import { randomId } from './random-ids.js';
+import { rateLimitRefusal } from './rate-limit-headers.js';
 
 export interface Exchange {
   caller: Caller;
@@ -45,7 +47,24 @@ export function requestIdOf(req: IncomingMessage): string {
   return typeof given === 'string' && /^[\w.:-]{1,128}$/.test(given) ? given : randomId();
 }
 
-export async function openExchange(req: IncomingMessage, res: ServerResponse, ctx: GatewayContext): Promise<Exchange> {
+/**
+ * Before a body is read: the refusal the caller's account is known to get, on its turn, for a request that `spends`
+ * credit or not (gateway/known-refusals.ts); undefined, at once, for an account with none known.
+ */
+export function knownRefusal(ctx: GatewayContext, caller: Caller, table: RoutingTable, spends: boolean): Promise<void> | undefined {
+  return ctx.refusals.refusalBeforeBody(caller.account, caller.limits, table.rateLimits, spends);
+}
+
+/** Counts a request that holds no credit (count_tokens, a batch API's call) in its account's window: the 429 when it is full, remembered. */
+export async function countInWindow(ctx: GatewayContext, caller: Caller, table: RoutingTable): Promise<void> {
+  const window = await failClosed(countRequest(ctx.redis, rateCheck(caller.account, limitsOf(caller.limits, table.rateLimits), 0)));
+  if (!window.full) return;
+  ctx.refusals.heardWindow(caller.account, window.use);
+  throw rateLimitRefusal('requests', window.use);
+}
+
+/** `spends`: whether the request holds credit (count_tokens does not: an account without credit may count). */
+export async function openExchange(req: IncomingMessage, res: ServerResponse, ctx: GatewayContext, spends = true): Promise<Exchange> {
   const upstreamCall = new Cancellation();
   let clientGone = false;
   res.once('close', () => {
@@ -56,6 +75,8 @@ export async function openExchange(req: IncomingMessage, res: ServerResponse, ct
   ctx.lifecycle.onStop(res, () => upstreamCall.cancel());
   const caller = await authenticate(req, ctx);
   const table = ctx.routing();
+  const known = knownRefusal(ctx, caller, table, spends);
+  if (known) await known;
   const body = await readJsonBody(req, table.settings.maxBodyBytes, ctx.bodies.allowance(caller.account, res));
   return { caller, table, body, headers: req.headers, upstreamCall, clientGone: () => clientGone };
 }

@@ -13,10 +13,7 @@ import { chat } from './chat-completions.js';
 import { chatMapped } from './chat-mapped.js';
 import type { GatewayContext } from './context.js';
 import type { RequestRecord } from '../telemetry/request-record.js';
-import { openExchange, servingModel } from './exchange.js';
-import { failClosed } from './fail-closed.js';
-import { rateLimitRefusal } from './rate-limit-headers.js';
-import { countRequest, limitsOf, rateCheck } from '../ratelimit/rate-limiter.js';
+import { countInWindow, openExchange, servingModel } from './exchange.js';
 import { estimatedTokens, handleApiRequest } from './api-path.js';
 
 export const messages = chatMapped({
@@ -38,15 +35,14 @@ export function handleMessages(req: IncomingMessage, res: ServerResponse, ctx: G
  * an estimate from the text (about 3 bytes a token).
  */
 export async function countMessageTokens(req: IncomingMessage, res: ServerResponse, ctx: GatewayContext, span: Span): Promise<void> {
-  const { caller, table, body } = await openExchange(req, res, ctx);
+  const { caller, table, body } = await openExchange(req, res, ctx, false);
   const source = parseCountTokensRequest(body);
   if (source instanceof ApiError) throw source;
   const request = messagesToChat(source);
   if (request instanceof ApiError) throw request;
   const model = servingModel(table, request.model, 'chat', span, caller);
   // Counting is work done for the caller: it is one of the account's requests, and waits for its window's room.
-  const window = await failClosed(countRequest(ctx.redis, rateCheck(caller.account, limitsOf(caller.limits, table.rateLimits), 0)));
-  if (window.full) throw rateLimitRefusal('requests', window.use);
+  await countInWindow(ctx, caller, table);
   const counted = await chat.promptTokens(model, request);
   if (counted.exact) return sendJson(res, 200, { input_tokens: counted.tokens[0] });
   const counter = model.endpoints.find((e) => e.dialect.promptCount && ctx.router.state(e).breaker.isAvailable());

@@ -28,6 +28,7 @@ import { flushRequestLog } from '../telemetry/request-log.js';
 import { createMetricsServer } from '../telemetry/metrics-server.js';
 import { Telemetry } from '../telemetry/telemetry.js';
 import { BodyBudget } from './body-budget.js';
+import { KnownRefusals } from './known-refusals.js';
 import { Lifecycle } from './lifecycle.js';
 import { BatchRunner } from './batch-runner.js';
 import { createGatewayServer } from './server.js';
@@ -111,7 +112,7 @@ export async function startGateway(opts: GatewayOptions): Promise<RunningGateway
     const settlements = openSettlements(redis, opts.dataDir, () => table, parts);
     const lifecycle = new Lifecycle();
     const bodies = new BodyBudget(() => table.settings.bodyBytesPerAccount);
-    const context: GatewayContext = { routing: () => table, router, lifecycle, bodies, telemetry, redis, keys, holds: new HoldQueue(redis), settlements, keySecret: secret };
+    const context: GatewayContext = { routing: () => table, router, lifecycle, bodies, refusals: new KnownRefusals(redis), telemetry, redis, keys, holds: new HoldQueue(redis), settlements, keySecret: secret };
     const server = createGatewayServer(context, opts.metricsPort === undefined);
     server.keepAliveTimeout = 65_000;
     await listen(server, opts.port, opts.host);
