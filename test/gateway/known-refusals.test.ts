@@ -5,6 +5,8 @@
 // before; a window is forgotten when its minute ends or its limits change,
 // and a balance as soon as it has something.
 import { connect } from 'node:net';
+import Anthropic from '@anthropic-ai/sdk';
+import OpenAI from 'openai';
 import type { Redis } from 'ioredis';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { changeCredit } from '../../src/billing/credit-ledger.js';
@@ -63,6 +65,12 @@ describe('an account known to be refused', () => {
       expect(anthropic).toMatchObject({ status: 429, body: { type: 'error', error: { type: 'rate_limit_error' } } });
       // count_tokens holds no credit, but is counted in the window: refused alike.
       expect(await answerWithoutBody(gw.url, '/v1/messages/count_tokens', { 'x-api-key': gw.apiKey })).toMatchObject({ status: 429 });
+      // The official SDKs, sending 2 MB conversations the replica does not read, get the 429 as their own error.
+      const long = [{ role: 'user' as const, content: 'a'.repeat(2_000_000) }];
+      const openai = new OpenAI({ baseURL: `${gw.url}/v1`, apiKey: gw.apiKey, maxRetries: 0 });
+      await expect(openai.chat.completions.create({ model: 'm', messages: long })).rejects.toBeInstanceOf(OpenAI.RateLimitError);
+      const claude = new Anthropic({ baseURL: gw.url, apiKey: gw.apiKey, maxRetries: 0 });
+      await expect(claude.messages.create({ model: 'm', max_tokens: 10, messages: long })).rejects.toBeInstanceOf(Anthropic.RateLimitError);
       const limited = await postChat(gw, { model: 'm', messages, max_tokens: 10 });
       expect(limited.status).toBe(429);
       expect(Number(limited.headers.get('retry-after'))).toBeGreaterThan(0);
