@@ -106,7 +106,7 @@ export function budgetRenewsAt(period: BudgetPeriod, now: number): number | null
 }
 
 /** What a key has spent in its budget's current period, and holds now (micro-units). */
-export async function keySpend(redis: Redis, record: ApiKeyRecord, now = Date.now()): Promise<{ spent: number; held: number }> {
+export async function keySpend(redis: Redis, record: Pick<ApiKeyRecord, 'account' | 'id' | 'budget'>, now = Date.now()): Promise<{ spent: number; held: number }> {
   if (!record.budget) return { spent: 0, held: 0 };
   const [held, spent] = await redis.hmget(redisKeys.keyBudget(record.account, record.id), 'held', budgetPeriodField(record.budget.period, now));
   return { spent: Number(spent ?? 0), held: Number(held ?? 0) };

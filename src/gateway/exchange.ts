@@ -52,7 +52,7 @@ export function requestIdOf(req: IncomingMessage): string {
  * credit or not (gateway/known-refusals.ts); undefined, at once, for an account with none known.
  */
 export function knownRefusal(ctx: GatewayContext, caller: Caller, table: RoutingTable, spends: boolean): Promise<void> | undefined {
-  return ctx.refusals.refusalBeforeBody(caller.account, caller.limits, table.rateLimits, spends);
+  return ctx.refusals.refusalBeforeBody(caller, table.rateLimits, spends);
 }
 
 /** Counts a request that holds no credit (count_tokens, a batch API's call) in its account's window: the 429 when it is full, remembered. */

@@ -122,7 +122,7 @@ export class Meter {
     // The hold's span: how long the request waited on Redis for its credit.
     const holdSpan = ctx.telemetry.child(span, 'credit hold', { 'parley.prompt_tokens': m.promptTokens, 'parley.max_reply_tokens': m.maxReplyTokens });
     const hold = await failClosed(asked).finally(() => holdSpan.end());
-    if (hold.kind !== 'held') ctx.refusals.heardHold(m.caller.account, hold);
+    if (hold.kind !== 'held') ctx.refusals.heardHold(m.caller, hold);
     if (hold.kind === 'rate_limited') throw rateLimitRefusal(hold.over, hold.rate);
     if (hold.kind === 'over_budget') throw keyBudgetSpent(formatMicros(budget!.limit), budget!.period, budgetRenewsAt(budget!.period, now));
     if (hold.kind !== 'held') throw insufficientBalance();

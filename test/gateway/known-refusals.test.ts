@@ -1,20 +1,22 @@
-// An account whose hold found its rate window with no room left, or its
-// balance with nothing available, meets that refusal before its next
-// request's body is read (the balance read again first), paced one per
-// REFUSAL_SPACING_MS a replica, while every other account is served as
-// before; a window is forgotten when its minute ends or its limits change,
-// and a balance as soon as it has something.
+// An account whose hold found its rate window with no room left, its
+// balance with nothing available or its key's budget with nothing left meets
+// that refusal before its next request's body is read (the balance or the
+// budget read again first), paced one per REFUSAL_SPACING_MS a replica,
+// while every other account is served as before; a window is forgotten when
+// its minute ends or its limits change, a balance or a budget as soon as it
+// has something.
 import { connect } from 'node:net';
 import Anthropic from '@anthropic-ai/sdk';
 import OpenAI from 'openai';
 import type { Redis } from 'ioredis';
 import { afterEach, describe, expect, it, vi } from 'vitest';
+import { createApiKey, keySpend, setKeyLimits } from '../../src/accounts/api-keys.js';
 import { changeCredit } from '../../src/billing/credit-ledger.js';
 import { KnownRefusals, REFUSAL_SPACING_MS } from '../../src/gateway/known-refusals.js';
 import { ApiError } from '../../src/protocol/errors.js';
 import type { RateLimits } from '../../src/ratelimit/rate-limiter.js';
-import { answering, chatCalls } from '../support/fake-upstream.js';
-import { makeAccount, modelEntry, postChat, startFleetOn, withGatewayOn, type TestGateway } from '../support/gateway.js';
+import { answering, chatCalls, until } from '../support/fake-upstream.js';
+import { makeAccount, modelEntry, postChat, startFleetOn, TEST_KEY_SECRET, withGatewayOn, type TestGateway } from '../support/gateway.js';
 
 const messages = [{ role: 'user' as const, content: 'hello' }];
 const oneModel = (rateLimits: Record<string, number> = {}) => ([url]: string[]) => ({ rateLimits, models: [modelEntry('m', [{ kind: 'vllm', url }])] });
@@ -132,30 +134,52 @@ describe('an account known to be refused', () => {
   });
 });
 
+describe('a key whose budget is spent', () => {
+  it("meets the key's 429 before its body is read, while the account's other keys are served, and is served once the budget is raised", async () => {
+    // A prompt of "hi" is held as 18 tokens at 1 micro-unit, each reply token at 2: a reply of 5 tokens costs 28.
+    const metered = answering({ prompt_tokens: 18, completion_tokens: 5 });
+    await withGatewayOn([metered], oneModel(), async (gw, [upstream]) => {
+      const { key, record } = await createApiKey(gw.redis.client, TEST_KEY_SECRET, gw.account, 'k', { budget: { limit: 28, period: 'total' } });
+      const ask = (apiKey: string) => postChat({ url: gw.url, apiKey }, { model: 'm', messages: [{ role: 'user', content: 'hi' }], max_tokens: 5 });
+      expect((await ask(key)).status).toBe(200);
+      await until(async () => (await keySpend(gw.redis.client, record)).spent === 28);
+      expect((await ask(key)).status).toBe(429);
+      const calls = chatCalls(upstream);
+      const known = await answerWithoutBody(gw.url, '/v1/chat/completions', { authorization: `Bearer ${key}` });
+      expect(known).toMatchObject({ status: 429, body: { error: { code: 'insufficient_quota', message: expect.stringContaining("This API key's budget") } } });
+      expect((await ask(gw.apiKey)).status).toBe(200);
+      await setKeyLimits(gw.redis.client, record.id, { budget: { limit: 100, period: 'total' } });
+      await until(async () => (await ask(key)).status === 200, 2_000);
+      expect(chatCalls(upstream)).toBe(calls + 2);
+    });
+  });
+});
+
 describe('KnownRefusals', () => {
   afterEach(() => void vi.useRealTimers());
   const limits: RateLimits = { requestsPerMinute: 2, tokensPerMinute: 1000, concurrentRequests: 0 };
   const use = { limits, requests: 2, tokens: 20, resetSeconds: 30 };
   // A full window needs no Redis.
   const refusals = () => new KnownRefusals({} as Redis);
+  const asking = (account: string, own: Partial<RateLimits> = {}) => ({ account, keyId: 'k', budget: null, limits: own });
 
   it('forgets a full window when its minute ends, or when the limits it was full under change', async () => {
     vi.useFakeTimers({ toFake: ['Date'] });
     vi.setSystemTime(new Date('2026-11-30T10:00:10Z'));
     const known = refusals();
     known.heardWindow('a', use);
-    await expect(known.refusalBeforeBody('a', limits, limits, true)).rejects.toBeInstanceOf(ApiError);
-    expect(known.refusalBeforeBody('a', { requestsPerMinute: 3 }, limits, true)).toBeUndefined();
+    await expect(known.refusalBeforeBody(asking('a'), limits, true)).rejects.toBeInstanceOf(ApiError);
+    expect(known.refusalBeforeBody(asking('a', { requestsPerMinute: 3 }), limits, true)).toBeUndefined();
     known.heardWindow('a', use);
     vi.setSystemTime(new Date('2026-11-30T10:01:00Z'));
-    expect(known.refusalBeforeBody('a', limits, limits, true)).toBeUndefined();
+    expect(known.refusalBeforeBody(asking('a'), limits, true)).toBeUndefined();
   });
 
   it('remembers a window only when no request fits: its requests, or its tokens, at the limit', async () => {
     const known = refusals();
     known.heardWindow('room', { ...use, requests: 1, tokens: 999 });
-    expect(known.refusalBeforeBody('room', {}, limits, true)).toBeUndefined();
+    expect(known.refusalBeforeBody(asking('room'), limits, true)).toBeUndefined();
     known.heardWindow('tokens', { ...use, requests: 1, tokens: 1000 });
-    await expect(known.refusalBeforeBody('tokens', {}, limits, true)).rejects.toMatchObject({ status: 429, message: expect.stringContaining('1000 tokens per minute') });
+    await expect(known.refusalBeforeBody(asking('tokens'), limits, true)).rejects.toMatchObject({ status: 429, message: expect.stringContaining('1000 tokens per minute') });
   });
 });
