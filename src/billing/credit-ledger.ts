@@ -357,6 +357,16 @@ if not granted then return {0, 0, 0, 0} end
 return {1, granted, topped_up, held}
 `);
 
+// KEYS: the account's five (accountKeys). Replies its available credit and
+// its open holds (its requests in flight, fleet-wide), once expired holds are
+// reclaimed; 0 and 0 for no such account.
+const STANDING = luaScript(`
+${RECLAIM_EXPIRED_HOLDS}
+local granted, topped_up, held = reclaimed_balance(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5])
+if not granted then return {0, 0} end
+return {granted + topped_up - held, redis.call('ZCARD', KEYS[2])}
+`);
+
 // KEYS: the account's five (accountKeys), its ledger, its applied changes.
 // ARGV: kind (grant | top_up | deduct), amount, note, account id, change id
 // ('' for none), the most a balance may be. Deductions take granted credit
@@ -601,6 +611,12 @@ export async function balanceSummary(redis: Redis, account: string): Promise<Bal
   const b = (await readBalance(redis, account)) ?? { granted: 0, toppedUp: 0, held: 0 };
   const total = b.granted + b.toppedUp;
   return { ...b, total, available: Math.max(0, total - b.held) };
+}
+
+/** What an account's next request would find before its own size counts: credit available, and requests in flight. */
+export async function admissionStanding(redis: Redis, account: string): Promise<{ available: number; inFlight: number }> {
+  const [available, inFlight] = (await STANDING.run(redis, accountKeys(account), [])) as number[];
+  return { available, inFlight };
 }
 
 export type CreditChange = 'grant' | 'top_up' | 'deduct';

@@ -1,6 +1,6 @@
-// An account that its hold found with no room left in its rate window, or
-// with nothing of its balance available, or whose key's budget had nothing
-// left, gets the same refusal from its next request's hold, once that
+// An account that its hold found with no room left in its rate window, at
+// its bound of requests in flight, with nothing of its balance available, or
+// whose key's budget had nothing left, gets the same refusal from its next request's hold, once that
 // request's body has been read, parsed and checked and its prompt counted:
 // the costliest part of a request, done for nothing, on the main thread and
 // the prompt counter every tenant on the replica shares. A refusal counts
@@ -11,10 +11,11 @@
 // - a window with no room for any request (its requests, or its tokens, at
 //   the limit) has none until its minute ends: while the limits are the
 //   same, the 429 is answered from memory;
-// - a balance with nothing available, or a key's budget with nothing left,
-//   may change at any time (a top-up, a hold released), so it is read again,
-//   a Redis call or two and no body: still nothing, the 402 (or the key's
-//   429); else the request goes on as any other.
+// - requests in flight, a balance with nothing available, or a key's budget
+//   with nothing left, may change at any time (a request ended, a top-up, a
+//   hold released), so they are read again, a Redis call or two and no body:
+//   still at the bound, the 429; still nothing, the 402 (or the key's 429);
+//   else the request goes on as any other.
 // And the account's refusals are paced, one per REFUSAL_SPACING_MS on each
 // replica whichever key they come with, the rest waiting their turn with
 // their bodies unread: a client that sends the next request as soon as one
@@ -28,7 +29,7 @@ import { LRUCache } from 'lru-cache';
 import type { Redis } from 'ioredis';
 import type { Caller } from '../accounts/key-authenticator.js';
 import { budgetRenewsAt, keySpend } from '../accounts/api-keys.js';
-import { balanceSummary, type HoldResult } from '../billing/credit-ledger.js';
+import { admissionStanding, type HoldResult } from '../billing/credit-ledger.js';
 import { formatMicros } from '../billing/prices.js';
 import { insufficientBalance, keyBudgetSpent } from '../protocol/errors.js';
 import { limitsOf, rateCheck, rateUse, type RateLimits, type RateUse } from '../ratelimit/rate-limiter.js';
@@ -39,6 +40,8 @@ import { rateLimitRefusal } from './rate-limit-headers.js';
 interface Known {
   /** Its window, with no room for any request until its minute ends. */
   window?: { minute: number; over: 'requests' | 'tokens'; use: RateUse };
+  /** It had its bound of requests in flight: where the window stood then. */
+  inFlight?: RateUse;
   /** Its balance had nothing available. */
   noCredit?: boolean;
   /** Its keys whose budget had nothing left. */
@@ -67,11 +70,15 @@ export class KnownRefusals {
     return known;
   }
 
-  /** What a hold for `caller` came to: a window left with no room, a balance with none available or a key's budget with none left is remembered. */
+  /**
+   * What a hold for `caller` came to: a window left with no room, the bound of requests in flight, a balance with
+   * none available or a key's budget with none left is remembered.
+   */
   heardHold(caller: Pick<Caller, 'account' | 'keyId'>, hold: HoldResult): void {
     if (hold.kind === 'no_credit' && hold.available <= 0) this.known(caller.account).noCredit = true;
     else if (hold.kind === 'over_budget' && hold.left <= 0) (this.known(caller.account).spentKeys ??= new Set()).add(caller.keyId);
-    else if (hold.kind === 'rate_limited' && hold.over !== 'in_flight') this.heardWindow(caller.account, hold.rate);
+    else if (hold.kind === 'rate_limited' && hold.over === 'in_flight') this.known(caller.account).inFlight = hold.rate;
+    else if (hold.kind === 'rate_limited') this.heardWindow(caller.account, hold.rate);
   }
 
   /** Where `account`'s window stood when a request was refused or counted: remembered if it has no room left. */
@@ -84,16 +91,17 @@ export class KnownRefusals {
   /**
    * Before a body is read: the refusal the caller's request is known to get, once its turn comes (its window still
    * full under its limits, the account's own or else the `defaults`; or, for a request that `spends` credit, its
-   * balance or its key's budget, read again, still with nothing), as a promise that rejects; one that resolves where
-   * they have something now; undefined for a caller with nothing known, whose request goes on at once.
+   * requests in flight still at the bound, or its balance or its key's budget, read again, still with nothing), as a
+   * promise that rejects; one that resolves where they have room now; undefined for a caller with nothing known,
+   * whose request goes on at once.
    */
   refusalBeforeBody(caller: Asking, defaults: RateLimits, spends: boolean): Promise<void> | undefined {
     const known = this.byAccount.get(caller.account);
     if (!known) return undefined;
     const now = Date.now();
     const limits = limitsOf(caller.limits, defaults);
-    if (!this.windowStillFull(known, now, limits) && !(spends && (known.noCredit || known.spentKeys?.has(caller.keyId)))) {
-      if (!known.noCredit && !known.spentKeys?.size) this.byAccount.delete(caller.account);
+    if (!this.windowStillFull(known, now, limits) && !(spends && (known.inFlight || known.noCredit || known.spentKeys?.has(caller.keyId)))) {
+      if (!known.inFlight && !known.noCredit && !known.spentKeys?.size) this.byAccount.delete(caller.account);
       return undefined;
     }
     const turn = Math.max(now, known.nextTurn);
@@ -116,12 +124,16 @@ export class KnownRefusals {
       throw rateLimitRefusal(over, rateUse(rateCheck(caller.account, limits, 0, now), use.requests, use.tokens));
     }
     if (!spends) return;
-    // Read first: it reclaims the account's holds whose replica died, with what they held of their keys' budgets.
-    if (known.noCredit || known.spentKeys?.has(caller.keyId)) {
-      const { available } = await failClosed(balanceSummary(this.redis, caller.account));
-      if (available <= 0) throw insufficientBalance();
-      known.noCredit = false;
+    // In the hold's order. The read reclaims the account's holds whose replica died, with what they held of their keys' budgets.
+    const { available, inFlight } = await failClosed(admissionStanding(this.redis, caller.account));
+    if (known.inFlight) {
+      if (limits.concurrentRequests > 0 && inFlight >= limits.concurrentRequests) {
+        throw rateLimitRefusal('in_flight', rateUse(rateCheck(caller.account, limits, 0, now), known.inFlight.requests, known.inFlight.tokens));
+      }
+      known.inFlight = undefined;
     }
+    if (available <= 0) throw insufficientBalance();
+    known.noCredit = false;
     const budget = caller.budget;
     if (!known.spentKeys?.has(caller.keyId) || !budget) return void known.spentKeys?.delete(caller.keyId);
     const { spent, held } = await failClosed(keySpend(this.redis, { account: caller.account, id: caller.keyId, budget }, now));

@@ -1,7 +1,8 @@
-// An account whose hold found its rate window with no room left, its
-// balance with nothing available or its key's budget with nothing left meets
-// that refusal before its next request's body is read (the balance or the
-// budget read again first), paced one per REFUSAL_SPACING_MS a replica,
+// An account whose hold found its rate window with no room left, its bound
+// of requests in flight reached, its balance with nothing available or its
+// key's budget with nothing left meets that refusal before its next
+// request's body is read (what is in flight, the balance or the budget read
+// again first), paced one per REFUSAL_SPACING_MS a replica,
 // while every other account is served as before; a window is forgotten when
 // its minute ends or its limits change, a balance or a budget as soon as it
 // has something.
@@ -15,7 +16,7 @@ import { changeCredit } from '../../src/billing/credit-ledger.js';
 import { KnownRefusals, REFUSAL_SPACING_MS } from '../../src/gateway/known-refusals.js';
 import { ApiError } from '../../src/protocol/errors.js';
 import type { RateLimits } from '../../src/ratelimit/rate-limiter.js';
-import { answering, chatCalls, until } from '../support/fake-upstream.js';
+import { answering, chatCalls, sleep, until, type Script } from '../support/fake-upstream.js';
 import { makeAccount, modelEntry, postChat, startFleetOn, TEST_KEY_SECRET, withGatewayOn, type TestGateway } from '../support/gateway.js';
 
 const messages = [{ role: 'user' as const, content: 'hello' }];
@@ -131,6 +132,27 @@ describe('an account known to be refused', () => {
     } finally {
       await fleet.close();
     }
+  });
+});
+
+describe('an account at its bound of requests in flight', () => {
+  it('meets the 429 before its body is read while its requests are still in flight, and is served as soon as one ends', async () => {
+    const slow: Script = async (req, res) => {
+      await sleep(1500);
+      await answering({ prompt_tokens: 5, completion_tokens: 5 })(req, res);
+    };
+    await withGatewayOn([slow], oneModel({ concurrentRequests: 1 }), async (gw, [upstream]) => {
+      const first = postChat(gw, { model: 'm', messages, max_tokens: 10 });
+      await until(async () => chatCalls(upstream) === 1);
+      const second = await postChat(gw, { model: 'm', messages, max_tokens: 10 });
+      expect(second.status).toBe(429);
+      const known = await answerWithoutBody(gw.url, '/v1/chat/completions', { authorization: `Bearer ${gw.apiKey}` });
+      expect(known).toMatchObject({ status: 429, body: { error: { message: expect.stringContaining('1 requests in flight') } } });
+      expect((await first).status).toBe(200);
+      // The first counts until its settlement lands, a few ms after its last byte.
+      await until(async () => (await postChat(gw, { model: 'm', messages, max_tokens: 10 })).status === 200, 1_000);
+      expect(chatCalls(upstream)).toBe(2);
+    });
   });
 });
 
