@@ -350,21 +350,14 @@ end
 return reply
 `);
 
+// KEYS: the account's five (accountKeys). Replies 1 (0 for no such account),
+// its granted, topped up and held credit, and its open holds (its requests in
+// flight, fleet-wide), once expired holds are reclaimed.
 const BALANCE = luaScript(`
 ${RECLAIM_EXPIRED_HOLDS}
 local granted, topped_up, held = reclaimed_balance(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5])
-if not granted then return {0, 0, 0, 0} end
-return {1, granted, topped_up, held}
-`);
-
-// KEYS: the account's five (accountKeys). Replies its available credit and
-// its open holds (its requests in flight, fleet-wide), once expired holds are
-// reclaimed; 0 and 0 for no such account.
-const STANDING = luaScript(`
-${RECLAIM_EXPIRED_HOLDS}
-local granted, topped_up, held = reclaimed_balance(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5])
-if not granted then return {0, 0} end
-return {granted + topped_up - held, redis.call('ZCARD', KEYS[2])}
+if not granted then return {0, 0, 0, 0, 0} end
+return {1, granted, topped_up, held, redis.call('ZCARD', KEYS[2])}
 `);
 
 // KEYS: the account's five (accountKeys), its ledger, its applied changes.
@@ -615,8 +608,8 @@ export async function balanceSummary(redis: Redis, account: string): Promise<Bal
 
 /** What an account's next request would find before its own size counts: credit available, and requests in flight. */
 export async function admissionStanding(redis: Redis, account: string): Promise<{ available: number; inFlight: number }> {
-  const [available, inFlight] = (await STANDING.run(redis, accountKeys(account), [])) as number[];
-  return { available, inFlight };
+  const [, granted, toppedUp, held, inFlight] = (await BALANCE.run(redis, accountKeys(account), [])) as number[];
+  return { available: granted + toppedUp - held, inFlight };
 }
 
 export type CreditChange = 'grant' | 'top_up' | 'deduct';

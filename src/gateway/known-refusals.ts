@@ -55,6 +55,8 @@ type Asking = Pick<Caller, 'account' | 'keyId' | 'budget' | 'limits'>;
 
 export const REFUSAL_SPACING_MS = 10;
 
+/** Whether a request of `keyId` that spends credit must have its account's standing read again first. */
+const readAgain = (known: Known, keyId: string) => Boolean(known.inFlight || known.noCredit || known.spentKeys?.has(keyId));
 const minuteOf = (ms: number) => Math.floor(ms / 60_000);
 const sameLimits = (a: RateLimits, b: RateLimits) => a.requestsPerMinute === b.requestsPerMinute && a.tokensPerMinute === b.tokensPerMinute;
 
@@ -100,7 +102,7 @@ export class KnownRefusals {
     if (!known) return undefined;
     const now = Date.now();
     const limits = limitsOf(caller.limits, defaults);
-    if (!this.windowStillFull(known, now, limits) && !(spends && (known.inFlight || known.noCredit || known.spentKeys?.has(caller.keyId)))) {
+    if (!this.windowStillFull(known, now, limits) && !(spends && readAgain(known, caller.keyId))) {
       if (!known.inFlight && !known.noCredit && !known.spentKeys?.size) this.byAccount.delete(caller.account);
       return undefined;
     }
@@ -123,7 +125,7 @@ export class KnownRefusals {
       const { over, use } = known.window!;
       throw rateLimitRefusal(over, rateUse(rateCheck(caller.account, limits, 0, now), use.requests, use.tokens));
     }
-    if (!spends) return;
+    if (!spends || !readAgain(known, caller.keyId)) return;
     // In the hold's order. The read reclaims the account's holds whose replica died, with what they held of their keys' budgets.
     const { available, inFlight } = await failClosed(admissionStanding(this.redis, caller.account));
     if (known.inFlight) {
