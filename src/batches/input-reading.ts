@@ -13,8 +13,8 @@ import type { InputProblem, StoredLine } from './batch-store.js';
 /** How much of a prompt's first part decides its group: enough for any system prompt's start, cheap to hash. */
 const PREFIX_CHARS = 2048;
 
-/** A batch's input, as sent to the intake thread. */
-export type BatchInput = { kind: 'openai'; endpoint: OpenAiBatchEndpoint; content: Uint8Array } | { kind: 'anthropic'; content: Uint8Array; maxLines: number };
+/** A batch's input, as sent to the intake thread: its bytes in parts, in order (joined there, not on the main thread). */
+export type BatchInput = { kind: 'openai'; endpoint: OpenAiBatchEndpoint; content: Uint8Array[] } | { kind: 'anthropic'; content: Uint8Array[]; maxLines: number };
 
 /** A batch's input as read: what the main thread checks and stores, and nothing it would have to parse again. */
 export interface ReadInput {
@@ -68,7 +68,7 @@ function storedTexts(lines: StoredLine[]): { texts: string[]; bytes: number } {
 
 /** A batch's lines, or the 400 its input gets. */
 function linesOf(input: BatchInput): { lines: StoredLine[]; problems: InputProblem[] } | ApiError {
-  const content = Buffer.from(input.content.buffer, input.content.byteOffset, input.content.byteLength);
+  const content = Buffer.concat(input.content);
   // As dense as a request body may be, or refused before the parse: 32 MiB of `{},` took the thread 7 s and the
   // process 1 GB to read, and a refused create is free to its sender.
   const refusal = tooDense(content);

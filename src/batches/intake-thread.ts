@@ -1,10 +1,10 @@
-// A batch's input is read on a thread of its own: its parse, checks, order
-// and stored texts (input-reading.ts). Parsing a create body of 32 MiB of
-// small requests held the main thread 1.0 to 1.6 s (2026-11-29), and every
-// other request on the replica waited it out; here only the other batches'
-// inputs do. What comes back is strings and numbers, which cost the main
-// thread a copy, not a parse (test/batches/large-lines.test.ts: a stall of
-// 73 ms, not 1,378).
+// A batch's input is read on a thread of its own: its parts joined, its
+// parse, checks, order and stored texts (input-reading.ts). Parsing a create
+// body of 32 MiB of small requests held the main thread 1.0 to 1.6 s
+// (2026-11-29), and every other request on the replica waited it out; here
+// only the other batches' inputs do. What comes back is strings and numbers,
+// which cost the main thread a copy, not a parse (test/batches/
+// large-lines.test.ts: a stall of 14 to 35 ms, not 1,378).
 //
 // The thread reads one input at a time, the accounts that wait taking turns.
 // A parse takes many times its input's bytes (a create of 32 MiB of numbers
@@ -63,8 +63,8 @@ export class IntakeThread {
 
   /**
    * Reads a batch's input on the thread: what is stored of it, or rejects with its 400 (or the 429 of an account
-   * whose inputs took their time this minute). `input.content` is handed over where it is a buffer of its own, and
-   * cannot be read here afterwards. An input still waiting when `gone` aborts (its client left) is dropped.
+   * whose inputs took their time this minute). Each of `input.content`'s parts that is a buffer of its own is handed
+   * over, and cannot be read here afterwards. An input still waiting when `gone` aborts (its client left) is dropped.
    */
   read(account: string, input: BatchInput, gone?: AbortSignal): Promise<ReadInput> {
     const overTime = this.overTime(account);
@@ -123,11 +123,10 @@ export class IntakeThread {
         continue;
       }
       this.reading = { job, startedAt: Date.now() };
-      // Handed over rather than copied (a copy of 32 MiB held the main thread 36 ms), where the bytes are a buffer
-      // of their own and not a slice of Node's shared pool.
-      const { buffer, byteOffset, byteLength } = job.input.content;
-      const own = byteOffset === 0 && byteLength === buffer.byteLength && buffer instanceof ArrayBuffer;
-      this.started().postMessage(job.input, own ? [buffer] : []);
+      // Handed over rather than copied (a copy of 32 MiB held the main thread 36 ms), each part that is a buffer of
+      // its own and not a slice of Node's shared pool.
+      const own = job.input.content.filter(({ buffer, byteOffset, byteLength }) => byteOffset === 0 && byteLength === buffer.byteLength && buffer instanceof ArrayBuffer);
+      this.started().postMessage(job.input, own.map((part) => part.buffer as ArrayBuffer));
     }
   }
 

@@ -12,7 +12,7 @@ import { IntakeThread } from '../../src/batches/intake-thread.js';
 import { Cancelled } from '../../src/protocol/errors.js';
 
 const TEST_WORKER = new URL('../support/intake-test-worker.mjs', import.meta.url);
-const labelled = (label: string) => ({ kind: 'anthropic' as const, content: Buffer.from(label), maxLines: 1 });
+const labelled = (label: string) => ({ kind: 'anthropic' as const, content: [Buffer.from(label)], maxLines: 1 });
 
 /** What the test thread answered for an input: its label, how many it was reading at once, and how many it had been sent. */
 async function answer(read: Promise<{ texts: string[] }>) {
