@@ -13,6 +13,7 @@ import { redisKeys } from '../redis/keys.js';
 import { LUA_INT, LUA_NOW_MS, luaScript } from '../redis/lua-script.js';
 import { execAll, writeInParts } from '../redis/pipelines.js';
 import { LUA_KEEP_STORED_FOR, releaseStoredBytes, storeCounted } from './stored-bytes.js';
+import { lineBytes, type StoredLines } from './stored-lines.js';
 
 export type BatchApi = 'openai' | 'anthropic';
 export type BatchStatus = 'validating' | 'failed' | 'in_progress' | 'finalizing' | 'completed' | 'expired' | 'cancelling' | 'cancelled';
@@ -63,7 +64,7 @@ const COUNTERS = ['#total', '#succeeded', '#errored', '#cost', '#prompt_tokens',
 const TIME_FIELDS = { created: 'created_at', inProgress: 'in_progress_at', expires: 'expires_at', finalizing: 'finalizing_at', completed: 'completed_at', failed: 'failed_at', expired: 'expired_at', cancelling: 'cancelling_at', cancelled: 'cancelled_at' } as const;
 /** Lines written in one command, at most: a thousand, or as many as fill a MiB (a chunk of 32 KB lines held Redis for its 32 MB). */
 const WRITE_CHUNK = 1000;
-const WRITE_CHUNK_CHARS = 2 ** 20;
+const WRITE_CHUNK_BYTES = 2 ** 20;
 
 /** How long files and ended batches are kept, in whole ms (Redis takes no other). */
 export const keepMsOf = (settings: { keepDays: number }) => Math.round(settings.keepDays * 86_400_000);
@@ -104,8 +105,8 @@ const allKeys = (account: string, id: string) => Object.values(redisKeys.batch(a
 
 export interface NewBatch extends Pick<BatchRecord, 'id' | 'api' | 'account' | 'keyId' | 'endpoint' | 'inputFileId' | 'metadata' | 'model'> {
   windowMs: number;
-  /** Lines as stored ([custom id, body] as JSON) in input order, their bytes, and the order to run them in (indices into `texts`). */
-  stored: { texts: string[]; bytes: number; order: number[] };
+  /** Lines as stored, and the order to run them in (indices into `lines`). */
+  stored: { lines: StoredLines; order: number[] };
 }
 
 /** A new batch's hash: what it is, whose, and when it started and must end. */
@@ -127,8 +128,9 @@ const metaFields = (b: Omit<NewBatch, 'stored'>, status: BatchStatus, now: numbe
 export async function createBatch(redis: Redis, b: NewBatch, keep: { ms: number; capBytes: number }): Promise<void> {
   const keys = redisKeys.batch(b.account, b.id);
   const linesMs = keep.ms + b.windowMs;
-  const { texts, bytes, order } = b.stored;
-  await storeCounted(redis, b.account, `batch:${b.id}`, { bytes, capBytes: keep.capBytes, keepMs: linesMs, param: null }, async () => {
+  const { lines, order } = b.stored;
+  const count = lines.ends.length;
+  await storeCounted(redis, b.account, `batch:${b.id}`, { bytes: lines.bytes.length, capBytes: keep.capBytes, keepMs: linesMs, param: null }, async () => {
     const active = await countActive(redis, b.account, b.id, b.windowMs);
     if (active > MAX_ACTIVE_BATCHES) {
       throw new ApiError(429, 'rate_limit_error', `This account has ${active - 1} batches running, the most it may have at once; wait for one to end, or cancel one.`, 'too_many_batches');
@@ -137,11 +139,12 @@ export async function createBatch(redis: Redis, b: NewBatch, keep: { ms: number;
     await writeInParts(
       async () => {
         await redis.zadd(redisKeys.activeBatches, now, activeMember(b.account, b.id));
-        for (let i = 0; i < texts.length; ) {
-          const fields: string[] = [];
-          for (let chars = 0; i < texts.length && fields.length < 2 * WRITE_CHUNK && chars < WRITE_CHUNK_CHARS; i++) {
-            fields.push(String(i), texts[i]);
-            chars += texts[i].length;
+        for (let i = 0; i < count; ) {
+          const fields: (string | Buffer)[] = [];
+          for (let size = 0; i < count && fields.length < 2 * WRITE_CHUNK && size < WRITE_CHUNK_BYTES; i++) {
+            const line = lineBytes(lines, i);
+            fields.push(String(i), line);
+            size += line.length;
           }
           await execAll(redis.pipeline().hset(keys.lines, ...fields).pexpire(keys.lines, linesMs));
         }
@@ -153,7 +156,7 @@ export async function createBatch(redis: Redis, b: NewBatch, keep: { ms: number;
         redis
           .multi()
           .hset(keys.meta, { ...metaFields(b, 'in_progress', now), in_progress_at: now })
-          .hset(keys.results, '#total', texts.length)
+          .hset(keys.results, '#total', count)
           .zadd(redisKeys.accountBatches(b.account, b.api), now, b.id)
           .exec(),
       () => Promise.all([redis.del(keys.lines, keys.todo), retireActive(redis, b.account, b.id)]),

@@ -9,6 +9,7 @@ import { ApiError } from '../protocol/errors.js';
 import { parseJsonBody, tooDense } from '../protocol/http-io.js';
 import { readInputFile, type OpenAiBatchEndpoint } from '../protocol/openai-batches.js';
 import type { InputProblem, StoredLine } from './batch-store.js';
+import { storedLines, type StoredLines } from './stored-lines.js';
 
 /** How much of a prompt's first part decides its group: enough for any system prompt's start, cheap to hash. */
 const PREFIX_CHARS = 2048;
@@ -18,10 +19,8 @@ export type BatchInput = { kind: 'openai'; endpoint: OpenAiBatchEndpoint; conten
 
 /** A batch's input as read: what the main thread checks and stores, and nothing it would have to parse again. */
 export interface ReadInput {
-  /** Each line as stored, [custom id, body] as JSON, in input order, and their bytes. */
-  texts: string[];
-  bytes: number;
-  /** The order to run the lines in (indices into `texts`). */
+  lines: StoredLines;
+  /** The order to run the lines in (indices into `lines`). */
   order: number[];
   /** Each model the lines name, with the first line (from 1) that names it. */
   models: [model: string, line: number][];
@@ -54,21 +53,10 @@ export function cacheAwareOrder(lines: StoredLine[]): number[] {
   return [...groups.values()].flat();
 }
 
-/** Each line as stored, [custom id, body] as JSON, and their bytes. */
-function storedTexts(lines: StoredLine[]): { texts: string[]; bytes: number } {
-  const texts: string[] = [];
-  let bytes = 0;
-  for (const l of lines) {
-    const text = JSON.stringify([l.customId, l.body]);
-    texts.push(text);
-    bytes += Buffer.byteLength(text);
-  }
-  return { texts, bytes };
-}
-
 /** A batch's lines, or the 400 its input gets. */
 function linesOf(input: BatchInput): { lines: StoredLine[]; problems: InputProblem[] } | ApiError {
-  const content = Buffer.concat(input.content);
+  const [first, ...rest] = input.content;
+  const content = rest.length === 0 && first ? Buffer.from(first.buffer, first.byteOffset, first.byteLength) : Buffer.concat(input.content);
   // As dense as a request body may be, or refused before the parse: 32 MiB of `{},` took the thread 7 s and the
   // process 1 GB to read, and a refused create is free to its sender.
   const refusal = tooDense(content);
@@ -92,6 +80,6 @@ export function readBatchInput(input: BatchInput): ReadInput | ApiError {
   const { lines, problems } = read;
   const models = new Map<string, number>();
   for (const [i, l] of lines.entries()) if (!models.has(l.body.model as string)) models.set(l.body.model as string, i + 1);
-  if (problems.length > 0) return { texts: [], bytes: 0, order: [], models: [...models], problems };
-  return { ...storedTexts(lines), order: cacheAwareOrder(lines), models: [...models], problems };
+  if (problems.length > 0) return { lines: storedLines([]), order: [], models: [...models], problems };
+  return { lines: storedLines(lines.map((l) => JSON.stringify([l.customId, l.body]))), order: cacheAwareOrder(lines), models: [...models], problems };
 }

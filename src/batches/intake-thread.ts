@@ -2,9 +2,9 @@
 // parse, checks, order and stored texts (input-reading.ts). Parsing a create
 // body of 32 MiB of small requests held the main thread 1.0 to 1.6 s
 // (2026-11-29), and every other request on the replica waited it out; here
-// only the other batches' inputs do. What comes back is strings and numbers,
-// which cost the main thread a copy, not a parse (test/batches/
-// large-lines.test.ts: a stall of 14 to 35 ms, not 1,378).
+// only the other batches' inputs do. What comes back is the lines' bytes,
+// handed back whole (stored-lines.ts), and numbers: nothing to parse (test/
+// batches/large-lines.test.ts: a stall of 14 to 35 ms, not 1,378).
 //
 // The thread reads one input at a time, the accounts that wait taking turns.
 // A parse takes many times its input's bytes (a create of 32 MiB of numbers

@@ -102,8 +102,8 @@ async function openAiBatches(req: IncomingMessage, res: ServerResponse, ctx: Gat
     const overAllowance = body.take(file.bytes);
     if (overAllowance) throw overAllowance;
     // Each part copied to a buffer of its own, which is handed to the intake thread and joined there (joined here,
-    // a file of 32 MB stalled the main thread 100 to 150 ms, against 60 to 95): ioredis's replies are slices of
-    // buffers of several MiB it shares between replies, each of which would be copied whole.
+    // a file of 32 MB stalled the main thread 100 to 150 ms: test/batches/large-lines.test.ts): ioredis's replies are
+    // slices of buffers of several MiB it shares between replies, each of which would be copied whole.
     const parts: Buffer[] = [];
     for await (const part of uploadedContent(redis, caller.account, file.id, file.bytes)) parts.push(Buffer.from(part));
     const input = await readOnIntake(caller, res, { kind: 'openai', endpoint: request.endpoint, content: parts });

@@ -6,6 +6,7 @@
 // longer.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createBatch, MAX_ACTIVE_BATCHES, retireActive, type NewBatch } from '../../src/batches/batch-store.js';
+import { storedLines } from '../../src/batches/stored-lines.js';
 import { redisKeys } from '../../src/redis/keys.js';
 import { startTestRedis, type TestRedis } from '../support/redis.js';
 
@@ -20,7 +21,7 @@ let made = 0;
 const ONLY_LINE = JSON.stringify(['only', { model: 'm', max_tokens: 4, messages: [{ role: 'user', content: 'hi' }] }]);
 const batch = (account: string): NewBatch => ({
   id: `batch_${++made}`, api: 'anthropic', account, keyId: 'key_1', endpoint: '/v1/messages', inputFileId: null, metadata: null, model: 'm', windowMs: 86_400_000,
-  stored: { texts: [ONLY_LINE], bytes: Buffer.byteLength(ONLY_LINE), order: [0] },
+  stored: { lines: storedLines([ONLY_LINE]), order: [0] },
 });
 /** What Redis has sent its clients so far: reading the fleet's set whole would send each of its 5,000 entries. */
 const bytesSent = async () => Number(/^total_net_output_bytes:(\d+)/m.exec(await redis.client.info('stats'))![1]);

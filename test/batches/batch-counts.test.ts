@@ -19,7 +19,7 @@ describe("a batch's lines by state", () => {
   it('add up to its lines while a line done still holds its lease', async () => {
     const line = (i: number) => JSON.stringify({ custom_id: `r${i}`, method: 'POST', url: '/v1/chat/completions', body: { model: 'm', messages: [{ role: 'user', content: `q${i}` }] } });
     const read = readBatchInput({ kind: 'openai', endpoint: '/v1/chat/completions', content: [Buffer.from([0, 1, 2, 3, 4].map(line).join('\n'))] });
-    if (!('texts' in read)) throw read;
+    if (!('lines' in read)) throw read;
     const batch = { id: 'batch_counts', api: 'openai' as const, account: 'acct_counts', keyId: 'key_1', endpoint: '/v1/chat/completions', inputFileId: null, metadata: null, model: 'm', windowMs: 86_400_000, stored: read };
     await createBatch(redis.client, batch, { ms: 60_000, capBytes: 2 ** 30 });
     const claim = await claimLines(redis.client, batch.account, batch.id, 2, 30_000, 'replica-a');

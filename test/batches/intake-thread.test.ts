@@ -9,14 +9,16 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { describe, expect, it } from 'vitest';
 import { IntakeThread } from '../../src/batches/intake-thread.js';
+import { lineBytes, type StoredLines } from '../../src/batches/stored-lines.js';
 import { Cancelled } from '../../src/protocol/errors.js';
 
 const TEST_WORKER = new URL('../support/intake-test-worker.mjs', import.meta.url);
 const labelled = (label: string) => ({ kind: 'anthropic' as const, content: [Buffer.from(label)], maxLines: 1 });
 
 /** What the test thread answered for an input: its label, how many it was reading at once, and how many it had been sent. */
-async function answer(read: Promise<{ texts: string[] }>) {
-  const [label, atOnce, sent] = (await read).texts;
+async function answer(read: Promise<{ lines: StoredLines }>) {
+  const { lines } = await read;
+  const [label, atOnce, sent] = lines.ends.map((_, i) => lineBytes(lines, i).toString());
   return { label, atOnce: Number(atOnce), sent: Number(sent) };
 }
 

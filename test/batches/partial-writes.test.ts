@@ -8,6 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Redis } from 'ioredis';
 import { createBatch, activeMember, type NewBatch } from '../../src/batches/batch-store.js';
 import { createFile, readFile } from '../../src/batches/file-store.js';
+import { storedLines } from '../../src/batches/stored-lines.js';
 import { redisKeys } from '../../src/redis/keys.js';
 import { startTestRedis, type TestRedis } from '../support/redis.js';
 
@@ -62,7 +63,7 @@ describe('a batch written in parts', () => {
   const LINES = Array.from({ length: 3_000 }, (_, i) => JSON.stringify([`line-${i}`, { model: 'm', messages: [{ role: 'user', content: `question ${i}` }] }]));
   const batch = (account: string, id: string): NewBatch => ({
     id, api: 'openai', account, keyId: 'key_1', endpoint: '/v1/chat/completions', inputFileId: null, metadata: null, model: 'm', windowMs: 86_400_000,
-    stored: { texts: LINES, bytes: LINES.reduce((sum, t) => sum + Buffer.byteLength(t), 0), order: Array.from({ length: 3_000 }, (_, i) => i) },
+    stored: { lines: storedLines(LINES), order: Array.from({ length: 3_000 }, (_, i) => i) },
   });
 
   it('fails where Redis refuses a chunk of its lines, and leaves nothing of it: no lines, no place in the queue, nothing counted', async () => {

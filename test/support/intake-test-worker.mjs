@@ -14,6 +14,8 @@ parentPort.on('message', (input) => {
   const atOnce = reading;
   setTimeout(() => {
     reading--;
-    parentPort.postMessage({ read: { texts: [label, String(atOnce), String(sent)], bytes: 0, order: [], models: [], problems: [] } });
+    const texts = [label, String(atOnce), String(sent)];
+    const ends = texts.map((_, i) => Buffer.byteLength(texts.slice(0, i + 1).join('')));
+    parentPort.postMessage({ read: { lines: { bytes: Buffer.from(texts.join('')), ends }, order: [], models: [], problems: [] } });
   }, 20);
 });
