@@ -45,21 +45,29 @@ const UPLOAD_MS = 10 * 60_000;
  * Stores an upload: its bytes counted against the account's cap first (refused past it: stored-bytes.ts), for as
  * long as an upload may take, then for as long as the file is kept.
  */
-export async function createFile(redis: Redis, account: string, f: { id: string; filename: string; purpose: string; content: Buffer }, keep: { ms: number; capBytes: number }): Promise<FileRecord> {
+export async function createFile(redis: Redis, account: string, f: { id: string; filename: string; purpose: string; content: Buffer[] }, keep: { ms: number; capBytes: number }): Promise<FileRecord> {
   const item = `file:${f.id}` as const;
-  return storeCounted(redis, account, item, { bytes: f.content.length, capBytes: keep.capBytes, keepMs: UPLOAD_MS, param: 'file' }, async () => {
+  const bytes = f.content.reduce((sum, piece) => sum + piece.length, 0);
+  return storeCounted(redis, account, item, { bytes, capBytes: keep.capBytes, keepMs: UPLOAD_MS, param: 'file' }, async () => {
     const keys = redisKeys.file(account, f.id);
     const now = Date.now();
     await writeInParts(
       async () => {
-        for (let at = 0; at < f.content.length; at += DOWNLOAD_PART_BYTES) {
-          await execAll(redis.pipeline().append(keys.content, f.content.subarray(at, at + DOWNLOAD_PART_BYTES)).pexpire(keys.content, keep.ms));
+        // The pieces as they came (a request body's chunks), cut to a MiB at most, about a MiB of them a command.
+        const pieces = f.content.flatMap((piece) => Array.from({ length: Math.ceil(piece.length / DOWNLOAD_PART_BYTES) }, (_, k) => piece.subarray(k * DOWNLOAD_PART_BYTES, (k + 1) * DOWNLOAD_PART_BYTES)));
+        for (let i = 0; i < pieces.length; ) {
+          const write = redis.pipeline();
+          for (let size = 0; i < pieces.length && size < DOWNLOAD_PART_BYTES; i++) {
+            write.append(keys.content, pieces[i]);
+            size += pieces[i].length;
+          }
+          await execAll(write.pexpire(keys.content, keep.ms));
         }
       },
       () =>
         redis
           .multi()
-          .hset(keys.meta, { filename: f.filename, purpose: f.purpose, bytes: f.content.length, created_at: now, expires_at: now + keep.ms })
+          .hset(keys.meta, { filename: f.filename, purpose: f.purpose, bytes, created_at: now, expires_at: now + keep.ms })
           .pexpire(keys.meta, keep.ms)
           .zadd(redisKeys.accountFiles(account), now, f.id)
           .zadd(redisKeys.accountFilesOf(account, f.purpose), now, f.id)
@@ -67,7 +75,7 @@ export async function createFile(redis: Redis, account: string, f: { id: string;
       () => redis.del(keys.content),
     );
     await keepStoredFor(redis, account, item, keep.ms);
-    return { id: f.id, filename: f.filename, purpose: f.purpose, bytes: f.content.length, createdAt: now, expiresAt: now + keep.ms, batch: null };
+    return { id: f.id, filename: f.filename, purpose: f.purpose, bytes, createdAt: now, expiresAt: now + keep.ms, batch: null };
   });
 }
 

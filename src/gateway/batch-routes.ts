@@ -51,13 +51,14 @@ async function files(req: IncomingMessage, res: ServerResponse, ctx: GatewayCont
   const account = caller.account;
   if (rest.length === 0 && method === 'POST') {
     const parts = await readMultipart(req, MAX_BATCH_BYTES + MULTIPART_OVERHEAD, body);
-    const purpose = parts.find((p) => p.name === 'purpose')?.data.toString('utf8');
+    const purposePart = parts.find((p) => p.name === 'purpose');
+    const purpose = purposePart && purposePart.size <= 'batch'.length ? Buffer.concat(purposePart.data).toString('utf8') : undefined;
     const file = parts.find((p) => p.name === 'file' && p.filename !== null);
     if (purpose !== 'batch') throw invalidParameter('purpose', "Parley keeps files for batches: purpose must be 'batch'.");
     if (!file) throw invalidParameter('file', 'Missing the file part: send the JSONL file as the form field `file`.');
-    if (file.data.length > MAX_BATCH_BYTES) throw invalidParameter('file', `A batch file may be at most ${MAX_BATCH_BYTES} bytes; this one is ${file.data.length}.`);
+    if (file.size > MAX_BATCH_BYTES) throw invalidParameter('file', `A batch file may be at most ${MAX_BATCH_BYTES} bytes; this one is ${file.size}.`);
     let lines = 0;
-    for (let at = file.data.indexOf(10); at >= 0; at = file.data.indexOf(10, at + 1)) lines++;
+    for (const piece of file.data) for (let at = piece.indexOf(10); at >= 0; at = piece.indexOf(10, at + 1)) lines++;
     if (lines > MAX_BATCH_LINES) throw invalidParameter('file', `A batch file may hold at most ${MAX_BATCH_LINES} lines.`);
     const keep = { ms: keepMs(ctx), capBytes: ctx.routing().settings.batches.storedBytesPerAccount };
     const stored = await createFile(redis, account, { id: `file-${randomId()}`, filename: (file.filename ?? 'input.jsonl').slice(0, 256), purpose, content: file.data }, keep);

@@ -12,7 +12,7 @@ import { readBatchInput } from '../../src/batches/input-reading.js';
 import { redisKeys } from '../../src/redis/keys.js';
 import { greeting } from '../support/fake-upstream.js';
 import { modelEntry, withGatewayOn } from '../support/gateway.js';
-import { longestStall } from '../support/event-loop.js';
+import { longestCollection, longestStall } from '../support/event-loop.js';
 import { startTestRedis, type TestRedis } from '../support/redis.js';
 
 let redis: TestRedis;
@@ -74,20 +74,45 @@ describe("an Anthropic create of 32 MiB of small requests", () => {
 });
 
 describe('an OpenAI create of a stored file of 1,000 lines of 32 KB', () => {
-  it('has the file joined and read off the main thread, its lines brought back as bytes, not strings', async () => {
+  it("has its lines brought back from the intake thread as bytes, which the main thread's collector need not copy", async () => {
     const file = fileOf32KbLines();
     await withGatewayOn([greeting()], ([url]) => ({ gateway: { batches: { concurrency: 0 } }, models: [modelEntry('m', [{ kind: 'vllm', url }])] }), async (gw) => {
       // Stored before it is timed, for each round.
-      for (const round of [1, 2, 3]) await createFile(gw.redis.client, gw.account, { id: `file-large${round}`, filename: 'large.jsonl', purpose: 'batch', content: file }, { ms: 60_000, capBytes: 2 ** 30 });
-      const stall = await longestStall('a create of a stored file of 32 MB', async (round) => {
+      for (const round of [1, 2, 3]) await createFile(gw.redis.client, gw.account, { id: `file-large${round}`, filename: 'large.jsonl', purpose: 'batch', content: [file] }, { ms: 60_000, capBytes: 2 ** 30 });
+      const create = async (round: number) => {
         const id = `file-large${round}`;
         const answer = await fetch(`${gw.url}/v1/batches`, { method: 'POST', headers: { authorization: `Bearer ${gw.apiKey}`, 'content-type': 'application/json' }, body: JSON.stringify({ input_file_id: id, endpoint: '/v1/chat/completions', completion_window: '24h' }) });
         expect(answer.status).toBe(200);
         expect(await answer.json()).toMatchObject({ object: 'batch', input_file_id: id, request_counts: { total: 1_000 } });
-      }, 60);
-      // Its parts joined on the main thread held it 100 to 150 ms; joined on the intake thread, with its lines
-      // brought back as strings (which the main thread's young-generation collections copy), 60 to 95.
-      expect(stall).toBeLessThan(60);
+      };
+      // Its parts joined on the main thread held it 100 to 150 ms. Its lines brought back as strings, 32 MB of them,
+      // were copied by the main thread's young-generation collections: pauses of 50 to 95 ms, where the bytes of
+      // one buffer make them 3 to 15 (a pause is the collector's own time, which other test files running beside
+      // this one lengthen less than they do a stall of the loop).
+      expect(await longestCollection('a create of a stored file of 32 MB', create, 30)).toBeLessThan(30);
+    });
+  });
+});
+
+describe('an upload of a file of 1,000 lines of 32 KB', () => {
+  it('is read where its chunks lie, not joined on the main thread', async () => {
+    const boundary = '0f3c9a8e2b1d4c5fa7e6d5c4b3a29180';
+    const form = (name: string, headers: string) => `--${boundary}\r\nContent-Disposition: form-data; name="${name}"${headers}\r\n\r\n`;
+    const file = fileOf32KbLines();
+    const body = Buffer.concat([Buffer.from(`${form('purpose', '')}batch\r\n${form('file', '; filename="large.jsonl"\r\nContent-Type: application/jsonl')}`), file, Buffer.from(`\r\n--${boundary}--\r\n`)]);
+    await withGatewayOn([greeting()], ([url]) => ({ models: [modelEntry('m', [{ kind: 'vllm', url }])] }), async (gw) => {
+      const headers = { authorization: `Bearer ${gw.apiKey}`, 'content-type': `multipart/form-data; boundary=${boundary}`, 'content-length': body.length };
+      const stored: string[] = [];
+      const stall = await longestStall('an upload of 32 MB', async () => {
+        const answer = await postBuffer(`${gw.url}/v1/files`, headers, body);
+        expect(answer.status).toBe(200);
+        expect(JSON.parse(answer.text)).toMatchObject({ object: 'file', bytes: file.length, purpose: 'batch' });
+        stored.push(JSON.parse(answer.text).id);
+      }, 80);
+      // Joined on the main thread, it held it 100 to 130 ms.
+      expect(stall).toBeLessThan(80);
+      // Stored byte for byte (read after the timing: a reply of 32 MB is joined by the Redis client, in this process).
+      for (const id of stored) expect((await gw.redis.client.getBuffer(redisKeys.file(gw.account, id).content))!.equals(file)).toBe(true);
     });
   });
 });

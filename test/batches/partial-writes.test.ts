@@ -40,7 +40,7 @@ function discardingTransactions(client: Redis, spared = 0): Redis {
 describe('an upload written in parts', () => {
   it('fails where Redis refuses a part, and leaves nothing of it, counted or stored', async () => {
     const account = 'acct_refused_part';
-    const file = { id: 'file-a', filename: 'in.jsonl', purpose: 'batch', content: Buffer.alloc(3 * MIB, 'a') };
+    const file = { id: 'file-a', filename: 'in.jsonl', purpose: 'batch', content: [Buffer.alloc(3 * MIB, 'a')] };
     // A key of another type where the content goes: Redis refuses its APPEND, as a full one refuses a write.
     const { content } = redisKeys.file(account, file.id);
     await redis.client.hset(content, 'x', '1');
@@ -52,7 +52,7 @@ describe('an upload written in parts', () => {
 
   it('drops what it wrote where Redis discards the transaction that would list it', async () => {
     const account = 'acct_discarded_upload';
-    const file = { id: 'file-b', filename: 'in.jsonl', purpose: 'batch', content: Buffer.alloc(2 * MIB, 'b') };
+    const file = { id: 'file-b', filename: 'in.jsonl', purpose: 'batch', content: [Buffer.alloc(2 * MIB, 'b')] };
     await expect(createFile(discardingTransactions(redis.client), account, file, keep)).rejects.toThrow('EXECABORT');
     expect(await redis.client.exists(redisKeys.file(account, file.id).content)).toBe(0);
     expect(await counted(account)).toEqual({});
