@@ -46,6 +46,13 @@ function readOnIntake(caller: Caller, res: ServerResponse, input: BatchInput): P
   return batchIntake.read(caller.account, input, gone.signal).finally(() => res.off('close', leave));
 }
 
+/** Whether `pieces` hold more than `most` lines: counted only that far (a file of 32 MiB of newlines took 350 ms to count whole). */
+function moreLinesThan(pieces: Buffer[], most: number): boolean {
+  let lines = 0;
+  for (const piece of pieces) for (let at = piece.indexOf(10); at >= 0; at = piece.indexOf(10, at + 1)) if (++lines > most) return true;
+  return false;
+}
+
 async function files(req: IncomingMessage, res: ServerResponse, ctx: GatewayContext, caller: Caller, body: BodyAllowance, method: string, rest: string[], query: URLSearchParams): Promise<void> {
   const { redis } = ctx;
   const account = caller.account;
@@ -57,9 +64,7 @@ async function files(req: IncomingMessage, res: ServerResponse, ctx: GatewayCont
     if (purpose !== 'batch') throw invalidParameter('purpose', "Parley keeps files for batches: purpose must be 'batch'.");
     if (!file) throw invalidParameter('file', 'Missing the file part: send the JSONL file as the form field `file`.');
     if (file.size > MAX_BATCH_BYTES) throw invalidParameter('file', `A batch file may be at most ${MAX_BATCH_BYTES} bytes; this one is ${file.size}.`);
-    let lines = 0;
-    for (const piece of file.data) for (let at = piece.indexOf(10); at >= 0; at = piece.indexOf(10, at + 1)) lines++;
-    if (lines > MAX_BATCH_LINES) throw invalidParameter('file', `A batch file may hold at most ${MAX_BATCH_LINES} lines.`);
+    if (moreLinesThan(file.data, MAX_BATCH_LINES)) throw invalidParameter('file', `A batch file may hold at most ${MAX_BATCH_LINES} lines.`);
     const keep = { ms: keepMs(ctx), capBytes: ctx.routing().settings.batches.storedBytesPerAccount };
     const stored = await createFile(redis, account, { id: `file-${randomId()}`, filename: (file.filename ?? 'input.jsonl').slice(0, 256), purpose, content: file.data }, keep);
     return sendJson(res, 200, renderOpenAiFile(stored));
