@@ -3,10 +3,16 @@
 // spec's rule for unknown fields: accepted, and never sent upstream.
 import { z } from 'zod';
 import type { ApiError } from './errors.js';
-import { parseRequest, textRefusal } from './request-parsing.js';
+import { fewKeys, parseRequest, textRefusal } from './request-parsing.js';
 import { textProblemOf } from './well-formed-text.js';
 
 const MAX_CHOICES = 4;
+
+/** The most token ids a `logit_bias` may name: lists of banned tokens run to a few hundred. */
+const MAX_LOGIT_BIAS = 1024;
+
+/** OpenAI's `logit_bias`, of Chat Completions and Completions alike. */
+export const logitBias = fewKeys(MAX_LOGIT_BIAS, `expected at most ${MAX_LOGIT_BIAS} token ids`, z.record(z.string().regex(/^\d+$/, 'keys must be token ids'), z.number().min(-100).max(100)));
 
 // A union that fails says only "Invalid input": these say what is accepted.
 const textPart = z.object({ type: z.literal('text'), text: z.string() });
@@ -48,7 +54,7 @@ export const chatCompletionRequest = z
     n: z.int().min(1).max(MAX_CHOICES).nullish(),
     presence_penalty: penalty,
     frequency_penalty: penalty,
-    logit_bias: z.record(z.string().regex(/^\d+$/, 'keys must be token ids'), z.number().min(-100).max(100)).nullish(),
+    logit_bias: logitBias.nullish(),
     logprobs: z.boolean().nullish(),
     top_logprobs: z.int().min(0).max(20).nullish(),
     stream: z.boolean().nullish(),

@@ -7,19 +7,18 @@
 import { z } from 'zod';
 import { OpenAiChunks, sseData, usageBody, type ChoiceDelta, type Completion, type ReplyIdentity } from './chat-response.js';
 import type { ApiError } from './errors.js';
-import { parseRequest } from './request-parsing.js';
+import { logitBias } from './chat-request.js';
+import { fewItemsOrTokens, parseRequest, tokenIds } from './request-parsing.js';
 
 const penalty = z.number().min(-2).max(2).nullish();
-const tokens = z.array(z.int().min(0)).min(1);
 
 /** The most prompts one request may carry: each becomes its own upstream call (or `n` of them). */
 export const MAX_PROMPTS = 32;
+const PROMPT_SHAPES = `expected a string, an array of strings, token ids or an array of token id arrays (at most ${MAX_PROMPTS} prompts)`;
 
 export const completionRequest = z.object({
   model: z.string().min(1),
-  prompt: z.union([z.string(), z.array(z.string()).min(1).max(MAX_PROMPTS), tokens, z.array(tokens).min(1).max(MAX_PROMPTS)], {
-    error: `expected a string, an array of strings, token ids or an array of token id arrays (at most ${MAX_PROMPTS} prompts)`,
-  }),
+  prompt: fewItemsOrTokens(MAX_PROMPTS, PROMPT_SHAPES, z.union([z.string(), tokenIds, z.array(z.string()).min(1).max(MAX_PROMPTS), z.array(tokenIds).min(1).max(MAX_PROMPTS)], { error: PROMPT_SHAPES })),
   suffix: z.string().nullish(),
   echo: z.boolean().nullish(),
   logprobs: z.int().min(0).max(5).nullish(),
@@ -31,7 +30,7 @@ export const completionRequest = z.object({
   seed: z.int().nullish(),
   presence_penalty: penalty,
   frequency_penalty: penalty,
-  logit_bias: z.record(z.string().regex(/^\d+$/, 'keys must be token ids'), z.number().min(-100).max(100)).nullish(),
+  logit_bias: logitBias.nullish(),
   stream: z.boolean().nullish(),
   stream_options: z.object({ include_usage: z.boolean().optional() }).nullish(),
   user: z.string().max(256).nullish(),
