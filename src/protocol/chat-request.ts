@@ -11,6 +11,18 @@ const MAX_CHOICES = 4;
 /** The most token ids a `logit_bias` may name: lists of banned tokens run to a few hundred. */
 const MAX_LOGIT_BIAS = 1024;
 
+/**
+ * The longest stop string, and the most of them a Messages request may send (OpenAI's APIs take 4). An engine
+ * looks for every one in the tail of every token it writes, so a request of a million, or of one of 4 MB, would
+ * slow the engine for every tenant it serves.
+ */
+const MAX_STOP_CHARS = 1024;
+export const MAX_STOP_SEQUENCES = 64;
+export const stopString = z.string().max(MAX_STOP_CHARS);
+
+/** OpenAI's `stop`, of Chat Completions and Completions alike. */
+export const stopStrings = z.union([stopString, z.array(stopString).max(4)], { error: `expected a string or an array of at most 4 strings, each of at most ${MAX_STOP_CHARS} characters` });
+
 /** OpenAI's `logit_bias`, of Chat Completions and Completions alike. */
 export const logitBias = fewKeys(MAX_LOGIT_BIAS, `expected at most ${MAX_LOGIT_BIAS} token ids`, z.record(z.string().regex(/^\d+$/, 'keys must be token ids'), z.number().min(-100).max(100)));
 
@@ -49,7 +61,7 @@ export const chatCompletionRequest = z
     max_completion_tokens: z.int().min(1).nullish(),
     temperature: z.number().min(0).max(2).nullish(),
     top_p: z.number().min(0).max(1).nullish(),
-    stop: z.union([z.string(), z.array(z.string()).max(4)], { error: 'expected a string or an array of at most 4 strings' }).nullish(),
+    stop: stopStrings.nullish(),
     seed: z.int().nullish(),
     n: z.int().min(1).max(MAX_CHOICES).nullish(),
     presence_penalty: penalty,

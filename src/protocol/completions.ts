@@ -7,7 +7,7 @@
 import { z } from 'zod';
 import { OpenAiChunks, sseData, usageBody, type ChoiceDelta, type Completion, type ReplyIdentity } from './chat-response.js';
 import type { ApiError } from './errors.js';
-import { logitBias } from './chat-request.js';
+import { logitBias, stopStrings } from './chat-request.js';
 import { fewItemsOrTokens, parseRequest, tokenIds } from './request-parsing.js';
 
 const penalty = z.number().min(-2).max(2).nullish();
@@ -24,7 +24,7 @@ export const completionRequest = z.object({
   logprobs: z.int().min(0).max(5).nullish(),
   max_tokens: z.int().min(1).nullish(),
   n: z.int().min(1).max(4).nullish(),
-  stop: z.union([z.string(), z.array(z.string()).max(4)], { error: 'expected a string or an array of at most 4 strings' }).nullish(),
+  stop: stopStrings.nullish(),
   temperature: z.number().min(0).max(2).nullish(),
   top_p: z.number().min(0).max(1).nullish(),
   seed: z.int().nullish(),

@@ -4,7 +4,7 @@
 // (cache_control, context_management, container, mcp_servers) are accepted
 // and dropped, as unknown fields are.
 import { z } from 'zod';
-import type { ChatCompletionRequest, ChatMessage } from './chat-request.js';
+import { MAX_STOP_SEQUENCES, stopString, type ChatCompletionRequest, type ChatMessage } from './chat-request.js';
 import { invalidParameter, type ApiError } from './errors.js';
 import { parseRequest } from './request-parsing.js';
 import { isServiceTier } from './service-tier.js';
@@ -45,7 +45,7 @@ export const messagesRequest = z.object({
   messages: z.array(message).min(1),
   max_tokens: z.int().min(1),
   system: z.union([z.string(), z.array(textBlock)], { error: 'expected a string or an array of text blocks' }).optional(),
-  stop_sequences: z.array(z.string()).optional(),
+  stop_sequences: z.array(stopString).max(MAX_STOP_SEQUENCES).optional(),
   temperature: z.number().min(0).max(1).optional(),
   top_p: z.number().min(0).max(1).optional(),
   top_k: z.int().min(0).optional(),

@@ -7,7 +7,7 @@
 // and a logit_bias of 300,000 keys took its record's checks 0.8 s. Timed as
 // parses alone, in this process: each bound is many times the figure.
 import { describe, expect, it } from 'vitest';
-import { parseChatCompletionRequest } from '../../src/protocol/chat-request.js';
+import { MAX_STOP_SEQUENCES, parseChatCompletionRequest } from '../../src/protocol/chat-request.js';
 import { MAX_PROMPTS, parseCompletionRequest } from '../../src/protocol/completions.js';
 import { parseEmbeddingsRequest } from '../../src/protocol/embeddings.js';
 import { ApiError } from '../../src/protocol/errors.js';
@@ -81,5 +81,18 @@ describe('a field of many items', () => {
     expect(parseCompletionRequest({ model: 'm', prompt: 'x', logit_bias: huge })).toMatchObject({ status: 400, param: 'logit_bias' });
     expect(parseChatCompletionRequest({ model: 'm', messages: [{ role: 'user', content: 'hi' }], logit_bias: bias(1024) })).toMatchObject({ logit_bias: bias(1024) });
     expect(parseChatCompletionRequest({ model: 'm', messages: [{ role: 'user', content: 'hi' }], logit_bias: { x: 1 } })).toMatchObject({ status: 400, param: 'logit_bias.x' });
+  });
+});
+
+describe('the stop strings an engine looks for', () => {
+  it(`are at most ${MAX_STOP_SEQUENCES} on a Messages request, and each at most 1,024 characters in every API`, () => {
+    const hi = [{ role: 'user', content: 'hi' }];
+    const sequences = (count: number, chars = 3) => Array.from({ length: count }, (_, i) => `${i}`.padEnd(chars, '#'));
+    expect(parseMessagesRequest({ model: 'm', max_tokens: 1, messages: hi, stop_sequences: sequences(MAX_STOP_SEQUENCES) })).not.toBeInstanceOf(ApiError);
+    expect(parseMessagesRequest({ model: 'm', max_tokens: 1, messages: hi, stop_sequences: sequences(MAX_STOP_SEQUENCES + 1) })).toMatchObject({ status: 400, param: 'stop_sequences' });
+    expect(parseMessagesRequest({ model: 'm', max_tokens: 1, messages: hi, stop_sequences: sequences(1, 1025) })).toMatchObject({ status: 400, param: 'stop_sequences[0]' });
+    expect(parseChatCompletionRequest({ model: 'm', messages: hi, stop: sequences(4, 1024) })).not.toBeInstanceOf(ApiError);
+    expect(parseChatCompletionRequest({ model: 'm', messages: hi, stop: 'x'.repeat(1025) })).toMatchObject({ status: 400, param: 'stop' });
+    expect(parseCompletionRequest({ model: 'm', prompt: 'x', stop: sequences(2, 1025) })).toMatchObject({ status: 400, param: 'stop[0]' });
   });
 });
