@@ -15,7 +15,7 @@ export function storedLines(texts: string[]): StoredLines {
   let total = 0;
   for (const text of texts) ends.push((total += Buffer.byteLength(text)));
   const bytes = Buffer.allocUnsafeSlow(total);
-  texts.reduce((at, text) => at + bytes.write(text, at), 0);
+  for (const [i, text] of texts.entries()) bytes.write(text, i === 0 ? 0 : ends[i - 1]);
   return { bytes, ends };
 }
 

@@ -8,7 +8,7 @@ import { z } from 'zod';
 import { OpenAiChunks, sseData, usageBody, type ChoiceDelta, type Completion, type ReplyIdentity } from './chat-response.js';
 import type { ApiError } from './errors.js';
 import { logitBias, stopStrings } from './chat-request.js';
-import { fewItemsOrTokens, parseRequest, tokenIds } from './request-parsing.js';
+import { parseRequest, tokenIds } from './request-parsing.js';
 
 const penalty = z.number().min(-2).max(2).nullish();
 
@@ -18,7 +18,7 @@ const PROMPT_SHAPES = `expected a string, an array of strings, token ids or an a
 
 export const completionRequest = z.object({
   model: z.string().min(1),
-  prompt: fewItemsOrTokens(MAX_PROMPTS, PROMPT_SHAPES, z.union([z.string(), tokenIds, z.array(z.string()).min(1).max(MAX_PROMPTS), z.array(tokenIds).min(1).max(MAX_PROMPTS)], { error: PROMPT_SHAPES })),
+  prompt: z.union([z.string(), tokenIds, z.array(z.string()).min(1).max(MAX_PROMPTS), z.array(tokenIds).min(1).max(MAX_PROMPTS)], { error: PROMPT_SHAPES }),
   suffix: z.string().nullish(),
   echo: z.boolean().nullish(),
   logprobs: z.int().min(0).max(5).nullish(),

@@ -7,16 +7,6 @@ import { invalidParameter, type ApiError } from './errors.js';
 import { MAX_JSON_DEPTH, textProblemOf, type TextProblem } from './well-formed-text.js';
 
 /**
- * `schema`, for a value that, as an array, holds at most `most` items unless every one is a number (token ids,
- * bounded by the body's size alone), or else `error`. Counted first, in one pass: a union of array shapes checks
- * every item against each shape it tries, and an embeddings input of a million one-letter strings made a million
- * issues for each shape it was not, 2.6 s of the main thread.
- */
-export function fewItemsOrTokens<T extends z.ZodType>(most: number, error: string, schema: T) {
-  return z.custom((v) => !Array.isArray(v) || v.length <= most || v.every((x) => typeof x === 'number'), { error }).pipe(schema);
-}
-
-/**
  * `schema`, for an object of at most `most` keys, or else `error`; counted first (a `logit_bias` of 300,000 keys took
  * its record's checks 0.8 s).
  */
@@ -45,7 +35,8 @@ export function textRefusal({ path, kind }: TextProblem): ApiError {
  * Parses stop at the first problem, which is all a 400 tells (zod's `abortEarly`, which its own `validate` sets:
  * internal to zod 4.6, so test/protocol/large-fields.test.ts times it). Without it, every item of an array was checked
  * and made its issue: a `messages` of 2 million numbers held the main thread 5 to 7 s, `tools` of them 7.7 s, and
- * `tool_calls` of them threw (zod spread the issues into one call's arguments): a 500. A parse that succeeds does
+ * `tool_calls` of them threw (zod spread the issues into one call's arguments): a 500. A union tried each of its
+ * shapes on every item: an embeddings input of a million one-letter strings took 2.6 s. A parse that succeeds does
  * the same work either way.
  */
 const FIRST_PROBLEM_ONLY = { abortEarly: true } as z.core.ParseContext<z.core.$ZodIssue>;
